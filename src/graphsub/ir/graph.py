@@ -1,0 +1,306 @@
+"""The graph IR: nodes, values and immutable graphs with copy-on-write edits.
+
+A `Graph` is a value. Edits go through a `GraphEditor`, which returns a *new* graph that shares
+every unchanged `Node` object with the old one; only the node table (a dict of references) is
+copied. Node ids are stable across edits, so a search can hold ids from a parent graph and
+still find the same nodes in a child.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from graphsub.errors import CycleError, GraphsubError, ShapeError
+from graphsub.ir.types import Attrs, Constant, TensorType
+
+
+class Value(NamedTuple):
+    """One output of one node: the edge type of the graph."""
+
+    node: int
+    index: int = 0
+
+    def __repr__(self) -> str:
+        return f"%{self.node}" + (f".{self.index}" if self.index else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One operator application. Immutable; its output types were inferred when it was made."""
+
+    op: str
+    attrs: Attrs
+    inputs: tuple[Value, ...]
+    outputs: tuple[TensorType, ...]
+    #: A human-facing name (ONNX initializer or node name). Not part of equality or hashing.
+    name: str = field(default="", compare=False)
+
+    @property
+    def type(self) -> TensorType:
+        """The type of the first output (most ops have exactly one)."""
+        return self.outputs[0]
+
+
+def make_node(op: str, inputs: Sequence[Value], input_types: Sequence[TensorType],
+              attrs: Mapping[str, Any] | None = None, name: str = "") -> Node:
+    """Make a node, validating and canonicalizing attributes and inferring output types."""
+    from graphsub.ops import get_op
+
+    opdef = get_op(op)
+    in_types = tuple(input_types)
+    opdef.check_arity(len(in_types))
+    canonical = attrs if isinstance(attrs, Attrs) else opdef.make_attrs(attrs or {}, in_types)
+    out_types = opdef.infer(canonical, in_types)
+    return Node(op, canonical, tuple(inputs), tuple(out_types), name)
+
+
+class Graph:
+    """An immutable dataflow graph over `Node`s, with named inputs and outputs.
+
+    `inputs` lists the ids of the `input` nodes in interface order; `outputs` the values the
+    graph returns, named by `output_names`. `meta` carries facts that are not part of the
+    computation (the ONNX opset and domains it came with) and does not enter the hash.
+    """
+
+    __slots__ = ("_nodes", "inputs", "outputs", "output_names", "meta", "_next_id",
+                 "_topo", "_users", "_hash")
+
+    def __init__(self, nodes: Mapping[int, Node], inputs: Sequence[int],
+                 outputs: Sequence[Value], output_names: Sequence[str],
+                 meta: Mapping[str, Any] | None = None, next_id: int | None = None,
+                 check: bool = True) -> None:
+        self._nodes = dict(nodes)
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.output_names = tuple(output_names)
+        self.meta = dict(meta or {})
+        self._next_id = next_id if next_id is not None else max(self._nodes, default=-1) + 1
+        self._topo: list[int] | None = None
+        self._users: dict[int, list[tuple[int, int]]] | None = None
+        self._hash: str | None = None
+        if check:
+            self.validate()
+
+    # ---- access ---------------------------------------------------------------------------
+    @property
+    def nodes(self) -> Mapping[int, Node]:
+        return self._nodes
+
+    def __getitem__(self, node_id: int) -> Node:
+        return self._nodes[node_id]
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._nodes
+
+    def type_of(self, value: Value) -> TensorType:
+        return self._nodes[value.node].outputs[value.index]
+
+    def input_types(self, node_id: int) -> tuple[TensorType, ...]:
+        return tuple(self.type_of(v) for v in self._nodes[node_id].inputs)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(self._nodes[i].attrs["name"] for i in self.inputs)
+
+    def input_node(self, name: str) -> int:
+        for i in self.inputs:
+            if self._nodes[i].attrs["name"] == name:
+                return i
+        raise KeyError(name)
+
+    @property
+    def next_id(self) -> int:
+        return self._next_id
+
+    # ---- structure ------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Check references, input nodes and acyclicity; raise a GraphsubError if broken."""
+        if len(self.outputs) != len(self.output_names):
+            raise GraphsubError("graph has a different number of outputs and output names")
+        if len(set(self.output_names)) != len(self.output_names):
+            raise GraphsubError(f"graph output names are not unique: {self.output_names}")
+        for nid, node in self._nodes.items():
+            for v in node.inputs:
+                src = self._nodes.get(v.node)
+                if src is None or v.index >= len(src.outputs):
+                    raise GraphsubError(f"node {nid} ({node.op}) reads {v!r}, which does not exist")
+        for i in self.inputs:
+            if self._nodes.get(i) is None or self._nodes[i].op != "input":
+                raise GraphsubError(f"graph input {i} is not an input node")
+        for v in self.outputs:
+            if v.node not in self._nodes or v.index >= len(self._nodes[v.node].outputs):
+                raise GraphsubError(f"graph output {v!r} does not exist")
+        self.topo_order()
+
+    def topo_order(self) -> list[int]:
+        """Node ids in a deterministic topological order (inputs first, then a DFS from the
+        outputs in order); raises CycleError naming the nodes on a cycle."""
+        if self._topo is None:
+            self._topo = _topological_order(self._nodes, self.inputs, self.outputs)
+        return self._topo
+
+    def users(self) -> Mapping[int, list[tuple[int, int]]]:
+        """For each node id, the (user node id, input position) pairs that read its outputs."""
+        if self._users is None:
+            users: dict[int, list[tuple[int, int]]] = {nid: [] for nid in self._nodes}
+            for nid, node in self._nodes.items():
+                for pos, v in enumerate(node.inputs):
+                    users[v.node].append((nid, pos))
+            self._users = users
+        return self._users
+
+    def nodes_by_op(self, op: str) -> list[int]:
+        return [nid for nid in self.topo_order() if self._nodes[nid].op == op]
+
+    def structural_hash(self) -> str:
+        """A hash equal for graphs that differ only in node ids or insertion order."""
+        if self._hash is None:
+            from graphsub.ir.hashing import graph_hash
+
+            self._hash = graph_hash(self)
+        return self._hash
+
+    def weight_only(self) -> set[int]:
+        """Ids of nodes whose value depends on weights alone (TASO section 7.3): they are folded
+        into constants at export and cost nothing at inference."""
+        from graphsub.ops import is_deterministic
+
+        result: set[int] = set()
+        for nid in self.topo_order():
+            node = self._nodes[nid]
+            if node.op == "weight" or (
+                node.inputs and is_deterministic(node)
+                and all(v.node in result for v in node.inputs)
+            ):
+                result.add(nid)
+        return result
+
+    def edit(self) -> GraphEditor:
+        return GraphEditor(self)
+
+    def dce(self) -> Graph:
+        """A graph without the nodes that no output depends on (graph inputs are kept)."""
+        live = set(self.topo_order())
+        if len(live) == len(self._nodes):
+            return self
+        nodes = {nid: n for nid, n in self._nodes.items() if nid in live}
+        return Graph(nodes, self.inputs, self.outputs, self.output_names, self.meta,
+                     self._next_id, check=False)
+
+    def __repr__(self) -> str:
+        return f"<Graph {len(self._nodes)} nodes, inputs {self.input_names}, outputs {self.output_names}>"
+
+    def format(self) -> str:
+        """A readable listing, one node a line, in topological order."""
+        lines = []
+        for nid in self.topo_order():
+            n = self._nodes[nid]
+            attrs = {k: v for k, v in n.attrs.items() if not isinstance(v, Constant)}
+            args = ", ".join(repr(v) for v in n.inputs)
+            outs = ", ".join(str(t) for t in n.outputs)
+            lines.append(f"%{nid} = {n.op}({args}) {attrs if attrs else ''} -> {outs}")
+        outs = ", ".join(f"{name}={v!r}" for name, v in zip(self.output_names, self.outputs))
+        lines.append(f"return {outs}")
+        return "\n".join(lines)
+
+
+def _topological_order(nodes: Mapping[int, Node], inputs: Sequence[int],
+                       outputs: Sequence[Value]) -> list[int]:
+    order: list[int] = list(inputs)
+    state: dict[int, int] = {i: 2 for i in inputs}  # 1 = on the DFS stack, 2 = done
+    for root in (v.node for v in outputs):
+        if state.get(root) == 2:
+            continue
+        stack: list[tuple[int, int]] = [(root, 0)]
+        state[root] = 1
+        while stack:
+            nid, pos = stack[-1]
+            ins = nodes[nid].inputs
+            if pos < len(ins):
+                stack[-1] = (nid, pos + 1)
+                child = ins[pos].node
+                s = state.get(child)
+                if s is None:
+                    state[child] = 1
+                    stack.append((child, 0))
+                elif s == 1:
+                    path = [n for n, _ in stack]
+                    cycle = path[path.index(child):] + [child]
+                    names = " -> ".join(f"{nodes[n].op}#{n}" for n in reversed(cycle))
+                    raise CycleError(f"graph has a cycle: {names}")
+            else:
+                stack.pop()
+                state[nid] = 2
+                order.append(nid)
+    return order
+
+
+class GraphEditor:
+    """Copy-on-write edits of a graph: add nodes, redirect uses, then `finish()`.
+
+    The base graph is never modified. `finish()` removes nodes that became dead, checks that
+    the result is acyclic, and returns the new graph.
+    """
+
+    def __init__(self, base: Graph) -> None:
+        self._base = base
+        self._nodes: dict[int, Node] = dict(base.nodes)
+        self._outputs = list(base.outputs)
+        self._next_id = base.next_id
+        # Readers gained during this edit, which the base graph's user index does not know.
+        self._new_readers: dict[int, set[int]] = {}
+
+    def type_of(self, value: Value) -> TensorType:
+        return self._nodes[value.node].outputs[value.index]
+
+    def node(self, node_id: int) -> Node:
+        return self._nodes[node_id]
+
+    def add(self, op: str, inputs: Sequence[Value] = (), attrs: Mapping[str, Any] | None = None,
+            name: str = "") -> tuple[Value, ...]:
+        """Add a node; returns its output values."""
+        node = make_node(op, inputs, [self.type_of(v) for v in inputs], attrs, name)
+        return self.add_node(node)
+
+    def add_node(self, node: Node) -> tuple[Value, ...]:
+        nid = self._next_id
+        self._next_id += 1
+        self._nodes[nid] = node
+        for v in node.inputs:
+            self._new_readers.setdefault(v.node, set()).add(nid)
+        return tuple(Value(nid, i) for i in range(len(node.outputs)))
+
+    def replace_uses(self, old: Value, new: Value) -> None:
+        """Make every reader of `old` (nodes and graph outputs) read `new` instead.
+
+        The two must have the same type: a substitution may not change what its context sees.
+        """
+        t_old, t_new = self.type_of(old), self.type_of(new)
+        if t_old != t_new:
+            raise ShapeError(f"cannot replace {old!r} ({t_old}) by {new!r} ({t_new}): types differ")
+        readers = {nid for nid, _ in self._base.users().get(old.node, ())}
+        readers |= self._new_readers.get(old.node, set())
+        for nid in readers:
+            node = self._nodes.get(nid)
+            if node is None or nid == new.node or old not in node.inputs:
+                continue
+            ins = tuple(new if v == old else v for v in node.inputs)
+            self._nodes[nid] = Node(node.op, node.attrs, ins, node.outputs, node.name)
+            self._new_readers.setdefault(new.node, set()).add(nid)
+        self._outputs = [new if v == old else v for v in self._outputs]
+
+    def set_outputs(self, outputs: Sequence[Value]) -> None:
+        self._outputs = list(outputs)
+
+    def finish(self) -> Graph:
+        """The edited graph, without dead nodes; raises CycleError if an edit made a cycle."""
+        g = Graph(self._nodes, self._base.inputs, self._outputs, self._base.output_names,
+                  self._base.meta, self._next_id, check=False)
+        g.topo_order()  # cycle check
+        return g.dce()
+

@@ -1,0 +1,148 @@
+"""Value types of the IR: tensor types, constant tensors and immutable attribute maps.
+
+Everything here is immutable and hashable, because nodes (and so graphs) are values that
+searches share between many candidate graphs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: dtypes the IR understands, by numpy name.
+SUPPORTED_DTYPES = frozenset(
+    {"float32", "float16", "float64", "bfloat16", "int8", "int16", "int32", "int64",
+     "uint8", "uint16", "uint32", "uint64", "bool"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType:
+    """The concrete shape and element type of one tensor.
+
+    Shapes are always concrete: graphsub optimizes for the shapes a model will run with.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.shape, tuple):
+            object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        if any((not isinstance(d, (int, np.integer))) or d < 0 for d in self.shape):
+            raise ValueError(f"tensor shape must be non-negative integers, got {self.shape}")
+        if self.dtype not in SUPPORTED_DTYPES:
+            raise ValueError(f"unsupported dtype {self.dtype!r}")
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return 2 if self.dtype == "bfloat16" else np.dtype(self.dtype).itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+    def __str__(self) -> str:
+        dims = "x".join(str(d) for d in self.shape) or "scalar"
+        return f"{self.dtype}[{dims}]"
+
+
+class Constant:
+    """An immutable tensor held by a weight node.
+
+    Equality and hashing go by content (a digest computed once, on first use), so two graphs
+    with equal weights hash equal whatever object holds the data.
+    """
+
+    __slots__ = ("_array", "_digest")
+
+    def __init__(self, array: np.ndarray | Any) -> None:
+        arr = np.asarray(array)
+        if arr.flags.writeable or not arr.flags.c_contiguous:
+            # Copy so that nobody holding the original can change a weight behind our back.
+            arr = np.array(arr, copy=True, order="C")
+            arr.flags.writeable = False
+        self._array = arr
+        self._digest: bytes | None = None
+
+    @property
+    def array(self) -> np.ndarray:
+        return self._array
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType(tuple(self._array.shape), str(self._array.dtype))
+
+    @property
+    def digest(self) -> bytes:
+        if self._digest is None:
+            h = hashlib.blake2b(digest_size=16)
+            h.update(f"{self._array.dtype.str}{self._array.shape}".encode())
+            h.update(memoryview(self._array).cast("B") if self._array.size else b"")
+            self._digest = h.digest()
+        return self._digest
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Constant) and self.digest == other.digest
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __repr__(self) -> str:
+        return f"Constant({self.type}, {self.digest.hex()[:8]})"
+
+
+class Attrs(Mapping[str, Any]):
+    """An immutable, hashable attribute map with a canonical key order."""
+
+    __slots__ = ("_items", "_dict", "_hash")
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        items = tuple(sorted((values or {}).items()))
+        self._items = items
+        self._dict = dict(items)
+        self._hash: int | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        return self._dict[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(self._items)
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Attrs):
+            return self._items == other._items
+        return isinstance(other, Mapping) and self._dict == dict(other)
+
+    def items_sorted(self) -> tuple[tuple[str, Any], ...]:
+        return self._items
+
+    def replace(self, **changes: Any) -> Attrs:
+        return Attrs({**self._dict, **changes})
+
+    def __repr__(self) -> str:
+        return "{" + ", ".join(f"{k}={v!r}" for k, v in self._items) + "}"
+
+
+EMPTY_ATTRS = Attrs()

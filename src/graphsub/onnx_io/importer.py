@@ -1,0 +1,431 @@
+"""Import an ONNX model as a Graph.
+
+Initializers and Constant nodes become weights; computations over constants whose result is a
+shape, an index or a generated constant (Shape, ConstantOfShape, integer arithmetic on shapes)
+are folded at import, which is what turns ONNX's run-time shape inputs into the concrete
+attributes graphsub's operators have. Ops graphsub does not model become opaque nodes. Models
+older than opset 13 are first converted to opset 13 with ONNX's version converter.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import helper, numpy_helper
+
+from graphsub.errors import GraphsubError, MissingInputShapeError, ModelLoadError
+from graphsub.ir.graph import Graph, Value, make_node
+from graphsub.ir.types import Constant, TensorType
+from graphsub.ops import importer_for
+from graphsub.onnx_io.exporter import MAX_OPSET, MIN_OPSET
+
+_MISSING = object()
+#: Ops folded whenever all their inputs are constant, whatever their output type.
+_ALWAYS_FOLD = {"Constant", "ConstantOfShape", "Shape", "Size", "Range", "EyeLike"}
+_NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                     "Bernoulli", "Multinomial"}
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def _read_model(source: Any) -> onnx.ModelProto:
+    if isinstance(source, onnx.ModelProto):
+        return source
+    if isinstance(source, (bytes, bytearray)):
+        model = onnx.ModelProto()
+        try:
+            model.ParseFromString(bytes(source))
+        except DecodeError as exc:
+            raise ModelLoadError(f"the bytes given are not an ONNX model: {exc}") from None
+        return _check_looks_like_onnx(model, "the bytes given")
+    path = Path(os.fspath(source))
+    if not path.exists():
+        raise ModelLoadError(f"{path}: no such file")
+    if path.is_dir():
+        raise ModelLoadError(f"{path} is a folder, not an ONNX file")
+    try:
+        model = onnx.load(str(path))
+    except DecodeError as exc:
+        raise ModelLoadError(f"{path} is not a valid ONNX model (truncated or not ONNX?): "
+                             f"{exc}") from None
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path} could not be read as an ONNX model: {exc}") from None
+    return _check_looks_like_onnx(model, str(path))
+
+
+def _check_looks_like_onnx(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    # Protobuf parses many random byte strings without complaint; a real model has these.
+    if model.ir_version <= 0 or not model.opset_import or not model.graph.output:
+        raise ModelLoadError(f"{where} is not a valid ONNX model (no IR version, opset or "
+                             "outputs: truncated or not an ONNX file?)")
+    return model
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    for o in model.opset_import:
+        if o.domain in DEFAULT_DOMAINS:
+            return o.version
+    return 1
+
+
+def _convert_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    from onnx import version_converter
+
+    version = _default_opset(model)
+    if MIN_OPSET <= version <= MAX_OPSET:
+        return model
+    target = MIN_OPSET if version < MIN_OPSET else MAX_OPSET
+    try:
+        return version_converter.convert_version(model, target)
+    except Exception as exc:  # the converter raises bare RuntimeErrors of many kinds
+        raise ModelLoadError(f"the model uses opset {version}; graphsub reads opsets "
+                             f"{MIN_OPSET}-{MAX_OPSET} and could not convert it to {target}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+
+def _tensor_type(type_proto: onnx.TypeProto) -> tuple[list[int | str | None], str] | None:
+    if not type_proto.HasField("tensor_type"):
+        return None
+    tt = type_proto.tensor_type
+    dtype = str(helper.tensor_dtype_to_np_dtype(tt.elem_type)) if tt.elem_type else None
+    if dtype is None:
+        return None
+    if not tt.HasField("shape"):
+        return None, dtype  # type: ignore[return-value]
+    dims: list[int | str | None] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(d.dim_value)
+        elif d.HasField("dim_param"):
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return dims, dtype
+
+
+def _shape_hint() -> str:
+    return "give concrete sizes with --input-shape NAME=1x3x224x224 (or input_shapes={...})"
+
+
+def resolve_input_types(model: onnx.ModelProto,
+                        input_shapes: Mapping[str, Sequence[int]] | None) -> list[tuple[str, TensorType]]:
+    """The model's real inputs (not initializers) with concrete types; raises a clear error
+    naming the input when a dimension is symbolic and no shape was given for it."""
+    g = model.graph
+    inits = {i.name for i in g.initializer} | {i.values.name for i in g.sparse_initializer}
+    shapes = dict(input_shapes or {})
+    real = [i for i in g.input if i.name not in inits]
+    unknown = set(shapes) - {i.name for i in real}
+    if unknown:
+        raise ModelLoadError(f"--input-shape names unknown input(s) {', '.join(sorted(unknown))}; "
+                             f"the model's inputs are: {', '.join(i.name for i in real)}")
+    result = []
+    for inp in real:
+        tt = _tensor_type(inp.type)
+        if tt is None:
+            raise ModelLoadError(f"input {inp.name!r} is not a tensor; graphsub handles tensor "
+                                 "inputs only")
+        dims, dtype = tt
+        if inp.name in shapes:
+            given = tuple(int(d) for d in shapes[inp.name])
+            if dims is not None and (len(dims) != len(given) or any(
+                    isinstance(d, int) and d != g_ for d, g_ in zip(dims, given))):
+                raise ModelLoadError(f"input {inp.name!r}: the given shape {given} does not "
+                                     f"fit the model's {tuple(dims)}")
+            result.append((inp.name, TensorType(given, dtype)))
+            continue
+        if dims is None or any(not isinstance(d, int) for d in dims):
+            shown = "unknown rank" if dims is None else "x".join(
+                str(d) if isinstance(d, int) else (d or "?") for d in dims)
+            raise MissingInputShapeError(
+                f"input {inp.name!r} has symbolic dimensions ({shown}); {_shape_hint()}")
+        result.append((inp.name, TensorType(tuple(dims), dtype)))  # type: ignore[arg-type]
+    return result
+
+
+def _topo_sorted_nodes(g: onnx.GraphProto, known: set[str]) -> list[onnx.NodeProto]:
+    """The graph's nodes in dependency order; a clear error for cycles and undefined names."""
+    producer: dict[str, int] = {}
+    for i, n in enumerate(g.node):
+        for o in n.output:
+            if o:
+                if o in producer or o in known:
+                    raise ModelLoadError(f"value {o!r} is produced twice (node {n.name or n.op_type})")
+                producer[o] = i
+    deps: list[set[int]] = []
+    for n in g.node:
+        d = set()
+        for name in n.input:
+            if not name:
+                continue
+            if name in producer:
+                d.add(producer[name])
+            elif name not in known:
+                raise ModelLoadError(f"node {n.name or n.op_type} reads {name!r}, which no node, "
+                                     "input or initializer defines")
+        deps.append(d)
+    order: list[int] = []
+    state = [0] * len(g.node)
+    for start in range(len(g.node)):
+        if state[start]:
+            continue
+        stack = [(start, iter(sorted(deps[start])))]
+        state[start] = 1
+        while stack:
+            i, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                stack.pop()
+                state[i] = 2
+                order.append(i)
+            elif state[nxt] == 0:
+                state[nxt] = 1
+                stack.append((nxt, iter(sorted(deps[nxt]))))
+            elif state[nxt] == 1:
+                cycle = [j for j, _ in stack]
+                cycle = cycle[cycle.index(nxt):]
+                names = " -> ".join(g.node[j].name or g.node[j].op_type for j in cycle)
+                from graphsub.errors import CycleError
+
+                raise CycleError(f"the model's graph has a cycle: {names} -> "
+                                 f"{g.node[nxt].name or g.node[nxt].op_type}")
+    return [g.node[i] for i in order]
+
+
+class ImportContext:
+    """What an op importer sees: values by ONNX name, constants, attributes, and `add`."""
+
+    def __init__(self, opset: int, domain_opsets: dict[str, int]) -> None:
+        self.opset = opset
+        self.domain_opsets = domain_opsets
+        self.nodes: dict[int, Any] = {}
+        self.values: dict[str, Value] = {}
+        self.constants: dict[str, np.ndarray] = {}
+        self.names: dict[int, str] = {}
+
+    # -- for op importers --
+    def type_of(self, value: Value) -> TensorType:
+        return self.nodes[value.node].outputs[value.index]
+
+    def constant(self, name: str) -> np.ndarray | None:
+        return self.constants.get(name)
+
+    def value(self, name: str) -> Value:
+        if name not in self.values:
+            if name in self.constants:
+                self.values[name] = self.weight(self.constants[name], name)
+            else:
+                raise ModelLoadError(f"value {name!r} is used before it is defined")
+        return self.values[name]
+
+    def inputs(self, node: onnx.NodeProto) -> list[Value]:
+        return [self.value(n) for n in node.input if n]
+
+    def attr(self, node: onnx.NodeProto, name: str, default: Any = _MISSING) -> Any:
+        for a in node.attribute:
+            if a.name == name:
+                v = helper.get_attribute_value(a)
+                if isinstance(v, bytes):
+                    return v.decode()
+                if isinstance(v, list):
+                    return tuple(v)
+                return v
+        if default is _MISSING:
+            raise ModelLoadError(f"{node.op_type} node {node.name!r} lacks attribute {name!r}")
+        return default
+
+    def add(self, op: str, inputs: Sequence[Value], **attrs: Any) -> list[Value]:
+        node = make_node(op, inputs, [self.type_of(v) for v in inputs], attrs)
+        nid = len(self.nodes)
+        self.nodes[nid] = node
+        return [Value(nid, i) for i in range(len(node.outputs))]
+
+    def weight(self, array: np.ndarray, name: str = "") -> Value:
+        node = make_node("weight", (), (), {"value": Constant(array)}, name)
+        nid = len(self.nodes)
+        self.nodes[nid] = node
+        return Value(nid, 0)
+
+
+def _domain_opsets(model: onnx.ModelProto) -> dict[str, int]:
+    return {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+
+
+def _single_node_model(node: onnx.NodeProto, ctx: ImportContext,
+                       in_types: dict[str, TensorType], outputs_typed: bool = False,
+                       out_types: Sequence[TensorType] = ()) -> onnx.ModelProto:
+    inputs, inits = [], []
+    for name in dict.fromkeys(n for n in node.input if n):
+        if name in ctx.constants:
+            inits.append(numpy_helper.from_array(ctx.constants[name], name))
+        else:
+            t = in_types[name]
+            inputs.append(helper.make_tensor_value_info(
+                name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), list(t.shape)))
+    outs = [o for o in node.output if o]
+    if outputs_typed:
+        out_vi = [helper.make_tensor_value_info(
+            o, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), list(t.shape))
+            for o, t in zip(outs, out_types)]
+    else:
+        out_vi = [helper.make_empty_tensor_value_info(o) for o in outs]
+    graph = helper.make_graph([node], "single", inputs, out_vi, initializer=inits)
+    opsets = [helper.make_opsetid(d, v) for d, v in ctx.domain_opsets.items()]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = min(model.ir_version, onnx.IR_VERSION)
+    return model
+
+
+def _run_single(node: onnx.NodeProto, ctx: ImportContext,
+                in_types: dict[str, TensorType]) -> list[np.ndarray]:
+    from graphsub.runtime.inputs import random_array
+    from graphsub.runtime.ort import make_session
+
+    model = _single_node_model(node, ctx, in_types)
+    sess = make_session(model.SerializeToString(), threads=1, optimize=False)
+    rng = np.random.default_rng(0)
+    feeds = {i.name: random_array(in_types[i.name], rng) for i in sess.get_inputs()}
+    return sess.run(None, feeds)
+
+
+def _infer_output_types(node: onnx.NodeProto, ctx: ImportContext,
+                        in_types: dict[str, TensorType]) -> list[TensorType]:
+    """Output types of one node from ONNX shape inference, or by running it once when
+    inference cannot tell (data-dependent shapes are then fixed to what this input gives)."""
+    model = _single_node_model(node, ctx, in_types)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        by_name = {vi.name: _tensor_type(vi.type) for vi in inferred.graph.output}
+    except Exception:
+        by_name = {}
+    types = []
+    for o in (o for o in node.output if o):
+        tt = by_name.get(o)
+        if tt is None or tt[0] is None or any(not isinstance(d, int) for d in tt[0]):
+            try:
+                results = _run_single(node, ctx, in_types)
+            except Exception as exc:
+                raise ModelLoadError(f"cannot determine the output shapes of {node.op_type} node "
+                                     f"{node.name!r}: {str(exc).splitlines()[0]}") from None
+            return [TensorType(tuple(r.shape), str(r.dtype)) for r in results]
+        types.append(TensorType(tuple(tt[0]), tt[1]))  # type: ignore[arg-type]
+    return types
+
+
+def _fold(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, TensorType]) -> bool:
+    """Compute a node over constants at import; True when it was folded."""
+    if node.op_type == "Shape" and node.input[0] in in_types:
+        shape = np.array(in_types[node.input[0]].shape, dtype=np.int64)
+        start = ctx.attr(node, "start", 0)
+        end = ctx.attr(node, "end", None)
+        ctx.constants[node.output[0]] = shape[start:end]
+        return True
+    if node.op_type == "Size" and node.input[0] in in_types:
+        ctx.constants[node.output[0]] = np.array(in_types[node.input[0]].numel, dtype=np.int64)
+        return True
+    if node.op_type in _NONDETERMINISTIC:
+        return False
+    if not all(n in ctx.constants for n in node.input if n):
+        return False
+    if node.op_type not in _ALWAYS_FOLD:
+        if not any(node.input):
+            return False
+        if importer_for(node.op_type) is not None:
+            # A modelled op over constants stays a (weight-only) node unless it computes
+            # shapes or indices, which must be concrete for the ops that read them.
+            probe = _infer_output_types(node, ctx, in_types)
+            if any(t.dtype.startswith(("float", "bfloat")) for t in probe):
+                return False
+    results = _run_single(node, ctx, in_types)
+    for name, r in zip((o for o in node.output if o), results):
+        ctx.constants[name] = np.asarray(r)
+    return True
+
+
+def _import_opaque(node: onnx.NodeProto, ctx: ImportContext,
+                   in_types: dict[str, TensorType]) -> list[Value]:
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+           for a in node.attribute):
+        raise ModelLoadError(f"{node.op_type} node {node.name!r} has subgraphs (control flow); "
+                             "graphsub cannot import control flow yet")
+    out_types = _infer_output_types(node, ctx, in_types)
+    slots = tuple(i for i, n in enumerate(node.input) if n)
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    opsets = tuple(sorted({("", ctx.opset), (domain, ctx.domain_opsets.get(domain, 1))}))
+    return ctx.add("opaque", ctx.inputs(node), onnx_node=node.SerializeToString(),
+                   opsets=opsets, output_types=tuple(out_types), input_slots=slots,
+                   op_type=node.op_type if not domain else f"{domain}.{node.op_type}")
+
+
+def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Import an ONNX model (path, bytes or ModelProto) as a Graph.
+
+    `input_shapes` gives concrete shapes for inputs with symbolic dimensions; without them
+    such an input is an error that names it.
+    """
+    original = _read_model(source)
+    source_opset = _default_opset(original)
+    model = _convert_opset(original)
+    g = model.graph
+    opset = _default_opset(model)
+    ctx = ImportContext(opset, _domain_opsets(model))
+
+    for init in g.initializer:
+        ctx.constants[init.name] = numpy_helper.to_array(init)
+    for sparse in g.sparse_initializer:
+        ctx.constants[sparse.values.name] = _densify(sparse)
+    inputs = resolve_input_types(model, input_shapes)
+    input_ids = []
+    for name, t in inputs:
+        node = make_node("input", (), (), {"name": name, "shape": t.shape, "dtype": t.dtype})
+        nid = len(ctx.nodes)
+        ctx.nodes[nid] = node
+        ctx.values[name] = Value(nid, 0)
+        input_ids.append(nid)
+
+    known = set(ctx.constants) | {name for name, _ in inputs}
+    for node in _topo_sorted_nodes(g, known):
+        in_types = {n: ctx.type_of(ctx.values[n]) for n in node.input
+                    if n and n in ctx.values}
+        in_types.update({n: TensorType(tuple(c.shape), str(c.dtype))
+                         for n, c in ctx.constants.items() if n in node.input})
+        if node.domain in DEFAULT_DOMAINS and _fold(node, ctx, in_types):
+            continue
+        outputs = None
+        importer = importer_for(node.op_type) if node.domain in DEFAULT_DOMAINS else None
+        if importer is not None:
+            try:
+                outputs = importer(ctx, node)
+            except GraphsubError:
+                outputs = None  # outside what graphsub models: keep it as an opaque node
+        if outputs is None:
+            outputs = _import_opaque(node, ctx, in_types)
+        for name, v in zip((o for o in node.output if o), outputs):
+            ctx.values[name] = v
+
+    out_values, out_names = [], []
+    for o in g.output:
+        if o.name in ctx.values or o.name in ctx.constants:
+            out_values.append(ctx.value(o.name))
+        else:
+            raise ModelLoadError(f"graph output {o.name!r} is not computed by any node")
+        out_names.append(o.name)
+    meta = {"opset": opset, "source_opset": source_opset, "producer": model.producer_name}
+    graph = Graph(ctx.nodes, input_ids, out_values, out_names, meta)
+    return graph.dce()
+
+
+def _densify(sparse: onnx.SparseTensorProto) -> np.ndarray:
+    dense = np.zeros(tuple(sparse.dims), dtype=helper.tensor_dtype_to_np_dtype(sparse.values.data_type))
+    values = numpy_helper.to_array(sparse.values)
+    idx = numpy_helper.to_array(sparse.indices)
+    if idx.ndim == 1:
+        dense.flat[idx] = values
+    else:
+        dense[tuple(idx.T)] = values
+    return dense

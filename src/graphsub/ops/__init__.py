@@ -1,0 +1,17 @@
+"""The operator registry: every graphsub operator, defined once (see ops.base.OpDef)."""
+
+from graphsub.ops import (conv, elementwise, linalg, norm, opaque, pool, reduce,  # noqa: F401
+                          shape, source)
+from graphsub.ops.base import (AttrSpec, OpDef, all_ops, get_op, importable_onnx_ops,
+                               importer_for, register)
+
+
+def is_deterministic(node) -> bool:
+    """Whether a node's value is a function of its inputs (so it may be folded)."""
+    if node.op == "opaque":
+        return opaque.is_deterministic(node.attrs)
+    return True
+
+
+__all__ = ["AttrSpec", "OpDef", "all_ops", "get_op", "importable_onnx_ops", "importer_for",
+           "is_deterministic", "register"]

@@ -1,0 +1,205 @@
+"""The operator definition type and the registry every other part of graphsub reads.
+
+One `OpDef` holds everything that must agree about an operator: its attributes, shape
+inference, numpy reference semantics, ONNX export, and cost counts. ONNX *import* is keyed by
+ONNX op type instead (one ONNX op may become several graphsub ops, as Gemm does), so importers
+have a registry of their own, filled by the same family modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from graphsub.errors import OpAttributeError, ShapeError
+from graphsub.ir.types import Attrs, TensorType
+
+if TYPE_CHECKING:
+    from graphsub.onnx_io.exporter import ExportContext
+    from graphsub.onnx_io.importer import ImportContext
+
+Types = tuple[TensorType, ...]
+InferFn = Callable[[Attrs, Types], Types]
+EvalFn = Callable[[Attrs, Sequence[np.ndarray]], tuple[np.ndarray, ...]]
+ExportFn = Callable[["ExportContext", Attrs, list[str], list[str], Types], None]
+CountFn = Callable[[Attrs, Types, Types], int]
+CanonFn = Callable[[dict[str, Any], Types], dict[str, Any]]
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+REQUIRED: Any = _Required()
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    """One attribute: its default (or REQUIRED) and a converter to its canonical form."""
+
+    name: str
+    default: Any = REQUIRED
+    convert: Callable[[Any], Any] | None = None
+
+
+def _zero(attrs: Attrs, ins: Types, outs: Types) -> int:
+    return 0
+
+
+def _bytes_moved(attrs: Attrs, ins: Types, outs: Types) -> int:
+    return sum(t.nbytes for t in ins) + sum(t.nbytes for t in outs)
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """The single definition of one graphsub operator."""
+
+    name: str
+    inputs: tuple[int, int | None]  # (min, max); max None means variadic
+    infer: InferFn
+    evaluate: EvalFn
+    export: ExportFn
+    attrs: tuple[AttrSpec, ...] = ()
+    flops: CountFn = _zero
+    bytes: CountFn = _bytes_moved
+    #: Rewrites attributes into canonical form once input types are known (negative axes,
+    #: padding modes that coincide with SAME/VALID, ...), so equal computations look equal.
+    canonicalize: CanonFn | None = None
+    doc: str = ""
+    _spec_by_name: dict[str, AttrSpec] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_spec_by_name", {a.name: a for a in self.attrs})
+
+    def make_attrs(self, given: Mapping[str, Any], in_types: Types) -> Attrs:
+        """Validate, default and canonicalize user-given attributes for these input types."""
+        unknown = set(given) - set(self._spec_by_name)
+        if unknown:
+            known = ", ".join(sorted(self._spec_by_name)) or "none"
+            raise OpAttributeError(
+                f"{self.name}: unknown attribute(s) {', '.join(sorted(unknown))}; known: {known}"
+            )
+        values: dict[str, Any] = {}
+        for spec in self.attrs:
+            if spec.name in given:
+                value = given[spec.name]
+            elif spec.default is REQUIRED:
+                raise OpAttributeError(f"{self.name}: attribute {spec.name!r} is required")
+            else:
+                value = spec.default
+            if spec.convert is not None and value is not None:
+                try:
+                    value = spec.convert(value)
+                except (TypeError, ValueError) as exc:
+                    raise OpAttributeError(
+                        f"{self.name}: bad value {value!r} for attribute {spec.name!r}: {exc}"
+                    ) from None
+            values[spec.name] = value
+        if self.canonicalize is not None:
+            values = self.canonicalize(values, in_types)
+        return Attrs(values)
+
+    def check_arity(self, n: int) -> None:
+        lo, hi = self.inputs
+        if n < lo or (hi is not None and n > hi):
+            want = f"{lo}" if lo == hi else f"{lo}..{'any' if hi is None else hi}"
+            raise ShapeError(f"{self.name}: takes {want} inputs, got {n}")
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+ImportFn = Callable[["ImportContext", Any], Any]
+_IMPORTERS: dict[str, ImportFn] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    if op.name in _REGISTRY:
+        raise ValueError(f"operator {op.name!r} defined twice")
+    _REGISTRY[op.name] = op
+    return op
+
+
+def onnx_importer(*op_types: str) -> Callable[[ImportFn], ImportFn]:
+    """Register an importer for ONNX op types (default domain).
+
+    An importer returns the output values it built, or None when this particular instance is
+    outside what graphsub models (then the node is imported as opaque).
+    """
+
+    def deco(fn: ImportFn) -> ImportFn:
+        for t in op_types:
+            _IMPORTERS[t] = fn
+        return fn
+
+    return deco
+
+
+def get_op(name: str) -> OpDef:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise OpAttributeError(f"unknown graphsub operator {name!r}") from None
+
+
+def all_ops() -> dict[str, OpDef]:
+    return dict(_REGISTRY)
+
+
+def importer_for(onnx_op_type: str) -> ImportFn | None:
+    return _IMPORTERS.get(onnx_op_type)
+
+
+def importable_onnx_ops() -> list[str]:
+    return sorted(_IMPORTERS)
+
+
+# ---- shared converters and checks used by the family modules -------------------------------
+
+def ints(value: Any) -> tuple[int, ...]:
+    if isinstance(value, (int, np.integer)):
+        return (int(value),)
+    return tuple(int(v) for v in value)
+
+
+def pair(value: Any) -> tuple[int, int]:
+    v = ints(value)
+    if len(v) == 1:
+        return (v[0], v[0])
+    if len(v) != 2:
+        raise ValueError("expected one or two integers")
+    return (v[0], v[1])
+
+
+def choice(*options: str) -> Callable[[Any], str]:
+    def convert(value: Any) -> str:
+        v = str(value).lower()
+        if v not in options:
+            raise ValueError(f"expected one of {', '.join(options)}")
+        return v
+
+    return convert
+
+
+def norm_axis(axis: int, rank: int, op: str) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise ShapeError(f"{op}: axis {axis} is out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def same_dtype(op: str, types: Types) -> str:
+    dtypes = {t.dtype for t in types}
+    if len(dtypes) > 1:
+        raise ShapeError(f"{op}: inputs must share a dtype, got {', '.join(sorted(dtypes))}")
+    return types[0].dtype
+
+
+def broadcast(op: str, types: Types) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*(t.shape for t in types)))
+    except ValueError:
+        shapes = " and ".join(str(t.shape) for t in types)
+        raise ShapeError(f"{op}: shapes {shapes} do not broadcast") from None

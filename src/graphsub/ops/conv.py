@@ -1,0 +1,255 @@
+"""2-D convolution (grouped, strided, dilated, fused activation, optional bias) and TASO's
+enlarge operator, plus the padding arithmetic that pooling shares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from graphsub.errors import ShapeError
+from graphsub.ir.types import Attrs, TensorType
+from graphsub.ops.base import (AttrSpec, OpDef, Types, choice, ints, onnx_importer, pair,
+                               register, same_dtype)
+from graphsub.ops.elementwise import ACTIVATIONS, apply_activation, emit_with_activation
+
+Pads = tuple[int, int, int, int]  # top, left, bottom, right (ONNX order is t, l, b, r too)
+
+
+def padding_attr(value: Any) -> str | Pads:
+    """'same', 'valid', or explicit (top, left, bottom, right) pads."""
+    if isinstance(value, str):
+        return choice("same", "valid")(value)
+    p = ints(value)
+    if len(p) == 1:
+        p = p * 4
+    elif len(p) == 2:
+        p = (p[0], p[1], p[0], p[1])
+    if len(p) != 4 or min(p) < 0:
+        raise ValueError("explicit padding needs four non-negative integers (t, l, b, r)")
+    return p  # type: ignore[return-value]
+
+
+def same_pads(size: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
+              dilation: tuple[int, int] = (1, 1)) -> Pads:
+    """SAME padding as ONNX SAME_UPPER defines it: output = ceil(input / stride), with the odd
+    pixel of padding at the end."""
+    before, after = [], []
+    for n, k, s, d in zip(size, kernel, stride, dilation):
+        eff = (k - 1) * d + 1
+        total = max((-(-n // s) - 1) * s + eff - n, 0)
+        before.append(total // 2)
+        after.append(total - total // 2)
+    return (before[0], before[1], after[0], after[1])
+
+
+def resolve_pads(padding: str | Pads, size: tuple[int, int], kernel: tuple[int, int],
+                 stride: tuple[int, int], dilation: tuple[int, int] = (1, 1)) -> Pads:
+    if padding == "same":
+        return same_pads(size, kernel, stride, dilation)
+    if padding == "valid":
+        return (0, 0, 0, 0)
+    return padding  # type: ignore[return-value]
+
+
+def canonical_padding(padding: str | Pads, size: tuple[int, int], kernel: tuple[int, int],
+                      stride: tuple[int, int], dilation: tuple[int, int] = (1, 1)) -> str | Pads:
+    """Name explicit pads 'valid' or 'same' when they are exactly that, so that rules which
+    require equal padding see equal attributes."""
+    if isinstance(padding, str):
+        return padding
+    if padding == (0, 0, 0, 0):
+        return "valid"
+    if padding == same_pads(size, kernel, stride, dilation):
+        return "same"
+    return padding
+
+
+def window_out(size: int, k: int, s: int, d: int, before: int, after: int, op: str) -> int:
+    eff = (k - 1) * d + 1
+    span = size + before + after - eff
+    if span < 0:
+        raise ShapeError(f"{op}: window {k} (dilation {d}) is larger than the padded input {size}")
+    return span // s + 1
+
+
+def _conv_infer(attrs: Attrs, ins: Types) -> Types:
+    x, w = ins[0], ins[1]
+    dtype = same_dtype("conv2d", ins)
+    if x.rank != 4 or w.rank != 4:
+        raise ShapeError(f"conv2d: input and weight must be 4-D (NCHW, OIHW), got {x.shape} "
+                         f"and {w.shape}")
+    n, c, h, wd = x.shape
+    cout, cin_g, kh, kw = w.shape
+    if cin_g == 0 or c % cin_g:
+        raise ShapeError(f"conv2d: input channels {c} are not a multiple of the weight's "
+                         f"input channels {cin_g}")
+    groups = c // cin_g
+    if cout % groups:
+        raise ShapeError(f"conv2d: output channels {cout} are not divisible by the group "
+                         f"count {groups} (= {c} input channels / {cin_g} per group)")
+    if len(ins) == 3 and ins[2].shape != (cout,):
+        raise ShapeError(f"conv2d: bias must have shape ({cout},), got {ins[2].shape}")
+    sh, sw = attrs["stride"]
+    dh, dw = attrs["dilation"]
+    t, left, b, r = resolve_pads(attrs["padding"], (h, wd), (kh, kw), (sh, sw), (dh, dw))
+    ho = window_out(h, kh, sh, dh, t, b, "conv2d")
+    wo = window_out(wd, kw, sw, dw, left, r, "conv2d")
+    return (TensorType((n, cout, ho, wo), dtype),)
+
+
+def _conv_canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
+    if len(ins) >= 2 and ins[0].rank == 4 and ins[1].rank == 4:
+        values["padding"] = canonical_padding(values["padding"], ins[0].shape[2:],
+                                              ins[1].shape[2:], values["stride"],
+                                              values["dilation"])
+    return values
+
+
+def pad_nchw(x: np.ndarray, pads: Pads, value: float = 0.0) -> np.ndarray:
+    t, left, b, r = pads
+    if not any(pads):
+        return x
+    return np.pad(x, ((0, 0), (0, 0), (t, b), (left, r)), constant_values=value)
+
+
+def windows(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
+            dilation: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
+    """View of x (N, C, H, W) as (N, C, Ho, Wo, kh, kw) sliding windows."""
+    kh, kw = kernel
+    dh, dw = dilation
+    v = sliding_window_view(x, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(2, 3))
+    v = v[:, :, ::stride[0], ::stride[1], ::dh, ::dw]
+    return v[:, :, :out_hw[0], :out_hw[1]]
+
+
+def conv2d_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
+                     stride: tuple[int, int], pads: Pads, dilation: tuple[int, int],
+                     out_hw: tuple[int, int]) -> np.ndarray:
+    n, c = x.shape[:2]
+    cout, cin_g, kh, kw = w.shape
+    groups = c // cin_g
+    win = windows(pad_nchw(x, pads), (kh, kw), stride, dilation, out_hw)
+    win = win.reshape(n, groups, cin_g, out_hw[0], out_hw[1], kh, kw)
+    wg = w.reshape(groups, cout // groups, cin_g, kh, kw)
+    out = np.einsum("ngchwij,gocij->ngohw", win, wg, optimize=True)
+    out = out.reshape(n, cout, out_hw[0], out_hw[1])
+    if bias is not None:
+        out = out + bias.reshape(1, cout, 1, 1)
+    return out.astype(x.dtype)
+
+
+def _conv_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    x, w = xs[0], xs[1]
+    bias = xs[2] if len(xs) > 2 else None
+    types = tuple(TensorType(a.shape, str(a.dtype)) for a in xs)
+    out_t = _conv_infer(attrs, types)[0]
+    pads = resolve_pads(attrs["padding"], x.shape[2:], w.shape[2:], attrs["stride"],
+                        attrs["dilation"])
+    out = conv2d_reference(x, w, bias, attrs["stride"], pads, attrs["dilation"],
+                           out_t.shape[2:])
+    return (apply_activation(attrs["activation"], out),)
+
+
+def _conv_flops(attrs: Attrs, ins: Types, outs: Types) -> int:
+    _, cin_g, kh, kw = ins[1].shape
+    return 2 * outs[0].numel * cin_g * kh * kw + (outs[0].numel if len(ins) > 2 else 0)
+
+
+def _conv_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+    x, w = types[0], types[1]
+    pads = resolve_pads(attrs["padding"], x.shape[2:], w.shape[2:], attrs["stride"],
+                        attrs["dilation"])
+    onnx_attrs = dict(kernel_shape=list(w.shape[2:]), strides=list(attrs["stride"]),
+                      dilations=list(attrs["dilation"]), group=x.shape[1] // w.shape[1],
+                      pads=[pads[0], pads[1], pads[2], pads[3]])
+    emit_with_activation(ctx, attrs["activation"],
+                         lambda out: ctx.emit("Conv", ins, [out], **onnx_attrs), outs[0])
+
+
+register(OpDef(
+    name="conv2d", inputs=(2, 3),
+    attrs=(AttrSpec("stride", (1, 1), pair), AttrSpec("padding", "same", padding_attr),
+           AttrSpec("dilation", (1, 1), pair),
+           AttrSpec("activation", "none", choice(*ACTIVATIONS))),
+    infer=_conv_infer, evaluate=_conv_eval, export=_conv_export, flops=_conv_flops,
+    canonicalize=_conv_canon,
+    doc="NCHW convolution; the group count is input channels / weight input channels, as in "
+        "TASO, so concatenating weights along the right axis yields grouped convolutions.",
+))
+
+
+def onnx_pads(ctx, node, spatial: tuple[int, int], kernel: tuple[int, int],
+              stride: tuple[int, int], dilation: tuple[int, int]) -> str | Pads | None:
+    """Translate ONNX auto_pad/pads to a graphsub padding attribute (None: unsupported)."""
+    auto = ctx.attr(node, "auto_pad", "NOTSET")
+    if isinstance(auto, bytes):
+        auto = auto.decode()
+    if auto == "SAME_UPPER":
+        return "same"
+    if auto == "VALID":
+        return "valid"
+    if auto == "SAME_LOWER":
+        t, left, b, r = same_pads(spatial, kernel, stride, dilation)
+        return (b, r, t, left)
+    pads = tuple(ctx.attr(node, "pads", (0, 0, 0, 0)))
+    if len(pads) != 4:
+        return None
+    return pads  # type: ignore[return-value]
+
+
+@onnx_importer("Conv")
+def _import_conv(ctx, node):
+    ins = ctx.inputs(node)
+    x_t, w_t = ctx.type_of(ins[0]), ctx.type_of(ins[1])
+    if x_t.rank != 4 or w_t.rank != 4:
+        return None  # 1-D and 3-D convolutions are not modelled
+    groups = ctx.attr(node, "group", 1)
+    if x_t.shape[1] != groups * w_t.shape[1]:
+        return None
+    stride = pair(ctx.attr(node, "strides", (1, 1)))
+    dilation = pair(ctx.attr(node, "dilations", (1, 1)))
+    padding = onnx_pads(ctx, node, x_t.shape[2:], w_t.shape[2:], stride, dilation)
+    if padding is None:
+        return None
+    return ctx.add("conv2d", ins, stride=stride, padding=padding, dilation=dilation)
+
+
+# ---- enlarge (TASO) -------------------------------------------------------------------------
+
+def _enlarge_infer(attrs: Attrs, ins: Types) -> Types:
+    w = ins[0]
+    kh, kw = attrs["kernel"]
+    if w.rank != 4:
+        raise ShapeError(f"enlarge: the kernel must be 4-D (OIHW), got {w.shape}")
+    h, wd = w.shape[2:]
+    if kh < h or kw < wd or (kh - h) % 2 or (kw - wd) % 2:
+        raise ShapeError(f"enlarge: cannot center a {h}x{wd} kernel in {kh}x{kw}")
+    return (TensorType(w.shape[:2] + (kh, kw), w.dtype),)
+
+
+def _enlarge_pads(attrs: Attrs, shape: tuple[int, ...]) -> tuple[int, int]:
+    kh, kw = attrs["kernel"]
+    return (kh - shape[2]) // 2, (kw - shape[3]) // 2
+
+
+def _enlarge_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    ph, pw = _enlarge_pads(attrs, xs[0].shape)
+    return (np.pad(xs[0], ((0, 0), (0, 0), (ph, ph), (pw, pw))),)
+
+
+def _enlarge_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+    ph, pw = _enlarge_pads(attrs, types[0].shape)
+    pads = np.array([0, 0, ph, pw, 0, 0, ph, pw], dtype=np.int64)
+    ctx.emit("Pad", [ins[0], ctx.const(pads)], outs, mode="constant")
+
+
+register(OpDef(
+    name="enlarge", inputs=(1, 1), attrs=(AttrSpec("kernel", convert=pair),),
+    infer=_enlarge_infer, evaluate=_enlarge_eval, export=_enlarge_export,
+    doc="Zero-pad a convolution kernel to a larger size, centred (TASO), so that convolutions "
+        "with different kernels can merge. A SAME convolution with the enlarged kernel computes "
+        "the same result.",
+))

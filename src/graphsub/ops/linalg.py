@@ -1,0 +1,89 @@
+"""Matrix multiplication (batched, broadcasting, optional fused activation) and Gemm import."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from graphsub.errors import ShapeError
+from graphsub.ir.types import Attrs, TensorType
+from graphsub.ops.base import (AttrSpec, OpDef, Types, choice, onnx_importer, register,
+                               same_dtype)
+from graphsub.ops.elementwise import ACTIVATIONS, apply_activation, emit_with_activation
+
+
+def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    if not a or not b:
+        raise ShapeError("matmul: inputs must have rank >= 1")
+    a2 = (1,) + a if len(a) == 1 else a
+    b2 = b + (1,) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise ShapeError(f"matmul: inner dimensions differ: {a} @ {b}")
+    try:
+        batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
+    except ValueError:
+        raise ShapeError(f"matmul: batch dimensions of {a} and {b} do not broadcast") from None
+    out = batch + (a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return out
+
+
+def _infer(attrs: Attrs, ins: Types) -> Types:
+    return (TensorType(_matmul_shape(ins[0].shape, ins[1].shape), same_dtype("matmul", ins)),)
+
+
+def _flops(attrs: Attrs, ins: Types, outs: Types) -> int:
+    k = ins[0].shape[-1]
+    return 2 * outs[0].numel * k
+
+
+def _export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+    emit_with_activation(ctx, attrs["activation"],
+                         lambda out: ctx.emit("MatMul", ins, [out]), outs[0])
+
+
+register(OpDef(
+    name="matmul", inputs=(2, 2),
+    attrs=(AttrSpec("activation", "none", choice(*ACTIVATIONS)),),
+    infer=_infer,
+    evaluate=lambda attrs, xs: (apply_activation(attrs["activation"],
+                                                 np.matmul(xs[0], xs[1]).astype(xs[0].dtype)),),
+    export=_export, flops=_flops,
+    doc="Batched matrix product with numpy broadcasting (ONNX MatMul; Gemm imports to it).",
+))
+
+
+@onnx_importer("MatMul")
+def _import_matmul(ctx, node):
+    a, b = ctx.inputs(node)
+    if ctx.type_of(a).dtype != ctx.type_of(b).dtype:
+        return None
+    return ctx.add("matmul", [a, b])
+
+
+@onnx_importer("Gemm")
+def _import_gemm(ctx, node):
+    """Y = alpha * A' B' + beta * C becomes transpose/matmul/smul/add nodes. Transposes and
+    scalings of weights are weight-only, so they fold away again at export."""
+    ins = ctx.inputs(node)
+    a, b = ins[0], ins[1]
+    dtype = ctx.type_of(a).dtype
+    if ctx.attr(node, "transA", 0):
+        (a,) = ctx.add("transpose", [a], perm=(1, 0))
+    if ctx.attr(node, "transB", 0):
+        (b,) = ctx.add("transpose", [b], perm=(1, 0))
+    (y,) = ctx.add("matmul", [a, b])
+    alpha = float(ctx.attr(node, "alpha", 1.0))
+    if not math.isclose(alpha, 1.0):
+        (y,) = ctx.add("smul", [y, ctx.weight(np.array(alpha, dtype))])
+    if len(ins) > 2:
+        c = ins[2]
+        beta = float(ctx.attr(node, "beta", 1.0))
+        if not math.isclose(beta, 1.0):
+            (c,) = ctx.add("smul", [c, ctx.weight(np.array(beta, dtype))])
+        (y,) = ctx.add("add", [y, c])
+    return [y]

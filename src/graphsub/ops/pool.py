@@ -1,0 +1,151 @@
+"""2-D max and average pooling and global average pooling (NCHW)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from graphsub.errors import ShapeError
+from graphsub.ir.types import Attrs, TensorType
+from graphsub.ops.base import AttrSpec, OpDef, Types, onnx_importer, pair, register
+from graphsub.ops.conv import (canonical_padding, onnx_pads, pad_nchw, padding_attr,
+                               resolve_pads, window_out, windows)
+
+
+def _pool_geometry(attrs: Attrs, x: TensorType, op: str):
+    if x.rank != 4:
+        raise ShapeError(f"{op}: input must be 4-D (NCHW), got {x.shape}")
+    kernel, stride = attrs["kernel"], attrs["stride"]
+    pads = resolve_pads(attrs["padding"], x.shape[2:], kernel, stride)
+    if max(pads[0], pads[2]) >= kernel[0] or max(pads[1], pads[3]) >= kernel[1]:
+        raise ShapeError(f"{op}: padding {pads} must be smaller than the kernel {kernel}")
+    ho = window_out(x.shape[2], kernel[0], stride[0], 1, pads[0], pads[2], op)
+    wo = window_out(x.shape[3], kernel[1], stride[1], 1, pads[1], pads[3], op)
+    return pads, (ho, wo)
+
+
+def _pool_infer(op: str):
+    def infer(attrs: Attrs, ins: Types) -> Types:
+        x = ins[0]
+        _, (ho, wo) = _pool_geometry(attrs, x, op)
+        return (TensorType(x.shape[:2] + (ho, wo), x.dtype),)
+
+    return infer
+
+
+def _pool_canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
+    if values.get("stride") is None:
+        values["stride"] = values["kernel"]
+    if ins and ins[0].rank == 4:
+        values["padding"] = canonical_padding(values["padding"], ins[0].shape[2:],
+                                              values["kernel"], values["stride"])
+    return values
+
+
+def _max_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    x = xs[0]
+    pads, out_hw = _pool_geometry(attrs, TensorType(x.shape, str(x.dtype)), "max_pool2d")
+    low = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    win = windows(pad_nchw(x, pads, low), attrs["kernel"], attrs["stride"], (1, 1), out_hw)
+    return (win.max(axis=(-2, -1)).astype(x.dtype),)
+
+
+def _avg_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    x = xs[0]
+    pads, out_hw = _pool_geometry(attrs, TensorType(x.shape, str(x.dtype)), "avg_pool2d")
+    kernel, stride = attrs["kernel"], attrs["stride"]
+    sums = windows(pad_nchw(x.astype(np.float64), pads), kernel, stride, (1, 1), out_hw)
+    sums = sums.sum(axis=(-2, -1))
+    if attrs["count_include_pad"]:
+        counts = np.float64(kernel[0] * kernel[1])
+    else:
+        ones = np.ones((1, 1) + x.shape[2:])
+        counts = windows(pad_nchw(ones, pads), kernel, stride, (1, 1), out_hw).sum(axis=(-2, -1))
+    return ((sums / counts).astype(x.dtype),)
+
+
+def _pool_export(onnx_type: str):
+    def export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+        pads = resolve_pads(attrs["padding"], types[0].shape[2:], attrs["kernel"],
+                            attrs["stride"])
+        extra = {}
+        if onnx_type == "AveragePool":
+            extra["count_include_pad"] = int(attrs["count_include_pad"])
+        ctx.emit(onnx_type, ins, outs, kernel_shape=list(attrs["kernel"]),
+                 strides=list(attrs["stride"]), pads=list(pads), **extra)
+
+    return export
+
+
+def _pool_flops(attrs: Attrs, ins: Types, outs: Types) -> int:
+    return outs[0].numel * attrs["kernel"][0] * attrs["kernel"][1]
+
+
+_POOL_ATTRS = (AttrSpec("kernel", convert=pair), AttrSpec("stride", None, pair),
+               AttrSpec("padding", "valid", padding_attr))
+
+register(OpDef(
+    name="max_pool2d", inputs=(1, 1), attrs=_POOL_ATTRS,
+    infer=_pool_infer("max_pool2d"), evaluate=_max_eval, export=_pool_export("MaxPool"),
+    flops=_pool_flops, canonicalize=_pool_canon,
+    doc="Max pooling; padding never wins the max. Stride defaults to the kernel size.",
+))
+
+register(OpDef(
+    name="avg_pool2d", inputs=(1, 1),
+    attrs=_POOL_ATTRS + (AttrSpec("count_include_pad", False, bool),),
+    infer=_pool_infer("avg_pool2d"), evaluate=_avg_eval, export=_pool_export("AveragePool"),
+    flops=_pool_flops, canonicalize=_pool_canon,
+    doc="Average pooling; padded cells count only with count_include_pad.",
+))
+
+
+def _gap_infer(attrs: Attrs, ins: Types) -> Types:
+    x = ins[0]
+    if x.rank < 3:
+        raise ShapeError(f"global_avg_pool: input must be N x C x spatial, got {x.shape}")
+    return (TensorType(x.shape[:2] + (1,) * (x.rank - 2), x.dtype),)
+
+
+register(OpDef(
+    name="global_avg_pool", inputs=(1, 1), infer=_gap_infer,
+    evaluate=lambda attrs, xs: (xs[0].mean(axis=tuple(range(2, xs[0].ndim)), keepdims=True,
+                                           dtype=np.float64).astype(xs[0].dtype),),
+    export=lambda ctx, attrs, ins, outs, types: ctx.emit("GlobalAveragePool", ins, outs),
+    flops=lambda attrs, ins, outs: ins[0].numel,
+))
+
+
+@onnx_importer("MaxPool", "AveragePool")
+def _import_pool(ctx, node):
+    x = ctx.inputs(node)[0]
+    x_t = ctx.type_of(x)
+    if x_t.rank != 4 or (len(node.output) > 1 and node.output[1]):
+        return None
+    if any(d != 1 for d in ctx.attr(node, "dilations", (1, 1))):
+        return None
+    if ctx.attr(node, "storage_order", 0):
+        return None
+    kernel = pair(ctx.attr(node, "kernel_shape"))
+    stride = pair(ctx.attr(node, "strides", (1, 1)))
+    padding = onnx_pads(ctx, node, x_t.shape[2:], kernel, stride, (1, 1))
+    if padding is None:
+        return None
+    if ctx.attr(node, "ceil_mode", 0):
+        t, left, b, r = resolve_pads(padding, x_t.shape[2:], kernel, stride)
+        spans = (x_t.shape[2] + t + b - kernel[0], x_t.shape[3] + left + r - kernel[1])
+        if spans[0] % stride[0] or spans[1] % stride[1]:
+            return None  # ceil mode changes the output size here: keep the ONNX op as is
+    attrs: dict[str, Any] = dict(kernel=kernel, stride=stride, padding=padding)
+    op = "max_pool2d"
+    if node.op_type == "AveragePool":
+        op = "avg_pool2d"
+        attrs["count_include_pad"] = bool(ctx.attr(node, "count_include_pad", 0))
+    return ctx.add(op, [x], **attrs)
+
+
+@onnx_importer("GlobalAveragePool")
+def _import_gap(ctx, node):
+    return ctx.add("global_avg_pool", ctx.inputs(node))

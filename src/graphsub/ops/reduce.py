@@ -1,0 +1,89 @@
+"""Reductions: sum, mean and max over a set of axes, with or without keeping dimensions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from graphsub.ir.types import Attrs, TensorType
+from graphsub.ops.base import AttrSpec, OpDef, Types, ints, norm_axis, onnx_importer, register
+
+
+def _canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
+    rank = ins[0].rank
+    axes = values["axes"] if values["axes"] is not None else tuple(range(rank))
+    values["axes"] = tuple(sorted({norm_axis(a, rank, "reduce") for a in axes}))
+    return values
+
+
+def _infer(attrs: Attrs, ins: Types) -> Types:
+    x, axes = ins[0], attrs["axes"]
+    if attrs["keepdims"]:
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    else:
+        shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    return (TensorType(shape, x.dtype),)
+
+
+def _export(onnx_type: str, axes_as_input_from: int):
+    def export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+        keep = int(attrs["keepdims"])
+        if not attrs["axes"]:  # reducing over nothing: the identity
+            ctx.emit("Identity", ins, outs)
+        elif ctx.opset >= axes_as_input_from:
+            axes = ctx.const(np.array(attrs["axes"], dtype=np.int64))
+            ctx.emit(onnx_type, [ins[0], axes], outs, keepdims=keep)
+        else:
+            ctx.emit(onnx_type, ins, outs, axes=list(attrs["axes"]), keepdims=keep)
+
+    return export
+
+
+def _reduce(name: str, onnx_type: str, fn: Callable[..., np.ndarray], axes_input_from: int) -> None:
+    register(OpDef(
+        name=name, inputs=(1, 1),
+        attrs=(AttrSpec("axes", None, ints), AttrSpec("keepdims", True, bool)),
+        infer=_infer,
+        evaluate=lambda attrs, xs: (np.asarray(fn(xs[0], axis=attrs["axes"],
+                                                  keepdims=attrs["keepdims"]))
+                                    .astype(xs[0].dtype),),
+        export=_export(onnx_type, axes_input_from), canonicalize=_canon,
+        flops=lambda attrs, ins, outs: ins[0].numel,
+        doc=f"{onnx_type} over the given axes (all axes when None).",
+    ))
+
+
+def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    return np.mean(x, axis=axis, keepdims=keepdims, dtype=np.float64)
+
+
+def _sum(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    acc = np.float64 if x.dtype.kind == "f" else None
+    return np.sum(x, axis=axis, keepdims=keepdims, dtype=acc)
+
+
+_reduce("reduce_sum", "ReduceSum", _sum, 13)
+_reduce("reduce_mean", "ReduceMean", _mean, 18)
+_reduce("reduce_max", "ReduceMax", np.max, 18)
+
+_IMPORTS = {"ReduceSum": "reduce_sum", "ReduceMean": "reduce_mean", "ReduceMax": "reduce_max"}
+
+
+@onnx_importer(*_IMPORTS)
+def _import_reduce(ctx, node):
+    x = ctx.inputs(node)[0]
+    if len(node.input) > 1 and node.input[1]:
+        c = ctx.constant(node.input[1])
+        if c is None:
+            return None
+        axes = [int(a) for a in np.atleast_1d(c)]
+    else:
+        axes = ctx.attr(node, "axes", None)
+    if not axes:
+        if ctx.attr(node, "noop_with_empty_axes", 0):
+            return ctx.add("identity", [x])
+        axes = None
+    return ctx.add(_IMPORTS[node.op_type], [x], axes=axes,
+                   keepdims=bool(ctx.attr(node, "keepdims", 1)))

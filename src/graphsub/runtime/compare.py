@@ -1,0 +1,116 @@
+"""Numerical comparison of two models on random inputs, in onnxruntime."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graphsub.errors import GraphsubError
+from graphsub.runtime.inputs import InputSpec, random_feeds
+from graphsub.runtime.ort import make_session
+
+
+@dataclass(frozen=True)
+class OutputDiff:
+    """How far one output of model B is from model A's."""
+
+    name: str
+    max_abs: float
+    max_rel: float
+    worst_index: tuple[int, ...]
+    expected: float
+    actual: float
+    ok: bool
+
+    def describe(self) -> str:
+        return (f"{self.name}: max |diff| {self.max_abs:.3g}, max rel {self.max_rel:.3g} at "
+                f"{list(self.worst_index)} (expected {self.expected:.6g}, got {self.actual:.6g})")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    equivalent: bool
+    outputs: tuple[OutputDiff, ...]
+    rtol: float
+    atol: float
+    trials: int
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def worst(self) -> OutputDiff | None:
+        if not self.outputs:
+            return None
+        return max(self.outputs, key=lambda d: (not d.ok, d.max_rel))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"equivalent": self.equivalent, "rtol": self.rtol, "atol": self.atol,
+                "trials": self.trials, "problems": list(self.problems),
+                "outputs": [d.__dict__ | {"worst_index": list(d.worst_index)}
+                            for d in self.outputs]}
+
+
+def diff_arrays(name: str, expected: np.ndarray, actual: np.ndarray, rtol: float,
+                atol: float) -> OutputDiff:
+    """Compare element-wise with |a - e| <= atol + rtol * |e| (numpy's allclose rule); the
+    worst element is the one that most exceeds its allowance."""
+    e = np.asarray(expected, dtype=np.float64)
+    a = np.asarray(actual, dtype=np.float64)
+    if e.size == 0:
+        return OutputDiff(name, 0.0, 0.0, (), 0.0, 0.0, True)
+    both_nan = np.isnan(e) & np.isnan(a)
+    err = np.where(both_nan, 0.0, np.abs(a - e))
+    err = np.where(np.isnan(err), np.inf, err)
+    excess = err - (atol + rtol * np.abs(e))
+    flat = int(np.argmax(excess))
+    idx = tuple(int(i) for i in np.unravel_index(flat, e.shape)) if e.ndim else ()
+    rel = err / np.maximum(np.abs(e), atol if atol > 0 else np.finfo(np.float64).tiny)
+    return OutputDiff(name, float(err.max()), float(rel.max()), idx, float(e.flat[flat]),
+                      float(a.flat[flat]), bool(excess.max() <= 0))
+
+
+def compare_outputs(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray],
+                    rtol: float, atol: float) -> tuple[list[OutputDiff], list[str]]:
+    diffs, problems = [], []
+    for name, e in expected.items():
+        if name not in actual:
+            problems.append(f"output {name!r} is missing")
+            continue
+        a = actual[name]
+        if np.shape(a) != np.shape(e):
+            problems.append(f"output {name!r} has shape {np.shape(a)}, expected {np.shape(e)}")
+            continue
+        diffs.append(diff_arrays(name, e, a, rtol, atol))
+    return diffs, problems
+
+
+def compare_models(a: Any, b: Any, specs: Sequence[InputSpec], rtol: float = 1e-4,
+                   atol: float = 1e-5, trials: int = 2, seed: int = 0,
+                   threads: int | None = None) -> Comparison:
+    """Run both ONNX models on `trials` sets of random inputs and compare every output.
+
+    Model A is the reference. Outputs must match by name and shape; values must agree within
+    the tolerances.
+    """
+    sa, sb = make_session(a, threads), make_session(b, threads)
+    names_a = [o.name for o in sa.get_outputs()]
+    names_b = [o.name for o in sb.get_outputs()]
+    if names_a != names_b:
+        raise GraphsubError(f"the models have different outputs: {names_a} vs {names_b}")
+    worst: dict[str, OutputDiff] = {}
+    problems: list[str] = []
+    for t in range(trials):
+        feeds = random_feeds(specs, seed + t)
+        ea = dict(zip(names_a, sa.run(names_a, feeds)))
+        eb = dict(zip(names_b, sb.run(names_b, feeds)))
+        diffs, probs = compare_outputs(ea, eb, rtol, atol)
+        problems += probs
+        for d in diffs:
+            prev = worst.get(d.name)
+            if prev is None or (prev.ok and not d.ok) or (prev.ok == d.ok and d.max_rel > prev.max_rel):
+                worst[d.name] = d
+    outputs = tuple(worst[n] for n in names_a if n in worst)
+    ok = not problems and all(d.ok for d in outputs)
+    return Comparison(ok, outputs, rtol, atol, trials, tuple(dict.fromkeys(problems)))
