@@ -88,7 +88,16 @@ class ExportContext:
         return name
 
     def add_initializer(self, name: str, array: np.ndarray) -> None:
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        self.initializers.append(numpy_helper.from_array(np.asarray(array, order="C"), name))
+
+
+def make_model(graph: onnx.GraphProto, opsets: Sequence[tuple[str, int]]) -> onnx.ModelProto:
+    """A ModelProto with the lowest IR version these opsets allow, so that onnxruntime builds
+    older than the onnx package still read it."""
+    ids = [helper.make_opsetid(d, v) for d, v in opsets]
+    model = helper.make_model(graph, opset_imports=ids, producer_name="graphsub")
+    model.ir_version = helper.find_min_ir_version_for(ids, ignore_unknown=True)
+    return model
 
 
 def _value_info(name: str, t) -> onnx.ValueInfoProto:
@@ -173,13 +182,10 @@ def to_onnx(graph: Graph, opset: int | None = None, model_name: str = "graphsub"
         [_value_info(graph[i].attrs["name"], graph[i].type) for i in graph.inputs],
         [_value_info(name, graph.type_of(v)) for v, name in zip(graph.outputs, graph.output_names)],
         initializer=ctx.initializers)
-    opsets = [helper.make_opsetid("", opset)]
-    opsets += [helper.make_opsetid(d, ver) for d, ver in sorted(ctx.domains.items())]
-    model = helper.make_model(onnx_graph, opset_imports=opsets, producer_name="graphsub")
-    model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)
+    model = make_model(onnx_graph, [("", opset), *sorted(ctx.domains.items())])
     try:
         onnx.checker.check_model(model, full_check=True)
-    except onnx.checker.ValidationError as exc:
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         raise ExportError(f"the exported model does not pass the ONNX checker: {exc}") from None
     except ValueError as exc:  # larger than protobuf's 2 GiB limit
         raise ExportError(f"cannot check the exported model: {exc}") from None

@@ -23,7 +23,7 @@ from graphsub.errors import GraphsubError, MissingInputShapeError, ModelLoadErro
 from graphsub.ir.graph import Graph, Value, make_node
 from graphsub.ir.types import Constant, TensorType
 from graphsub.ops import importer_for
-from graphsub.onnx_io.exporter import MAX_OPSET, MIN_OPSET
+from graphsub.onnx_io.exporter import MAX_OPSET, MIN_OPSET, make_model
 
 _MISSING = object()
 #: Ops folded whenever all their inputs are constant, whatever their output type.
@@ -206,7 +206,10 @@ class ImportContext:
         self.nodes: dict[int, Any] = {}
         self.values: dict[str, Value] = {}
         self.constants: dict[str, np.ndarray] = {}
-        self.names: dict[int, str] = {}
+        self.used: set[str] = set()  # ONNX value names that some node or output reads
+
+    def is_used(self, name: str) -> bool:
+        return bool(name) and name in self.used
 
     # -- for op importers --
     def type_of(self, value: Value) -> TensorType:
@@ -275,10 +278,7 @@ def _single_node_model(node: onnx.NodeProto, ctx: ImportContext,
     else:
         out_vi = [helper.make_empty_tensor_value_info(o) for o in outs]
     graph = helper.make_graph([node], "single", inputs, out_vi, initializer=inits)
-    opsets = [helper.make_opsetid(d, v) for d, v in ctx.domain_opsets.items()]
-    model = helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = min(model.ir_version, onnx.IR_VERSION)
-    return model
+    return make_model(graph, list(ctx.domain_opsets.items()))
 
 
 def _run_single(node: onnx.NodeProto, ctx: ImportContext,
@@ -330,6 +330,15 @@ def _fold(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, TensorTy
         return True
     if node.op_type in _NONDETERMINISTIC:
         return False
+    if node.op_type == "ConstantOfShape" and node.input[0] in ctx.constants:
+        fill = ctx.attr(node, "value", None)
+        fill = numpy_helper.to_array(fill) if fill is not None else np.zeros(1, np.float32)
+        shape = tuple(int(d) for d in ctx.constants[node.input[0]])
+        ctx.constants[node.output[0]] = np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype)
+        return True
+    if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
+        ctx.constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+        return True
     if not all(n in ctx.constants for n in node.input if n):
         return False
     if node.op_type not in _ALWAYS_FOLD:
@@ -389,11 +398,12 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
         input_ids.append(nid)
 
     known = set(ctx.constants) | {name for name, _ in inputs}
+    ctx.used = {n for node in g.node for n in node.input} | {o.name for o in g.output}
     for node in _topo_sorted_nodes(g, known):
         in_types = {n: ctx.type_of(ctx.values[n]) for n in node.input
                     if n and n in ctx.values}
-        in_types.update({n: TensorType(tuple(c.shape), str(c.dtype))
-                         for n, c in ctx.constants.items() if n in node.input})
+        in_types.update({n: TensorType(tuple(ctx.constants[n].shape), str(ctx.constants[n].dtype))
+                         for n in node.input if n in ctx.constants})
         if node.domain in DEFAULT_DOMAINS and _fold(node, ctx, in_types):
             continue
         outputs = None

@@ -293,7 +293,7 @@ def _import_leaky(ctx, node):
 
 @onnx_importer("Dropout")
 def _import_dropout(ctx, node):
-    if len(node.output) > 1 and node.output[1]:
+    if len(node.output) > 1 and ctx.is_used(node.output[1]):
         return None  # the mask output is not modelled
     ins = ctx.inputs(node)
     ratio = ctx.constant(node.input[1]) if len(node.input) > 1 and node.input[1] else None

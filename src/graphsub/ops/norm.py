@@ -118,7 +118,7 @@ register(OpDef(
 
 @onnx_importer("LayerNormalization")
 def _import_layer_norm(ctx, node):
-    if any(o for o in node.output[1:]):
+    if any(ctx.is_used(o) for o in node.output[1:]):
         return None  # mean / inverse-std outputs are not modelled
     if ctx.attr(node, "stash_type", 1) != 1:
         return None
@@ -158,6 +158,6 @@ register(OpDef(
 
 @onnx_importer("BatchNormalization")
 def _import_batch_norm(ctx, node):
-    if ctx.attr(node, "training_mode", 0) or any(o for o in node.output[1:]):
+    if ctx.attr(node, "training_mode", 0) or any(ctx.is_used(o) for o in node.output[1:]):
         return None
     return ctx.add("batch_norm", ctx.inputs(node), epsilon=ctx.attr(node, "epsilon", 1e-5))

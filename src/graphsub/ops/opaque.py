@@ -28,9 +28,9 @@ def _proto(node_bytes: bytes):
 def _session(node_bytes: bytes, domain_opsets: tuple[tuple[str, int], ...],
              in_types: tuple[TensorType, ...], out_types: tuple[TensorType, ...],
              slots: tuple[int, ...]):
-    import onnx
     from onnx import helper
 
+    from graphsub.onnx_io.exporter import make_model
     from graphsub.runtime.ort import make_session
 
     node = _proto(node_bytes)
@@ -51,9 +51,7 @@ def _session(node_bytes: bytes, domain_opsets: tuple[tuple[str, int], ...],
     outs = [n for n in out_names if n]
     graph = helper.make_graph([node], "opaque", [vi(n, t) for n, t in zip(in_names, in_types)],
                               [vi(n, t) for n, t in zip(outs, out_types)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
-                                                    for d, v in domain_opsets])
-    model.ir_version = min(model.ir_version, onnx.IR_VERSION)
+    model = make_model(graph, domain_opsets)
     return make_session(model.SerializeToString(), threads=1, optimize=False), in_names
 
 

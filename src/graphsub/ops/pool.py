@@ -122,7 +122,7 @@ register(OpDef(
 def _import_pool(ctx, node):
     x = ctx.inputs(node)[0]
     x_t = ctx.type_of(x)
-    if x_t.rank != 4 or (len(node.output) > 1 and node.output[1]):
+    if x_t.rank != 4 or (len(node.output) > 1 and ctx.is_used(node.output[1])):
         return None
     if any(d != 1 for d in ctx.attr(node, "dilations", (1, 1))):
         return None

@@ -114,9 +114,10 @@ def _transpose_infer(attrs: Attrs, ins: Types) -> Types:
 register(OpDef(
     name="transpose", inputs=(1, 1), attrs=(AttrSpec("perm", convert=ints),),
     infer=_transpose_infer,
-    evaluate=lambda attrs, xs: (np.ascontiguousarray(np.transpose(xs[0], attrs["perm"])),),
-    export=lambda ctx, attrs, ins, outs, types: ctx.emit("Transpose", ins, outs,
-                                                         perm=list(attrs["perm"])),
+    evaluate=lambda attrs, xs: (np.asarray(np.transpose(xs[0], attrs["perm"]), order="C"),),
+    export=lambda ctx, attrs, ins, outs, types: (
+        ctx.emit("Transpose", ins, outs, perm=list(attrs["perm"])) if attrs["perm"]
+        else ctx.emit("Identity", ins, outs)),
     canonicalize=lambda v, ins: {**v, "perm": tuple(p % max(ins[0].rank, 1) for p in v["perm"])}
     if ins else v,
 ))
@@ -343,7 +344,7 @@ register(OpDef(
     attrs=(AttrSpec("starts", convert=ints), AttrSpec("ends", convert=ints),
            AttrSpec("axes", None, ints), AttrSpec("steps", None, ints)),
     infer=_slice_infer,
-    evaluate=lambda attrs, xs: (np.ascontiguousarray(xs[0][_slices(attrs, xs[0].ndim)]),),
+    evaluate=lambda attrs, xs: (np.asarray(xs[0][_slices(attrs, xs[0].ndim)], order="C"),),
     export=_slice_export, canonicalize=_slice_canon,
     doc="Strided slice along some axes; bounds are clamped at construction as ONNX does.",
 ))

@@ -46,7 +46,8 @@ def run(model: Any, feeds: Mapping[str, np.ndarray], threads: int | None = None,
         optimize: bool = True) -> dict[str, np.ndarray]:
     sess = model if hasattr(model, "run") else make_session(model, threads, optimize)
     names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, dict(feeds))))
+    arrays = {k: np.asarray(v) for k, v in feeds.items()}
+    return dict(zip(names, sess.run(names, arrays)))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,36 @@
+# Two entry points (see README): `make demo` runs the main job on a zoo model, `make test`
+# runs the whole test suite. Both create the virtual environment they need from scratch.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DEMO_MODEL ?= bert
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-fast bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.demo-installed: $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.test-installed: $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -q -e '.[test,torch]'
+	touch $@
+
+demo: $(VENV)/.demo-installed
+	$(BIN)/graphsub info $(DEMO_MODEL)
+
+test: $(VENV)/.test-installed
+	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.test-installed
+	$(BIN)/python -m pytest -n 2 -m "not slow" $(PYTEST_ARGS)
+
+bench: $(VENV)/.test-installed
+	$(BIN)/python bench/bench_ir.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build src/*.egg-info

@@ -1,0 +1,270 @@
+"""The `graphsub` command line.
+
+MODEL arguments are an ONNX file or a zoo model spec (`graphsub zoo list`). Every command that
+reports figures takes --json for machine-readable output; errors in the input print one clear
+line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from graphsub.errors import GraphsubError
+
+app = typer.Typer(help="graphsub: a tensor-graph superoptimizer for ONNX models.",
+                  no_args_is_help=True, add_completion=False,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+zoo_app = typer.Typer(help="The built-in benchmark models.", no_args_is_help=True)
+app.add_typer(zoo_app, name="zoo")
+
+out = Console()
+err = Console(stderr=True)
+
+InputShapeOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--input-shape", "-s", metavar="NAME=DIMS",
+                 help="Concrete shape of an input with symbolic dimensions, e.g. "
+                      "x=1x3x224x224 (repeatable)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+ThreadsOpt = Annotated[Optional[int], typer.Option(
+    "--threads", "-t", help="onnxruntime intra-op threads (default: all cores).")]
+
+
+def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in items or []:
+        name, eq, dims = item.rpartition("=")
+        try:
+            if not eq or not name:
+                raise ValueError
+            shape = tuple(int(d) for d in dims.lower().replace(",", "x").split("x") if d != "")
+            if any(d < 0 for d in shape):
+                raise ValueError
+        except ValueError:
+            raise typer.BadParameter(f"{item!r} is not NAME=DIMS (e.g. x=1x3x224x224)",
+                                     param_hint="--input-shape") from None
+        shapes[name] = shape
+    return shapes
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Print input errors as one line (no traceback) and exit with status 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except GraphsubError as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+class LoadedModel:
+    """A model named on the command line: its graph and the ONNX bytes to run."""
+
+    def __init__(self, spec: str, input_shapes: dict[str, tuple[int, ...]]) -> None:
+        from graphsub import zoo
+        from graphsub.onnx_io import load, to_onnx
+
+        self.spec = spec
+        if os.path.exists(spec) or spec.endswith(".onnx"):
+            self.graph = load(spec, input_shapes)
+            self.onnx: Any = spec
+            self.label = Path(spec).name
+        else:
+            if input_shapes:
+                raise GraphsubError("--input-shape applies to ONNX files; zoo models have fixed "
+                                    "shapes (use the model's parameters instead)")
+            self.graph = zoo.build(spec)
+            self.onnx = to_onnx(self.graph).SerializeToString()
+            self.label = spec
+
+    def input_specs(self):
+        from graphsub.runtime import graph_input_specs
+
+        return graph_input_specs(self.graph)
+
+
+def emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+@app.command()
+@handle_errors
+def info(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")],
+         input_shape: InputShapeOpt = None, as_json: JsonOpt = False) -> None:
+    """Operators, parameters, FLOPs and bytes moved of a model."""
+    from graphsub.report.summary import human, summarize
+
+    loaded = LoadedModel(model, parse_input_shapes(input_shape))
+    s = summarize(loaded.graph)
+    if as_json:
+        emit_json({"model": loaded.label, **s.as_dict()})
+        return
+    head = Table(title=f"{loaded.label}", show_header=False, title_justify="left")
+    head.add_column(style="bold")
+    head.add_column()
+    for io, items in (("inputs", s.inputs), ("outputs", s.outputs)):
+        head.add_row(io, ", ".join(f"{d['name']}: {d['dtype']}[{'x'.join(map(str, d['shape']))}]"
+                                   for d in items))
+    head.add_row("nodes", f"{s.nodes} ({sum(s.ops.values())} compute, {s.weight_only_nodes} "
+                          "weight-only folded at export)")
+    head.add_row("parameters", f"{human(s.parameters)} ({human(s.parameter_bytes, 'B')})")
+    head.add_row("FLOPs", human(s.flops))
+    head.add_row("bytes moved", human(s.bytes_moved, "B"))
+    if s.opset:
+        head.add_row("opset", str(s.opset))
+    if s.opaque_ops:
+        head.add_row("opaque ops", ", ".join(f"{k} x{v}" for k, v in s.opaque_ops.items()))
+    head.add_row("hash", s.structural_hash)
+    out.print(head)
+    ops = Table(title="operators", title_justify="left")
+    ops.add_column("op")
+    ops.add_column("count", justify="right")
+    for op, n in s.ops.items():
+        ops.add_row(op, str(n))
+    out.print(ops)
+
+
+@zoo_app.command("list")
+@handle_errors
+def zoo_list(as_json: JsonOpt = False) -> None:
+    """List the zoo models."""
+    from graphsub import zoo
+
+    models = zoo.models()
+    if as_json:
+        emit_json([{"name": m.name, "description": m.description, "source": m.source,
+                    "params": m.params} for m in models])
+        return
+    table = Table(title="graphsub zoo", title_justify="left")
+    for col in ("name", "parameters", "source", "description"):
+        table.add_column(col)
+    for m in models:
+        params = ", ".join(f"{k}={v}" for k, v in m.params.items())
+        table.add_row(m.name, params, m.source, m.description)
+    out.print(table)
+    out.print("Build with parameters as NAME:key=value, e.g. resnet_blocks:n=8")
+
+
+@zoo_app.command("export")
+@handle_errors
+def zoo_export(name: Annotated[str, typer.Argument(help="Zoo model, e.g. bert or resnet_blocks:n=8.")],
+               output: Annotated[Path, typer.Option("--output", "-o", help="ONNX file to write.")],
+               seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+               opset: Annotated[Optional[int], typer.Option(help="ONNX opset to write (13-21).")] = None
+               ) -> None:
+    """Write a zoo model as an ONNX file."""
+    from graphsub import zoo
+    from graphsub.onnx_io import save
+
+    graph = zoo.build(name, seed=seed)
+    save(graph, output, opset=opset)
+    err.print(f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB, {len(graph)} nodes)")
+
+
+@app.command()
+@handle_errors
+def check(a: Annotated[str, typer.Argument(help="Reference model (ONNX file or zoo model).")],
+          b: Annotated[str, typer.Argument(help="Model to check against it.")],
+          input_shape: InputShapeOpt = None,
+          rtol: Annotated[float, typer.Option(help="Relative tolerance.")] = 1e-4,
+          atol: Annotated[float, typer.Option(help="Absolute tolerance.")] = 1e-5,
+          trials: Annotated[int, typer.Option(help="Sets of random inputs to try.")] = 3,
+          seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
+          as_json: JsonOpt = False) -> None:
+    """Check that two models compute the same outputs (exit 0 only when they do)."""
+    from graphsub.runtime import compare_models
+
+    shapes = parse_input_shapes(input_shape)
+    ma, mb = LoadedModel(a, shapes), LoadedModel(b, shapes)
+    if ma.input_specs() != mb.input_specs():
+        raise GraphsubError(f"the models have different inputs: {ma.input_specs()} vs "
+                            f"{mb.input_specs()}")
+    result = compare_models(ma.onnx, mb.onnx, ma.input_specs(), rtol=rtol, atol=atol,
+                            trials=trials, seed=seed)
+    if as_json:
+        emit_json(result.as_dict())
+    else:
+        table = Table(title=f"{ma.label} vs {mb.label} (rtol {rtol:g}, atol {atol:g}, "
+                            f"{trials} input sets)", title_justify="left")
+        for col in ("output", "max |diff|", "max rel", "worst element", "ok"):
+            table.add_column(col)
+        for d in result.outputs:
+            table.add_row(d.name, f"{d.max_abs:.3g}", f"{d.max_rel:.3g}",
+                          f"{list(d.worst_index)}: {d.expected:.6g} vs {d.actual:.6g}",
+                          "[green]yes[/]" if d.ok else "[red]no[/]")
+        out.print(table)
+        for p in result.problems:
+            out.print(f"[red]{p}[/]")
+        out.print("[bold green]equivalent[/]" if result.equivalent else "[bold red]NOT equivalent[/]")
+    raise typer.Exit(0 if result.equivalent else 1)
+
+
+@app.command()
+@handle_errors
+def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo model).")],
+          b: Annotated[Optional[str], typer.Argument(help="Second model, timed interleaved with A.")] = None,
+          input_shape: InputShapeOpt = None, threads: ThreadsOpt = None,
+          seconds: Annotated[float, typer.Option(help="Minimum timing duration.")] = 3.0,
+          as_json: JsonOpt = False) -> None:
+    """onnxruntime latency with all its optimizations on; with two models, interleaved, with
+    the ratio."""
+    from graphsub.runtime import random_feeds, time_models
+
+    shapes = parse_input_shapes(input_shape)
+    models = [LoadedModel(a, shapes)] + ([LoadedModel(b, shapes)] if b else [])
+    if b and models[0].input_specs() != models[1].input_specs():
+        raise GraphsubError("the models have different inputs, so they cannot be timed on the "
+                            "same data")
+    feeds = random_feeds(models[0].input_specs())
+    with err.status("timing in onnxruntime (all optimizations on)..."):
+        timings = time_models([m.onnx for m in models], feeds, threads=threads,
+                              min_seconds=seconds)
+    result: dict[str, Any] = {"threads": threads or os.cpu_count(),
+                              "models": [{"model": m.label, **t.as_dict()}
+                                         for m, t in zip(models, timings)]}
+    if b:
+        result["speedup"] = timings[0].median / timings[1].median
+    if as_json:
+        emit_json(result)
+        return
+    table = Table(title=f"onnxruntime latency, {result['threads']} threads, interleaved",
+                  title_justify="left")
+    for col in ("model", "median ms", "q1-q3 ms", "min ms", "runs"):
+        table.add_column(col, justify="right" if col != "model" else "left")
+    for m, t in zip(models, timings):
+        table.add_row(m.label, f"{t.median * 1e3:.3f}", f"{t.q1 * 1e3:.3f}-{t.q3 * 1e3:.3f}",
+                      f"{t.minimum * 1e3:.3f}", str(len(t.samples)))
+    out.print(table)
+    if b:
+        out.print(f"speedup of {models[1].label} over {models[0].label}: "
+                  f"[bold]{result['speedup']:.3f}x[/] (ratio of medians)")
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        from graphsub import __version__
+
+        out.print(f"graphsub {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: Annotated[bool, typer.Option("--version", callback=version_callback,
+                                               is_eager=True, help="Show the version.")] = False
+         ) -> None:
+    """graphsub: a tensor-graph superoptimizer for ONNX models."""

@@ -1,0 +1,1 @@
+"""Reports about graphs and runs."""

@@ -1,0 +1,153 @@
+"""Graph structure: inference on construction, topological order, DCE, cycles, copy-on-write."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graphsub.errors import CycleError, GraphsubError, OpAttributeError, ShapeError
+from graphsub.ir import Graph, GraphBuilder, Node, TensorType, Value
+from graphsub.runtime import evaluate
+
+
+def small_graph():
+    b = GraphBuilder(seed=1)
+    x = b.input("x", (2, 4))
+    w1, w2 = b.he_weight((4, 4)), b.he_weight((4, 4))
+    h = b.relu(b.matmul(x, w1))
+    y = b.add(b.matmul(h, w2), x)
+    b.output(y, "y")
+    return b.build()
+
+
+def test_types_are_inferred_when_nodes_are_made():
+    g = small_graph()
+    (out,) = g.outputs
+    assert g.type_of(out) == TensorType((2, 4), "float32")
+
+
+def test_builder_rejects_mismatched_shapes_with_a_clear_message():
+    b = GraphBuilder()
+    x = b.input("x", (2, 3))
+    with pytest.raises(ShapeError, match=r"matmul: inner dimensions differ: \(2, 3\) @ \(4, 5\)"):
+        b.matmul(x, b.he_weight((4, 5)))
+    with pytest.raises(OpAttributeError, match="unknown attribute"):
+        b.relu(x, slope=2)
+    with pytest.raises(OpAttributeError, match="'perm' is required"):
+        b.transpose(x)
+    with pytest.raises(GraphsubError, match="defined twice"):
+        b.input("x", (1,))
+    with pytest.raises(AttributeError, match="no method or operator 'frobnicate'"):
+        b.frobnicate(x)
+
+
+def test_topological_order_puts_producers_first():
+    g = small_graph()
+    order = g.topo_order()
+    pos = {nid: i for i, nid in enumerate(order)}
+    for nid in order:
+        for v in g[nid].inputs:
+            assert pos[v.node] < pos[nid]
+    assert set(order) == set(g.nodes)
+
+
+def test_dce_removes_nodes_no_output_needs():
+    b = GraphBuilder()
+    x = b.input("x", (3,))
+    b.exp(x)  # dead
+    b.output(b.relu(x), "y")
+    g = b.build()
+    assert sorted(n.op for n in g.nodes.values()) == ["input", "relu"]
+
+
+def test_unused_graph_inputs_are_kept():
+    b = GraphBuilder()
+    x = b.input("x", (3,))
+    b.input("unused", (2,))
+    b.output(b.relu(x), "y")
+    assert b.build().input_names == ("x", "unused")
+
+
+def test_cycle_is_detected_and_named():
+    t = TensorType((2,))
+    from graphsub.ir.types import Attrs
+
+    inp = Node("input", Attrs({"name": "x", "shape": (2,), "dtype": "float32"}), (), (t,))
+    a = Node("add", Attrs(), (Value(0), Value(2)), (t,))
+    r = Node("relu", Attrs(), (Value(1),), (t,))
+    with pytest.raises(CycleError, match="cycle: .*add#1.*relu#2|cycle: .*relu#2.*add#1"):
+        Graph({0: inp, 1: a, 2: r}, [0], [Value(2)], ["y"])
+
+
+def test_dangling_reference_is_an_error():
+    t = TensorType((2,))
+    from graphsub.ir.types import Attrs
+
+    r = Node("relu", Attrs(), (Value(7),), (t,))
+    with pytest.raises(GraphsubError, match="does not exist"):
+        Graph({0: r}, [], [Value(0)], ["y"])
+
+
+def test_edit_is_copy_on_write_and_shares_unchanged_nodes():
+    g = small_graph()
+    relu_id = g.nodes_by_op("relu")[0]
+    ed = g.edit()
+    (sig,) = ed.add("sigmoid", [g[relu_id].inputs[0]])
+    ed.replace_uses(Value(relu_id), sig)
+    g2 = ed.finish()
+    # The original is untouched.
+    assert g.nodes_by_op("relu") == [relu_id] and not g.nodes_by_op("sigmoid")
+    # The new graph shares every node the edit did not touch (same objects).
+    changed = {relu_id} | {u for u, _ in g.users()[relu_id]}
+    for nid, node in g.nodes.items():
+        if nid not in changed:
+            assert g2[nid] is node
+    assert relu_id not in g2  # dead after the replacement
+    assert g2.nodes_by_op("sigmoid")
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    assert not np.allclose(evaluate(g, {"x": x})["y"], evaluate(g2, {"x": x})["y"])
+
+
+def test_replacement_must_keep_the_type():
+    g = small_graph()
+    relu_id = g.nodes_by_op("relu")[0]
+    ed = g.edit()
+    (t,) = ed.add("transpose", [Value(relu_id)], {"perm": (1, 0)})
+    with pytest.raises(ShapeError, match="types differ"):
+        ed.replace_uses(Value(relu_id), t)
+
+
+def test_edit_that_creates_a_cycle_is_rejected():
+    g = small_graph()
+    relu_id = g.nodes_by_op("relu")[0]
+    (add_id,) = g.nodes_by_op("add")
+    ed = g.edit()
+    # relu's input now reads the output, which depends on relu: TASO figure 6.
+    (mm1,) = [nid for nid in g.nodes_by_op("matmul") if g[nid].inputs[0].node == g.inputs[0]]
+    ed.replace_uses(Value(mm1), Value(add_id))
+    with pytest.raises(CycleError):
+        ed.finish()
+
+
+def test_weight_only_nodes():
+    b = GraphBuilder()
+    x = b.input("x", (2, 3))
+    w = b.he_weight((4, 3))
+    wt = b.transpose(w, perm=(1, 0))  # weight-only
+    b.output(b.matmul(x, wt), "y")
+    g = b.build()
+    wo = g.weight_only()
+    assert {g[n].op for n in wo} == {"weight", "transpose"}
+
+
+def test_constant_is_immutable_and_compared_by_content():
+    from graphsub.ir.types import Constant
+
+    arr = np.arange(6, dtype=np.float32)
+    c = Constant(arr)
+    arr[0] = 100  # the caller's array is not shared
+    assert c.array[0] == 0
+    with pytest.raises(ValueError):
+        c.array[0] = 1
+    assert Constant(np.arange(6, dtype=np.float32)) == c
+    assert Constant(np.arange(6, dtype=np.int64)) != c
