@@ -122,8 +122,9 @@ def resolve_input_types(model: onnx.ModelProto,
     real = [i for i in g.input if i.name not in inits]
     unknown = set(shapes) - {i.name for i in real}
     if unknown:
-        raise ModelLoadError(f"--input-shape names unknown input(s) {', '.join(sorted(unknown))}; "
-                             f"the model's inputs are: {', '.join(i.name for i in real)}")
+        raise ModelLoadError(f"a shape was given for unknown input(s) "
+                             f"{', '.join(repr(n) for n in sorted(unknown))}; the model's inputs "
+                             f"are: {', '.join(repr(i.name) for i in real)}")
     result = []
     for inp in real:
         tt = _tensor_type(inp.type)

@@ -1,0 +1,123 @@
+"""The graphsub command line, end to end through typer's runner."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+import graphsub
+from graphsub.cli import app, parse_input_shapes
+from graphsub.ir import GraphBuilder
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("models")
+    b = GraphBuilder(seed=0)
+    x = b.input("x", (1, 3, 16, 16))
+    y = b.conv2d(x, b.he_weight((8, 3, 3, 3)), activation="relu")
+    b.output(b.global_avg_pool(y), "y")
+    g = b.build()
+    a = d / "a.onnx"
+    graphsub.save(g, a)
+    b2 = GraphBuilder(seed=1)  # same structure, other weights: not equivalent
+    x = b2.input("x", (1, 3, 16, 16))
+    y = b2.conv2d(x, b2.he_weight((8, 3, 3, 3)), activation="relu")
+    b2.output(b2.global_avg_pool(y), "y")
+    other = d / "other.onnx"
+    graphsub.save(b2.build(), other)
+    return {"a": str(a), "other": str(other), "dir": d}
+
+
+def test_info_json(models):
+    r = invoke("info", models["a"], "--json")
+    assert r.exit_code == 0
+    data = json.loads(r.stdout)
+    assert data["ops"] == {"conv2d": 1, "relu": 1, "global_avg_pool": 1}
+    assert data["parameters"] == 8 * 3 * 3 * 3
+    assert data["flops"] == 2 * 8 * 16 * 16 * 27 + 8 * 16 * 16 + 8 * 16 * 16
+    assert data["inputs"] == [{"name": "x", "shape": [1, 3, 16, 16], "dtype": "float32"}]
+
+
+def test_info_table_on_a_zoo_model():
+    r = invoke("info", "squeezenet")
+    assert r.exit_code == 0
+    assert "conv2d" in r.stdout and "parameters" in r.stdout and "FLOPs" in r.stdout
+
+
+def test_zoo_list_and_export(models):
+    r = invoke("zoo", "list", "--json")
+    names = {m["name"] for m in json.loads(r.stdout)}
+    assert {"bert", "nasrnn", "resnext50", "nasnet_a", "inception_v3", "resnet50", "squeezenet",
+            "vgg19", "mobilenet_v2", "sru", "vit", "resnet_blocks", "inception_e_blocks",
+            "light_resnet50"} <= names
+    out = models["dir"] / "blocks.onnx"
+    r = invoke("zoo", "export", "resnet_blocks:n=2", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    onnx.checker.check_model(str(out), full_check=True)
+    r = invoke("zoo", "export", "resnet_blocks:depth=2", "-o", str(out))
+    assert r.exit_code == 2 and "bad parameter" in r.stderr
+
+
+def test_check_exit_status_tells_equivalence(models):
+    r = invoke("check", models["a"], models["a"], "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["equivalent"] is True
+    r = invoke("check", models["a"], models["other"])
+    assert r.exit_code == 1 and "NOT equivalent" in r.stdout
+
+
+def test_bench_two_models_reports_a_ratio(models):
+    r = invoke("bench", models["a"], models["a"], "--json", "--seconds", "0.2", "--threads", "1")
+    assert r.exit_code == 0
+    data = json.loads(r.stdout)
+    assert len(data["models"]) == 2 and data["speedup"] > 0
+    assert all(m["runs"] >= 5 and m["median_ms"] > 0 for m in data["models"])
+
+
+def test_bad_input_is_one_clear_line_and_status_2(models, tmp_path):
+    r = invoke("info", str(tmp_path / "nothing.onnx"))
+    assert r.exit_code == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
+    r = invoke("info", "not_a_model_name")
+    assert r.exit_code == 2 and "not a file or a zoo model" in r.stderr
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\x00\x01garbage" * 10)
+    r = invoke("info", str(junk))
+    assert r.exit_code == 2 and "not a valid ONNX model" in r.stderr
+
+
+def test_missing_input_shape_and_the_option_that_fixes_it(tmp_path):
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["img"], ["y"])], "t",
+                              [helper.make_tensor_value_info("img", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "dyn.onnx"
+    onnx.save(model, str(path))
+    r = invoke("info", str(path))
+    assert r.exit_code == 2 and "'img'" in r.stderr and "--input-shape" in r.stderr
+    r = invoke("info", str(path), "--input-shape", "img=2x4", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["inputs"][0]["shape"] == [2, 4]
+    r = invoke("info", str(path), "--input-shape", "img:2x4")
+    assert r.exit_code == 2 and "NAME=DIMS" in r.output
+
+
+def test_parse_input_shapes():
+    assert parse_input_shapes(["x=1x3x224x224", "a=b=2,3"]) == {"x": (1, 3, 224, 224),
+                                                                 "a=b": (2, 3)}
+
+
+def test_version():
+    r = invoke("--version")
+    assert r.exit_code == 0 and graphsub.__version__ in r.stdout
