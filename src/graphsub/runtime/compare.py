@@ -60,13 +60,15 @@ def diff_arrays(name: str, expected: np.ndarray, actual: np.ndarray, rtol: float
     a = np.asarray(actual, dtype=np.float64)
     if e.size == 0:
         return OutputDiff(name, 0.0, 0.0, (), 0.0, 0.0, True)
-    both_nan = np.isnan(e) & np.isnan(a)
-    err = np.where(both_nan, 0.0, np.abs(a - e))
+    same = (a == e) | (np.isnan(e) & np.isnan(a))  # equal infinities and NaNs agree
+    with np.errstate(invalid="ignore"):
+        err = np.where(same, 0.0, np.abs(a - e))
     err = np.where(np.isnan(err), np.inf, err)
-    excess = err - (atol + rtol * np.abs(e))
+    magnitude = np.abs(np.where(np.isfinite(e), e, 0.0))
+    excess = err - (atol + rtol * magnitude)
     flat = int(np.argmax(excess))
     idx = tuple(int(i) for i in np.unravel_index(flat, e.shape)) if e.ndim else ()
-    rel = err / np.maximum(np.abs(e), atol if atol > 0 else np.finfo(np.float64).tiny)
+    rel = err / np.maximum(magnitude, atol if atol > 0 else np.finfo(np.float64).tiny)
     return OutputDiff(name, float(err.max()), float(rel.max()), idx, float(e.flat[flat]),
                       float(a.flat[flat]), bool(excess.max() <= 0))
 

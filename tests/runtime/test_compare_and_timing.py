@@ -1,0 +1,64 @@
+"""Numerical comparison (tolerances, worst element) and interleaved timing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import graphsub
+from graphsub.ir import GraphBuilder
+from graphsub.runtime import compare_models, diff_arrays, graph_input_specs, time_models
+from graphsub.runtime.inputs import random_feeds
+
+
+def relu_model(scale: float = 1.0):
+    b = GraphBuilder()
+    x = b.input("x", (4, 8))
+    y = b.relu(x)
+    if scale != 1.0:
+        y = b.mul(y, b.weight(np.full((8,), scale, np.float32)))
+    b.output(y, "y")
+    g = b.build()
+    return g, graphsub.to_onnx(g).SerializeToString()
+
+
+def test_identical_models_are_equivalent():
+    g, m = relu_model()
+    result = compare_models(m, m, graph_input_specs(g))
+    assert result.equivalent and result.worst.max_abs == 0
+
+
+def test_difference_beyond_tolerance_is_reported_with_the_worst_element():
+    g, a = relu_model()
+    _, b = relu_model(1.001)
+    result = compare_models(a, b, graph_input_specs(g), rtol=1e-4)
+    assert not result.equivalent
+    worst = result.worst
+    assert worst.name == "y" and not worst.ok
+    assert worst.max_rel == pytest.approx(1e-3, rel=1e-2)
+    assert len(worst.worst_index) == 2
+    assert worst.actual == pytest.approx(worst.expected * 1.001, rel=1e-6)
+    assert compare_models(a, b, graph_input_specs(g), rtol=1e-2).equivalent
+
+
+def test_diff_arrays_handles_nan_and_inf():
+    assert diff_arrays("o", np.array([np.nan, 1.0]), np.array([np.nan, 1.0]), 1e-4, 0).ok
+    assert not diff_arrays("o", np.array([1.0]), np.array([np.nan]), 1e-4, 0).ok
+    assert not diff_arrays("o", np.array([1.0]), np.array([np.inf]), 1e-4, 0).ok
+
+
+def test_random_feeds_are_reproducible():
+    specs = [("a", graphsub.TensorType((3,))), ("i", graphsub.TensorType((2,), "int64"))]
+    f1, f2 = random_feeds(specs, 7), random_feeds(specs, 7)
+    np.testing.assert_array_equal(f1["a"], f2["a"])
+    assert f1["i"].dtype == np.int64
+    assert not np.array_equal(random_feeds(specs, 8)["a"], f1["a"])
+
+
+def test_interleaved_timing_gives_the_same_number_of_runs_to_each_model():
+    g, a = relu_model()
+    _, b = relu_model(2.0)
+    feeds = random_feeds(graph_input_specs(g))
+    ta, tb = time_models([a, b], feeds, threads=1, rounds=12, warmup=1)
+    assert len(ta.samples) == len(tb.samples) == 12
+    assert 0 < ta.minimum <= ta.q1 <= ta.median <= ta.q3
