@@ -165,6 +165,12 @@ def ints(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
+def f32(value: Any) -> float:
+    """A float attribute, rounded to float32 as ONNX stores it, so that a graph and its ONNX
+    round trip carry the same attribute values."""
+    return float(np.float32(value))
+
+
 def pair(value: Any) -> tuple[int, int]:
     v = ints(value)
     if len(v) == 1:

@@ -11,7 +11,7 @@ from scipy import special
 from graphsub.errors import ShapeError
 from graphsub.ir.types import SUPPORTED_DTYPES, Attrs, TensorType
 from graphsub.ops.base import (AttrSpec, OpDef, Types, broadcast, choice, onnx_importer,
-                               register, same_dtype)
+                               register, same_dtype, f32)
 
 ACTIVATIONS = ("none", "relu", "sigmoid", "tanh")
 
@@ -126,7 +126,7 @@ RECIPROCAL = _unary("reciprocal", "Reciprocal", np.reciprocal, 1)
 IDENTITY = _unary("identity", "Identity", lambda x: x, 0, float_only=False)
 
 register(OpDef(
-    name="dropout", inputs=(1, 1), attrs=(AttrSpec("ratio", 0.5, float),),
+    name="dropout", inputs=(1, 1), attrs=(AttrSpec("ratio", 0.5, f32),),
     infer=_same_type, evaluate=lambda attrs, xs: (xs[0],),
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("Identity", ins, outs),
     doc="Dropout at inference: the identity. Kept so imported graphs stay faithful; exported "
@@ -140,7 +140,7 @@ register(OpDef(
 ))
 
 register(OpDef(
-    name="leaky_relu", inputs=(1, 1), attrs=(AttrSpec("alpha", 0.01, float),),
+    name="leaky_relu", inputs=(1, 1), attrs=(AttrSpec("alpha", 0.01, f32),),
     infer=_float_only("leaky_relu"),
     evaluate=lambda attrs, xs: (np.where(xs[0] >= 0, xs[0], xs[0] * np.float32(attrs["alpha"]))
                                 .astype(xs[0].dtype),),
@@ -151,7 +151,7 @@ register(OpDef(
 
 
 def _optional_float(v: object) -> float | None:
-    return None if v is None else float(v)  # type: ignore[arg-type]
+    return None if v is None else f32(v)
 
 
 def _export_clip(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
@@ -267,8 +267,13 @@ def _import_unary(ctx, node):
 @onnx_importer(*_BINARY_IMPORTS)
 def _import_binary(ctx, node):
     a, b = ctx.inputs(node)
-    if ctx.type_of(a).dtype != ctx.type_of(b).dtype:
+    ta, tb = ctx.type_of(a), ctx.type_of(b)
+    if ta.dtype != tb.dtype:
         return None
+    if node.op_type == "Mul" and (ta.shape == () or tb.shape == ()) and ta.shape != tb.shape:
+        # Multiplication by a scalar is TASO's scalar mul: rules about it must match.
+        x, s = (a, b) if tb.shape == () else (b, a)
+        return ctx.add("smul", [x, s])
     return ctx.add(_BINARY_IMPORTS[node.op_type], [a, b])
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from graphsub.errors import ShapeError
 from graphsub.ir.types import Attrs, TensorType
-from graphsub.ops.base import AttrSpec, OpDef, Types, norm_axis, onnx_importer, register
+from graphsub.ops.base import AttrSpec, OpDef, Types, f32, norm_axis, onnx_importer, register
 
 
 def _axis_canon(op: str):
@@ -108,7 +108,7 @@ def _ln_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types)
 
 register(OpDef(
     name="layer_norm", inputs=(2, 3),
-    attrs=(AttrSpec("axis", -1, int), AttrSpec("epsilon", 1e-5, float)),
+    attrs=(AttrSpec("axis", -1, int), AttrSpec("epsilon", 1e-5, f32)),
     infer=_ln_infer, evaluate=_ln_eval, export=_ln_export,
     canonicalize=_axis_canon("layer_norm"),
     flops=lambda attrs, ins, outs: 8 * ins[0].numel,
@@ -147,7 +147,7 @@ def _bn_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
 
 
 register(OpDef(
-    name="batch_norm", inputs=(5, 5), attrs=(AttrSpec("epsilon", 1e-5, float),),
+    name="batch_norm", inputs=(5, 5), attrs=(AttrSpec("epsilon", 1e-5, f32),),
     infer=_bn_infer, evaluate=_bn_eval,
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("BatchNormalization", ins, outs,
                                                          epsilon=attrs["epsilon"]),

@@ -12,7 +12,7 @@ import numpy as np
 from graphsub.errors import ShapeError
 from graphsub.ir.types import Attrs, TensorType
 from graphsub.ops.base import (AttrSpec, OpDef, Types, choice, ints, norm_axis, onnx_importer,
-                               register, same_dtype)
+                               register, same_dtype, f32)
 
 
 def _no_flops(attrs: Attrs, ins: Types, outs: Types) -> int:
@@ -406,7 +406,7 @@ register(OpDef(
     name="pad", inputs=(1, 1),
     attrs=(AttrSpec("pads", convert=ints), AttrSpec("mode", "constant",
                                                     choice("constant", "reflect", "edge")),
-           AttrSpec("value", 0.0, float)),
+           AttrSpec("value", 0.0, f32)),
     infer=_pad_infer, evaluate=_pad_eval, export=_pad_export,
     doc="Pad (or crop, with negative pads) every axis; pads are (begin..., end...) as in ONNX.",
 ))
