@@ -77,7 +77,7 @@ class LoadedModel:
 
     def __init__(self, spec: str, input_shapes: dict[str, tuple[int, ...]]) -> None:
         from graphsub import zoo
-        from graphsub.onnx_io import load, to_onnx
+        from graphsub.onnx_io import load, to_onnx_bytes
 
         self.spec = spec
         if os.path.exists(spec) or spec.endswith(".onnx"):
@@ -89,7 +89,7 @@ class LoadedModel:
                 raise GraphsubError("--input-shape applies to ONNX files; zoo models have fixed "
                                     "shapes (use the model's parameters instead)")
             self.graph = zoo.build(spec)
-            self.onnx = to_onnx(self.graph).SerializeToString()
+            self.onnx = to_onnx_bytes(self.graph)
             self.label = spec
 
     def input_specs(self):

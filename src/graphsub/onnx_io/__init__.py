@@ -1,6 +1,7 @@
 """ONNX import and export."""
 
-from graphsub.onnx_io.exporter import DEFAULT_OPSET, save, to_onnx, write_atomic
+from graphsub.onnx_io.exporter import DEFAULT_OPSET, save, to_onnx, to_onnx_bytes, write_atomic
 from graphsub.onnx_io.importer import load, resolve_input_types
 
-__all__ = ["DEFAULT_OPSET", "load", "resolve_input_types", "save", "to_onnx", "write_atomic"]
+__all__ = ["DEFAULT_OPSET", "load", "resolve_input_types", "save", "to_onnx", "to_onnx_bytes",
+           "write_atomic"]

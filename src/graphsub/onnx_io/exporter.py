@@ -116,8 +116,19 @@ def _folded_values(graph: Graph, weight_only: set[int], needed: set[int]) -> dic
     return {v: results[f"v{i}"] for i, v in enumerate(outputs)}
 
 
-def to_onnx(graph: Graph, opset: int | None = None, model_name: str = "graphsub") -> onnx.ModelProto:
-    """The graph as a checked ONNX ModelProto."""
+def check_onnx(model: onnx.ModelProto | bytes) -> None:
+    """Run onnx.checker with full checking (shape inference included); raise ExportError."""
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+        raise ExportError(f"the exported model does not pass the ONNX checker: {exc}") from None
+    except ValueError as exc:  # larger than protobuf's 2 GiB limit
+        raise ExportError(f"cannot check the exported model: {exc}") from None
+
+
+def to_onnx(graph: Graph, opset: int | None = None, model_name: str = "graphsub",
+            check: bool = True) -> onnx.ModelProto:
+    """The graph as an ONNX ModelProto, checked by onnx.checker unless `check` is False."""
     opset = opset or graph.meta.get("opset") or DEFAULT_OPSET
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ExportError(f"cannot export at opset {opset}: graphsub writes opsets "
@@ -183,12 +194,8 @@ def to_onnx(graph: Graph, opset: int | None = None, model_name: str = "graphsub"
         [_value_info(name, graph.type_of(v)) for v, name in zip(graph.outputs, graph.output_names)],
         initializer=ctx.initializers)
     model = make_model(onnx_graph, [("", opset), *sorted(ctx.domains.items())])
-    try:
-        onnx.checker.check_model(model, full_check=True)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
-        raise ExportError(f"the exported model does not pass the ONNX checker: {exc}") from None
-    except ValueError as exc:  # larger than protobuf's 2 GiB limit
-        raise ExportError(f"cannot check the exported model: {exc}") from None
+    if check:
+        check_onnx(model)
     return model
 
 
@@ -212,11 +219,18 @@ def write_atomic(data: bytes, path: str | os.PathLike[str]) -> Path:
     return target
 
 
-def save(graph: Graph, path: str | os.PathLike[str], opset: int | None = None) -> Path:
-    """Export the graph and write it atomically to `path`."""
-    model = to_onnx(graph, opset, model_name=Path(path).stem)
+def to_onnx_bytes(graph: Graph, opset: int | None = None, model_name: str = "graphsub") -> bytes:
+    """The serialized, checked ONNX model (checked on the bytes, so large models are
+    serialized once rather than twice)."""
+    model = to_onnx(graph, opset, model_name=model_name, check=False)
     try:
         data = model.SerializeToString()
     except ValueError as exc:
         raise ExportError(f"the model is too large for a single ONNX file: {exc}") from None
-    return write_atomic(data, path)
+    check_onnx(data)
+    return data
+
+
+def save(graph: Graph, path: str | os.PathLike[str], opset: int | None = None) -> Path:
+    """Export the graph and write it atomically to `path`."""
+    return write_atomic(to_onnx_bytes(graph, opset, model_name=Path(path).stem), path)
