@@ -36,24 +36,25 @@ def _pair(k: Kernel) -> tuple[int, int]:
     return (k, k) if isinstance(k, int) else (int(k[0]), int(k[1]))
 
 
-def init_weight(b: GraphBuilder, shape: Sequence[int], fan_in: int, activation: str,
+def init_weight(b: GraphBuilder, shape: Sequence[int], fan_in: int, relu: bool,
                 damping: int = 1) -> Value:
-    """A random weight whose scale keeps activations near unit variance: He scaling before a
-    ReLU, half of it (LeCun) before anything linear; `damping` divides the variance further
-    (residual branches, where several paths add up)."""
-    linear = 1 if activation == "relu" else 2
-    return b.he_weight(shape, fan_in=fan_in * linear * damping)
+    """A random weight whose scale keeps activations near unit variance: He scaling when a
+    ReLU follows, half of its variance (LeCun) before anything linear; `damping` divides the
+    variance further (residual branches, where several paths add up)."""
+    return b.he_weight(shape, fan_in=fan_in * (1 if relu else 2) * damping)
 
 
 def conv(b: GraphBuilder, x: Value, cout: int, kernel: Kernel = 1, stride: int = 1,
          padding: Padding = "same", activation: str = "relu", groups: int = 1,
-         bias: bool = False, damping: int = 1) -> Value:
+         bias: bool = False, damping: int = 1, relu_follows: bool | None = None) -> Value:
     """One convolution with a fresh weight (and bias): the building block of every model here.
-    The group count goes into the weight shape (Cout, Cin/groups, kh, kw), as graphsub infers it."""
+    The group count goes into the weight shape (Cout, Cin/groups, kh, kw), as graphsub infers it.
+    `relu_follows` picks the weight scale when a ReLU-like op comes later as a separate node."""
     cin = b.shape(x)[1]
     kh, kw = _pair(kernel)
     fan_in = cin // groups * kh * kw
-    w = init_weight(b, (cout, cin // groups, kh, kw), fan_in, activation, damping)
+    relu = activation == "relu" if relu_follows is None else relu_follows
+    w = init_weight(b, (cout, cin // groups, kh, kw), fan_in, relu, damping)
     inputs = [x, w] + ([b.uniform_weight((cout,))] if bias else [])
     return b.conv2d(*inputs, stride=stride, padding=padding, activation=activation)
 
@@ -80,7 +81,7 @@ def fc(b: GraphBuilder, x: Value, cout: int, activation: str = "none") -> Value:
     """A fully connected layer on (N, Cin): matmul by a (Cin, Cout) weight plus a bias, then
     the activation (a separate node, since it must come after the bias)."""
     cin = b.shape(x)[-1]
-    y = b.matmul(x, init_weight(b, (cin, cout), cin, activation))
+    y = b.matmul(x, init_weight(b, (cin, cout), cin, activation == "relu"))
     y = b.add(y, b.uniform_weight((cout,)))
     return b.relu(y) if activation == "relu" else y
 
@@ -138,7 +139,9 @@ RESNET50_DEPTHS = (3, 4, 6, 3)
 @register("resnet50", "ResNet-50 as in TASO (no BN, fused ReLU), 224x224, 1000 classes",
           "taso-sosp19")
 def resnet50(seed: int = 0) -> Graph:
-    """ResNet-50: 16 bottleneck blocks of widths 64..512 (expansion 4) on TASO's stem."""
+    """ResNet-50: 16 bottleneck blocks of widths 64..512 (expansion 4). TASO's resnet50.py
+    starts from a 64x56x56 input; the stem of its ResNeXt-50 (the standard ResNet stem) brings
+    224x224 images there, and the classifier closes the model: 53 convolutions in all."""
     b = GraphBuilder(seed)
     x = taso_stem(b, b.input("input", IMAGENET_INPUT))
     x = residual_stages(b, x, (64, 128, 256, 512), RESNET50_DEPTHS,
@@ -219,7 +222,7 @@ def conv_bn(b: GraphBuilder, x: Value, cout: int, kernel: Kernel = 1, stride: in
     (or nothing, for the linear bottleneck projections)."""
     # He scaling suits ReLU6 too: the clip at 6 rarely bites at unit-scale activations.
     y = conv(b, x, cout, kernel, stride=stride, padding=sym_pad(kernel), groups=groups,
-             activation="none", damping=damping)
+             activation="none", damping=damping, relu_follows=relu6)
     y = batch_norm(b, y)
     return b.clip(y, min=0.0, max=6.0) if relu6 else y
 

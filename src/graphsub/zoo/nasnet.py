@@ -16,14 +16,25 @@ from graphsub.ir.graph import Graph, Value
 from graphsub.zoo import register
 from graphsub.zoo.cnn import IMAGENET_INPUT, Kernel, classifier, conv, finish, taso_stem
 
+#: Variance damping of the convolutions that feed a cell (see `squeeze`).
+CELL_DAMPING = 2
+
 
 def separable(b: GraphBuilder, x: Value, channels: int, kernel: Kernel,
               stride: int = 1) -> Value:
     """Depthwise kxk convolution (groups = channels) then a 1x1 pointwise one, both linear.
-    Each is variance-damped by 2 because every separable branch is added to another one."""
+    The pointwise weight is variance-damped by 2 because every separable branch is added to
+    another path."""
     assert b.shape(x)[1] == channels, "TASO's separable convolutions keep the channel count"
     t = conv(b, x, channels, kernel, stride=stride, groups=channels, activation="none")
     return conv(b, t, channels, 1, activation="none", damping=2)
+
+
+def squeeze(b: GraphBuilder, x: Value, channels: int) -> Value:
+    """The 1x1 convolution with ReLU that adapts a cell input to the cell's channel count.
+    A cell's output sums two paths per branch, about doubling the variance of its input, so
+    these convolutions halve it back (damping 2) to keep a deep stack of cells at unit scale."""
+    return conv(b, x, channels, 1, damping=CELL_DAMPING)
 
 
 def fit(b: GraphBuilder, cur: Value, prev: Value) -> Value:
@@ -31,22 +42,24 @@ def fit(b: GraphBuilder, cur: Value, prev: Value) -> Value:
     strided 3x3 convolution when the spatial sizes differ)."""
     channels = b.shape(cur)[1]
     if b.shape(prev)[2] == b.shape(cur)[2]:
-        return conv(b, prev, channels, 1)
-    return conv(b, prev, channels, 3, stride=2)
+        return squeeze(b, prev, channels)
+    return conv(b, prev, channels, 3, stride=2, damping=CELL_DAMPING)
 
 
 def avg3(b: GraphBuilder, x: Value, stride: int = 1) -> Value:
+    """TASO's 3x3 SAME average pool (padding excluded from the count, as in cuDNN's mode)."""
     return b.avg_pool2d(x, kernel=3, stride=stride, padding="same")
 
 
 def max3(b: GraphBuilder, x: Value, stride: int = 1) -> Value:
+    """TASO's 3x3 SAME max pool."""
     return b.max_pool2d(x, kernel=3, stride=stride, padding="same")
 
 
 def normal_cell(b: GraphBuilder, prev: Value, cur: Value, channels: int) -> Value:
     """Five pairwise sums of separable convolutions, pools and identities of the two inputs,
     concatenated: 5 * channels output channels at the same size."""
-    cur = conv(b, cur, channels, 1)
+    cur = squeeze(b, cur, channels)
     prev = fit(b, cur, prev)
     pairs = ((separable(b, cur, channels, 3), cur),
              (separable(b, prev, channels, 3), separable(b, cur, channels, 3)),
@@ -59,7 +72,7 @@ def normal_cell(b: GraphBuilder, prev: Value, cur: Value, channels: int) -> Valu
 def reduction_cell(b: GraphBuilder, prev: Value, cur: Value, channels: int) -> Value:
     """Halve the spatial size: strided 7x7/5x5 separable convolutions and pools of the two
     inputs, two further combinations of the first results; 5 * channels output channels."""
-    cur = conv(b, cur, channels, 1)
+    cur = squeeze(b, cur, channels)
     prev = fit(b, cur, prev)
     o0 = b.add(separable(b, prev, channels, 7, 2), separable(b, cur, channels, 5, 2))
     o1 = b.add(max3(b, cur, 2), separable(b, prev, channels, 7, 2))
