@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graphsub.ir.types import Attrs
 from graphsub.ops import get_op
 
 torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install graphsub[torch])")

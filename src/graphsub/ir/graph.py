@@ -107,12 +107,6 @@ class Graph:
     def input_names(self) -> tuple[str, ...]:
         return tuple(self._nodes[i].attrs["name"] for i in self.inputs)
 
-    def input_node(self, name: str) -> int:
-        for i in self.inputs:
-            if self._nodes[i].attrs["name"] == name:
-                return i
-        raise KeyError(name)
-
     @property
     def next_id(self) -> int:
         return self._next_id

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import ShapeError
-from graphsub.ir.types import Attrs, TensorType
+from graphsub.ir.types import Attrs
 from graphsub.ops.base import AttrSpec, OpDef, Types, f32, norm_axis, onnx_importer, register
 
 
