@@ -65,7 +65,7 @@ class Graph:
     """
 
     __slots__ = ("_nodes", "inputs", "outputs", "output_names", "meta", "_next_id",
-                 "_topo", "_users", "_hash")
+                 "_topo", "_users", "_hash", "_weight_only", "_by_op")
 
     def __init__(self, nodes: Mapping[int, Node], inputs: Sequence[int],
                  outputs: Sequence[Value], output_names: Sequence[str],
@@ -80,6 +80,8 @@ class Graph:
         self._topo: list[int] | None = None
         self._users: dict[int, list[tuple[int, int]]] | None = None
         self._hash: str | None = None
+        self._weight_only: frozenset[int] | None = None
+        self._by_op: dict[str, list[int]] | None = None
         if check:
             self.validate()
 
@@ -149,7 +151,13 @@ class Graph:
         return self._users
 
     def nodes_by_op(self, op: str) -> list[int]:
-        return [nid for nid in self.topo_order() if self._nodes[nid].op == op]
+        """Ids of the nodes of one op, in topological order (indexed once per graph)."""
+        if self._by_op is None:
+            by_op: dict[str, list[int]] = {}
+            for nid in self.topo_order():
+                by_op.setdefault(self._nodes[nid].op, []).append(nid)
+            self._by_op = by_op
+        return self._by_op.get(op, [])
 
     def structural_hash(self) -> str:
         """A hash equal for graphs that differ only in node ids or insertion order."""
@@ -159,20 +167,22 @@ class Graph:
             self._hash = graph_hash(self)
         return self._hash
 
-    def weight_only(self) -> set[int]:
+    def weight_only(self) -> frozenset[int]:
         """Ids of nodes whose value depends on weights alone (TASO section 7.3): they are folded
         into constants at export and cost nothing at inference."""
-        from graphsub.ops import is_deterministic
+        if self._weight_only is None:
+            from graphsub.ops import is_deterministic
 
-        result: set[int] = set()
-        for nid in self.topo_order():
-            node = self._nodes[nid]
-            if node.op == "weight" or (
-                node.inputs and is_deterministic(node)
-                and all(v.node in result for v in node.inputs)
-            ):
-                result.add(nid)
-        return result
+            result: set[int] = set()
+            for nid in self.topo_order():
+                node = self._nodes[nid]
+                if node.op == "weight" or (
+                    node.inputs and is_deterministic(node)
+                    and all(v.node in result for v in node.inputs)
+                ):
+                    result.add(nid)
+            self._weight_only = frozenset(result)
+        return self._weight_only
 
     def edit(self) -> GraphEditor:
         return GraphEditor(self)

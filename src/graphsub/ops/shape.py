@@ -20,6 +20,8 @@ def _no_flops(attrs: Attrs, ins: Types, outs: Types) -> int:
 
 
 def _axis_canon(values: dict[str, Any], ins: Types, op: str) -> dict[str, Any]:
+    if ins and ins[0].rank == 0:
+        raise ShapeError(f"{op}: inputs must have at least one dimension")
     if ins:
         values["axis"] = norm_axis(values["axis"], ins[0].rank, op)
     return values

@@ -1,0 +1,66 @@
+"""Rules: the text format, matching, applying, numerical checks and the built-in library.
+
+    from graphsub.rules import builtin_rules, load_rules
+    rules = builtin_rules()                       # checked numerically on first load
+    rules = load_rules(["my.rules"])              # a rule file of your own
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
+
+from graphsub.errors import GraphsubError
+from graphsub.rules.applier import apply_match
+from graphsub.rules.ast import Rule
+from graphsub.rules.check import RuleCheckError, check_rule
+from graphsub.rules.matcher import Match, find_matches
+from graphsub.rules.parser import RuleSyntaxError, parse_rules, print_rule, print_rules
+
+LIBRARY = Path(__file__).parent / "library"
+
+
+def library_files() -> list[Path]:
+    return sorted(LIBRARY.glob("*.rules"))
+
+
+@lru_cache(maxsize=None)
+def _checked(path: str, text: str, check: bool) -> tuple[Rule, ...]:
+    rules = parse_rules(text, origin=path)
+    if check:
+        for r in rules:
+            check_rule(r)
+    return tuple(rules)
+
+
+def load_rules(paths: Iterable[str | Path], check: bool = True) -> list[Rule]:
+    """Rules from rule files (graphsub text format, or TASO's .pb), each checked numerically
+    unless `check` is False. Duplicate rule names are an error."""
+    rules: list[Rule] = []
+    for p in paths:
+        path = Path(p)
+        if not path.exists():
+            raise GraphsubError(f"rule file {path} does not exist")
+        if path.suffix == ".pb":
+            from graphsub.rules.taso import import_taso_rules
+
+            rules += import_taso_rules(path, check=check).rules
+        else:
+            rules += _checked(str(path), path.read_text(), check)
+    seen: dict[str, str] = {}
+    for r in rules:
+        if r.name in seen:
+            raise GraphsubError(f"rule {r.name!r} is defined twice ({seen[r.name]} and {r.origin})")
+        seen[r.name] = r.origin
+    return rules
+
+
+def builtin_rules(check: bool = True) -> list[Rule]:
+    """The built-in library (src/graphsub/rules/library/*.rules)."""
+    return load_rules(library_files(), check=check)
+
+
+__all__ = ["Match", "Rule", "RuleCheckError", "RuleSyntaxError", "apply_match", "builtin_rules",
+           "check_rule", "find_matches", "library_files", "load_rules", "parse_rules",
+           "print_rule", "print_rules"]

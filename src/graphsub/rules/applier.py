@@ -1,0 +1,128 @@
+"""Applying a match: build the target, redirect the source roots' readers to it, clean up.
+
+A match is rejected (None is returned, with the reason counted) when a matched node that is not
+a mapped root is read outside the match (its value would be lost), when a target's type differs
+from its source's, when the target cannot be built (shapes that do not fit), or when the result
+has a cycle (TASO figure 6).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from graphsub.errors import CycleError, GraphsubError, ShapeError
+from graphsub.ir.graph import Graph, GraphEditor, Value
+from graphsub.rules.ast import OpTerm, Ref, Term, Var
+from graphsub.rules.expr import Env, evaluate
+from graphsub.rules.matcher import SAME_SHAPES, Match
+
+#: Why matches were rejected, across the process (reported in search statistics).
+REJECTIONS: Counter[str] = Counter()
+
+
+class Rejected(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _external_use(graph: Graph, match: Match) -> str | None:
+    roots = set(match.roots)
+    outputs = set(graph.outputs)
+    users = graph.users()
+    for nid in match.nodes:
+        for i in range(len(graph[nid].outputs)):
+            v = Value(nid, i)
+            if v in roots:
+                continue
+            if v in outputs:
+                return "unmapped output"
+            for user, pos in users.get(nid, ()):
+                if graph[user].inputs[pos] == v and user not in match.nodes:
+                    return "unmapped external use"
+    return None
+
+
+class _TargetBuilder:
+    """Instantiates target terms, sharing identical subterms (hash-consing)."""
+
+    def __init__(self, editor: GraphEditor, match: Match, graph: Graph) -> None:
+        self.ed = editor
+        self.match = match
+        self.env = Env(graph, match.tensors, match.attrs, match.roots)
+        self.memo: dict[Any, tuple[Value, ...]] = {}
+        self.lets: dict[str, tuple[Value, ...]] = {}
+
+    def build(self, term: Term) -> Value:
+        if isinstance(term, Var):
+            return self.match.tensors[term.name]
+        if isinstance(term, Ref):
+            outs = self.lets.get(term.name)
+            if outs is None:
+                raise Rejected(f"let name {term.name!r} is not defined")
+            return outs[term.index]
+        assert isinstance(term, OpTerm)
+        outs = self.build_outputs(term)
+        if term.index >= len(outs):
+            raise Rejected(f"{term.op} has no output {term.index}")
+        return outs[term.index]
+
+    def build_outputs(self, term: Term) -> tuple[Value, ...]:
+        if isinstance(term, Ref):
+            if term.name not in self.lets:
+                raise Rejected(f"let name {term.name!r} is not defined")
+            return self.lets[term.name]
+        if isinstance(term, Var):
+            return (self.build(term),)
+        assert isinstance(term, OpTerm)
+        inputs = tuple(self.build(a) for a in term.args)
+        attrs = {k: evaluate(e, self.env) for k, e in term.attrs if k != SAME_SHAPES}
+        if any(k == SAME_SHAPES for k, _ in term.attrs) and len(
+                {self.ed.type_of(v).shape for v in inputs}) > 1:
+            raise Rejected("broadcasting where the rule forbids it")
+        key = (term.op, tuple(sorted((k, repr(v)) for k, v in attrs.items())), inputs)
+        if key in self.memo:
+            return self.memo[key]
+        if term.op == "constant":
+            outs = self._constant(attrs, inputs)
+        else:
+            outs = self.ed.add(term.op, inputs, attrs)
+        self.memo[key] = outs
+        return outs
+
+    def _constant(self, attrs: dict[str, Any], inputs: tuple[Value, ...]) -> tuple[Value, ...]:
+        """(constant :value v :shape [..] [:dtype d]): a weight filled with one value."""
+        dtype = attrs.get("dtype", "float32")
+        arr = np.full(tuple(attrs.get("shape", ())), attrs["value"], dtype=dtype)
+        return self.ed.add("weight", (), {"value": arr})
+
+
+def apply_match(graph: Graph, match: Match) -> Graph | None:
+    """The graph with the match rewritten, or None when the rewrite is not allowed."""
+    reason = _external_use(graph, match)
+    if reason is not None:
+        REJECTIONS[reason] += 1
+        return None
+    editor = graph.edit()
+    builder = _TargetBuilder(editor, match, graph)
+    rule = match.rule
+    try:
+        for name, term in rule.lets:
+            builder.lets[name] = builder.build_outputs(term)
+        targets = [builder.build(t) for t in rule.targets]
+        for old, new in zip(match.roots, targets):
+            if old != new:
+                editor.replace_uses(old, new)
+        return editor.finish()
+    except Rejected as exc:
+        REJECTIONS[exc.reason] += 1
+    except ShapeError:
+        REJECTIONS["shape or type mismatch"] += 1
+    except CycleError:
+        REJECTIONS["cycle"] += 1
+    except GraphsubError:
+        REJECTIONS["target not buildable"] += 1
+    return None

@@ -1,0 +1,236 @@
+"""Numerical check of rules on concrete examples.
+
+For each rule, graphsub builds small example graphs that are instances of the source (shapes
+chosen from the role each variable plays, attributes drawn from typical values), matches the
+rule on them with the real matcher, applies it with the real applier, and compares both graphs'
+outputs on random inputs. A rule passes when at least one example exists and every example
+agrees within the tolerance; a rule for which no example can be built fails too, since it
+cannot have been tested.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graphsub.errors import GraphsubError
+from graphsub.ir.builder import GraphBuilder
+from graphsub.ir.graph import Graph, Value
+from graphsub.ops import get_op
+from graphsub.rules.applier import apply_match
+from graphsub.rules.ast import AVar, Call, Expr, Lit, OpTerm, Rule, Term, Var
+from graphsub.rules.expr import Env
+from graphsub.rules.expr import evaluate as evaluate_expr
+from graphsub.rules.matcher import SAME_SHAPES, find_matches
+from graphsub.runtime.compare import diff_arrays
+from graphsub.runtime.reference import evaluate
+
+
+class RuleCheckError(GraphsubError):
+    """A rule's two sides disagree numerically, or it cannot be tested."""
+
+
+_CONV_W = [(4, 4, 3, 3), (4, 4, 1, 1), (8, 4, 3, 3), (4, 4, 1, 3), (4, 4, 3, 1), (4, 2, 3, 3),
+           (4, 1, 3, 3), (8, 8, 3, 3), (4, 8, 1, 1), (8, 4, 1, 1)]
+_ROLE_SHAPES: dict[tuple[str, int], list[tuple[int, ...]]] = {
+    ("conv2d", 0): [(1, 4, 6, 6), (1, 8, 6, 6)],
+    ("conv2d", 1): _CONV_W,
+    ("conv2d", 2): [(4,), (8,)],
+    ("enlarge", 0): _CONV_W,
+    ("matmul", 0): [(4, 4), (4, 6), (6, 4), (2, 4, 4)],
+    ("matmul", 1): [(4, 4), (4, 6), (6, 4), (2, 4, 4)],
+    ("smul", 1): [()],
+    ("layer_norm", 1): [(4,), (6,)],
+    ("layer_norm", 2): [(4,), (6,)],
+    ("avg_pool2d", 0): [(1, 4, 6, 6)],
+    ("max_pool2d", 0): [(1, 4, 6, 6)],
+    ("global_avg_pool", 0): [(1, 4, 6, 6)],
+    **{("batch_norm", i): [(4,), (8,)] for i in range(1, 5)},
+    ("batch_norm", 0): [(1, 4, 6, 6), (1, 8, 6, 6)],
+}
+_DEFAULT_SHAPES = [(4, 4), (1, 4, 6, 6), (4,), (1, 8, 6, 6), (4, 6), (1, 4, 1, 1), ()]
+#: Roles whose inputs must be positive for the op to be defined.
+_POSITIVE = {("batch_norm", 4), ("sqrt", 0), ("log", 0), ("div", 1), ("reciprocal", 0)}
+_ATTR_CHOICES: dict[str, list[Any]] = {
+    "stride": [(1, 1), (2, 2)], "padding": ["same", "valid"], "activation": ["none", "relu", "sigmoid"],
+    "axis": [1, 0, -1], "count_include_pad": [True, False], "keepdims": [True, False],
+    "kernel": [(3, 3), (2, 2)],
+}
+
+
+def _roles(rule: Rule) -> dict[str, tuple[str, int]]:
+    """The (op, argument position) where each variable first appears in the source."""
+    roles: dict[str, tuple[str, int]] = {}
+
+    def walk(t: Term) -> None:
+        if isinstance(t, OpTerm):
+            for i, a in enumerate(t.args):
+                if isinstance(a, Var):
+                    roles.setdefault(a.name, (t.op, i))
+                walk(a)
+
+    for s in rule.sources:
+        walk(s)
+    return roles
+
+
+def _condition_vars(rule: Rule, fn: str) -> dict[str, Expr | None]:
+    """Variables that conditions such as (weight ?w) or (all-equal ?w 1) constrain."""
+    found: dict[str, Expr | None] = {}
+
+    def walk(e: Expr) -> None:
+        if isinstance(e, Call):
+            if e.fn == fn and e.args and isinstance(e.args[0], AVar):
+                found[e.args[0].name] = e.args[1] if len(e.args) > 1 else None
+            for a in e.args:
+                walk(a)
+
+    for c in rule.conditions:
+        walk(c)
+    return found
+
+
+@dataclass
+class _Example:
+    graph: Graph
+    feeds: dict[str, np.ndarray]
+
+
+def _default_attr(op: str, key: str, in_shapes: list[tuple[int, ...]], attrs: dict[str, Any],
+                  rng: np.random.Generator) -> Any:
+    """A value for an attribute the source leaves open."""
+    if key == "sizes" and in_shapes:
+        n = in_shapes[0][attrs.get("axis", 0)] if in_shapes[0] else 0
+        return (n // 2, n - n // 2) if n >= 2 else (n,)
+    if key == "perm" and in_shapes:
+        return tuple(reversed(range(len(in_shapes[0]))))
+    if key == "shape" and in_shapes:
+        return (math.prod(in_shapes[0]),)
+    if key == "kernel" and op == "enlarge" and in_shapes:
+        k = max(in_shapes[0][2:]) + 2
+        return (k, k)
+    if key in _ATTR_CHOICES:
+        return _ATTR_CHOICES[key][rng.integers(len(_ATTR_CHOICES[key]))]
+    return None
+
+
+def _build_example(rule: Rule, rng: np.random.Generator) -> _Example | None:
+    roles = _roles(rule)
+    weights = _condition_vars(rule, "weight")
+    constants = _condition_vars(rule, "all-equal")
+    b = GraphBuilder(seed=int(rng.integers(1 << 30)))
+    feeds: dict[str, np.ndarray] = {}
+    values: dict[str, Value] = {}
+    attr_vars: dict[str, Any] = {}
+
+    def var_value(name: str) -> Value:
+        if name in values:
+            return values[name]
+        role = roles.get(name, ("", 0))
+        choices = _ROLE_SHAPES.get(role, _DEFAULT_SHAPES)
+        used = [b.shape(v) for v in values.values() if b.shape(v) in choices]
+        if used and rng.random() < 0.6:
+            choices = used  # rules often need equal shapes: reuse one already drawn
+        shape = choices[rng.integers(len(choices))]
+        data = rng.standard_normal(shape).astype(np.float32)
+        if role in _POSITIVE:
+            data = np.abs(data) + np.float32(0.5)
+        if name in constants:
+            fill = constants[name]
+            data = np.full(shape, fill.value if isinstance(fill, Lit) else 1.0, np.float32)
+            values[name] = b.weight(data)
+        elif name in weights:
+            values[name] = b.weight(data)
+        else:
+            values[name] = b.input(name, shape)
+            feeds[name] = data
+        return values[name]
+
+    def build(t: Term) -> Value:
+        if isinstance(t, Var):
+            return var_value(t.name)
+        assert isinstance(t, OpTerm)
+        args = [build(a) for a in t.args]
+        in_shapes = [b.shape(a) for a in args]
+        attrs: dict[str, Any] = {}
+        for key, e in t.attrs:
+            if key == SAME_SHAPES:
+                continue
+            if isinstance(e, Lit):
+                attrs[key] = e.value
+            elif isinstance(e, AVar):
+                if e.name not in attr_vars:
+                    attr_vars[e.name] = _default_attr(t.op, key, in_shapes, attrs, rng)
+                attrs[key] = attr_vars[e.name]
+            else:  # a constant expression such as [1 1]
+                attrs[key] = evaluate_expr(e, Env(None, {}, attr_vars))  # type: ignore[arg-type]
+        if any(k == SAME_SHAPES for k, _ in t.attrs) and len(set(in_shapes)) > 1:
+            raise GraphsubError("example does not have equal input shapes")
+        for spec in get_op(t.op).attrs:
+            if spec.name not in attrs and spec.name not in dict(t.attrs):
+                value = _default_attr(t.op, spec.name, in_shapes, attrs, rng)
+                if value is not None:
+                    attrs[spec.name] = value
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        out = b.op(t.op, *args, **attrs)
+        return out[t.index] if isinstance(out, tuple) and not isinstance(out, Value) else out
+
+    try:
+        roots = [build(s) for s in rule.sources]
+        for i, r in enumerate(roots):
+            b.output(r, f"out{i}")
+        return _Example(b.build(), feeds)
+    except (GraphsubError, AttributeError, KeyError):
+        return None  # this draw of shapes and attributes does not fit the source: try another
+
+
+@dataclass(frozen=True)
+class RuleCheck:
+    rule: str
+    examples: int
+    max_rel: float
+
+
+def check_rule(rule: Rule, examples: int = 3, attempts: int = 300, rtol: float = 1e-4,
+               seed: int = 0) -> RuleCheck:
+    """Check a rule numerically; raises RuleCheckError when it is wrong or untestable."""
+    rng = np.random.default_rng(seed)
+    done, worst = 0, 0.0
+    for _ in range(attempts):
+        ex = _build_example(rule, rng)
+        if ex is None:
+            continue
+        matches = [m for m in find_matches(ex.graph, rule)
+                   if set(m.roots) == set(ex.graph.outputs)]
+        if not matches:
+            continue
+        after = apply_match(ex.graph, matches[0])
+        if after is None:
+            continue
+        before_out = evaluate(ex.graph, ex.feeds)
+        after_out = evaluate(after, ex.feeds)
+        for name in before_out:
+            expected = before_out[name]
+            scale = float(np.abs(expected).max()) if expected.size else 0.0
+            d = diff_arrays(name, expected, after_out[name], rtol, max(rtol * scale, 1e-6))
+            worst = max(worst, d.max_abs / max(scale, 1e-6))
+            if not d.ok:
+                raise RuleCheckError(
+                    f"rule {rule.name} ({rule.origin}) is wrong: its two sides differ on random "
+                    f"inputs: {d.describe()}\n  example source graph:\n{ex.graph.format()}")
+        done += 1
+        if done >= examples:
+            break
+    if done == 0:
+        raise RuleCheckError(f"rule {rule.name} ({rule.origin}) could not be tested: no example "
+                             f"graph of its source could be built and rewritten in {attempts} "
+                             "attempts (check its shapes and conditions)")
+    return RuleCheck(rule.name, done, worst)
+
+
+def check_rules(rules: Iterable[Rule], **kwargs: Any) -> list[RuleCheck]:
+    return [check_rule(r, **kwargs) for r in rules]

@@ -1,0 +1,159 @@
+"""Evaluation of attribute expressions and conditions against a match.
+
+Expressions see the tensor variables bound by the source (their types, and for weights their
+values), the attribute variables, and the types of the source roots ($i).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graphsub.errors import GraphsubError
+from graphsub.ir.graph import Graph, Value
+from graphsub.ir.types import TensorType
+from graphsub.rules.ast import AVar, Call, Expr, Lit, ListExpr, OutRef
+
+
+class RuleError(GraphsubError):
+    """A rule is malformed (unknown function, unbound variable, ...)."""
+
+
+@dataclass
+class Env:
+    """What expressions can read while a rule is matched or applied."""
+
+    graph: Graph
+    tensors: Mapping[str, Value]
+    attrs: Mapping[str, Any]
+    roots: tuple[Value, ...] = ()
+
+    def tensor_type(self, e: Expr) -> TensorType:
+        if isinstance(e, AVar) and e.name in self.tensors:
+            return self.graph.type_of(self.tensors[e.name])
+        if isinstance(e, OutRef) and e.index < len(self.roots):
+            return self.graph.type_of(self.roots[e.index])
+        raise RuleError(f"{_show(e)} is not a matched tensor")
+
+    def tensor_value(self, e: Expr) -> Value:
+        if isinstance(e, AVar) and e.name in self.tensors:
+            return self.tensors[e.name]
+        if isinstance(e, OutRef) and e.index < len(self.roots):
+            return self.roots[e.index]
+        raise RuleError(f"{_show(e)} is not a matched tensor")
+
+
+def _show(e: Expr) -> str:
+    from graphsub.rules.parser import print_expr
+
+    return print_expr(e)
+
+
+def _dim(env: Env, t: Expr, i: Expr) -> int:
+    shape = env.tensor_type(t).shape
+    k = evaluate(i, env)
+    if not -len(shape) <= k < len(shape):
+        raise _NoValue()
+    return shape[k]
+
+
+def _weight_value(env: Env, t: Expr) -> np.ndarray | None:
+    """The constant value of a matched tensor, when it is a weight node."""
+    v = env.tensor_value(t)
+    node = env.graph[v.node]
+    return node.attrs["value"].array if node.op == "weight" else None
+
+
+def _all_equal(env: Env, t: Expr, x: Expr) -> bool:
+    arr = _weight_value(env, t)
+    return arr is not None and bool(np.all(arr == evaluate(x, env)))
+
+
+def _is_weight(env: Env, t: Expr) -> bool:
+    return env.tensor_value(t).node in env.graph.weight_only()
+
+
+def _compose(p: tuple[int, ...], q: tuple[int, ...]) -> tuple[int, ...]:
+    """transpose(transpose(x, p), q) == transpose(x, compose(p, q))."""
+    return tuple(p[i] for i in q)
+
+
+class _NoValue(Exception):
+    """An expression has no value for this match (e.g. a dim out of range): no match."""
+
+
+_ARITH: dict[str, Callable[..., Any]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": operator.mod, "max": max, "min": min,
+    "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
+    "gt": operator.gt, "ge": operator.ge,
+}
+
+_TENSOR_FNS: dict[str, Callable[..., Any]] = {
+    "dim": _dim,
+    "rank": lambda env, t: env.tensor_type(t).rank,
+    "shape": lambda env, t: env.tensor_type(t).shape,
+    "dtype": lambda env, t: env.tensor_type(t).dtype,
+    "weight": _is_weight,
+    "all-equal": _all_equal,
+}
+
+FUNCTIONS = sorted(set(_ARITH) | set(_TENSOR_FNS) | {"and", "or", "not", "in", "identity-perm",
+                                                     "compose", "len", "neg", "at"})
+
+
+def evaluate(e: Expr, env: Env) -> Any:
+    if isinstance(e, Lit):
+        return e.value
+    if isinstance(e, AVar):
+        if e.name in env.attrs:
+            return env.attrs[e.name]
+        raise RuleError(f"attribute variable ?{e.name} is not bound by the source")
+    if isinstance(e, ListExpr):
+        return tuple(evaluate(i, env) for i in e.items)
+    if isinstance(e, OutRef):
+        raise RuleError(f"${e.index} is a tensor; use it inside dim, rank or shape")
+    assert isinstance(e, Call)
+    fn = e.fn
+    if fn in _TENSOR_FNS:
+        return _TENSOR_FNS[fn](env, *e.args)
+    if fn == "and":
+        return all(evaluate(a, env) for a in e.args)
+    if fn == "or":
+        return any(evaluate(a, env) for a in e.args)
+    args = [evaluate(a, env) for a in e.args]
+    if fn in _ARITH:
+        try:
+            return _ARITH[fn](*args)
+        except (TypeError, ZeroDivisionError):
+            raise _NoValue() from None
+    if fn == "not":
+        return not args[0]
+    if fn == "in":
+        return args[0] in args[1:]
+    if fn == "identity-perm":
+        return tuple(args[0]) == tuple(range(len(args[0])))
+    if fn == "compose":
+        return _compose(tuple(args[0]), tuple(args[1]))
+    if fn == "len":
+        return len(args[0])
+    if fn == "neg":
+        return -args[0]
+    if fn == "at":
+        try:
+            return args[0][args[1]]
+        except (IndexError, TypeError):
+            raise _NoValue() from None
+    raise RuleError(f"unknown function {fn!r} in a rule; known: {', '.join(FUNCTIONS)}")
+
+
+def try_evaluate(e: Expr, env: Env) -> tuple[bool, Any]:
+    """(True, value), or (False, None) when the expression has no value for this match."""
+    try:
+        return True, evaluate(e, env)
+    except _NoValue:
+        return False, None

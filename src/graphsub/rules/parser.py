@@ -1,0 +1,288 @@
+"""Parser and printer of the rule text format (docs/rules.md).
+
+    # Comment lines right above a rule are its documentation.
+    rule matmul-assoc:
+      (matmul ?a (matmul ?b ?c)) => (matmul (matmul ?a ?b) ?c)
+
+    rule merge-matmul:
+      (matmul ?x ?w1 :activation ?act), (matmul ?x ?w2 :activation ?act)
+      => let y = (matmul ?x (concat :axis -1 ?w1 ?w2) :activation ?act)
+         in (split :axis -1 :sizes [(dim ?w1 -1) (dim ?w2 -1)] y).0,
+            (split :axis -1 :sizes [(dim ?w1 -1) (dim ?w2 -1)] y).1
+
+`print_rule(parse_rules(text)[0])` gives canonical text that parses back to the same rule.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from graphsub.errors import GraphsubError
+from graphsub.rules.ast import (AVar, Call, Expr, Lit, ListExpr, OpTerm, OutRef, Ref, Rule, Term,
+                                Var)
+
+
+class RuleSyntaxError(GraphsubError):
+    """A rule file does not follow the rule format."""
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str  # ( ) [ ] , => : KEY VAR OUT PROJ NUM WORD COMMENT
+    text: str
+    line: int
+
+
+_TOKEN = re.compile(r"""
+    (?P<COMMENT>\#[^\n]*)
+  | (?P<ARROW>=>)
+  | (?P<PROJ>(?<=\))\.\d+)
+  | (?P<PUNCT>[()\[\],=])
+  | (?P<KEY>:[A-Za-z_][\w-]*)
+  | (?P<COLON>:)
+  | (?P<VAR>\?[A-Za-z_][\w-]*)
+  | (?P<OUT>\$\d+)
+  | (?P<NUM>[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?(?![\w.]))
+  | (?P<WORD>[A-Za-z_+*/%-][\w.+*/%-]*)
+  | (?P<SPACE>[ \t\r]+)
+  | (?P<NEWLINE>\n)
+""", re.VERBOSE)
+
+
+def tokenize(text: str) -> list[Token]:
+    tokens: list[Token] = []
+    line, pos = 1, 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise RuleSyntaxError(f"line {line}: unexpected character {text[pos]!r}")
+        kind = m.lastgroup or ""
+        value = m.group()
+        if kind == "NEWLINE":
+            line += 1
+        elif kind != "SPACE":
+            if kind == "PUNCT":
+                kind = value
+            elif kind == "ARROW":
+                kind = "=>"
+            elif kind == "COLON":
+                kind = ":"
+            tokens.append(Token(kind, value, line))
+        pos = m.end()
+    return tokens
+
+
+class _Parser:
+    def __init__(self, tokens: list[Token], origin: str) -> None:
+        self.toks = tokens
+        self.i = 0
+        self.origin = origin
+
+    # -- token helpers --
+    def peek(self, offset: int = 0) -> Token | None:
+        j = self.i + offset
+        return self.toks[j] if j < len(self.toks) else None
+
+    def next(self) -> Token:
+        tok = self.peek()
+        if tok is None:
+            raise RuleSyntaxError(f"{self.origin}: unexpected end of file")
+        self.i += 1
+        return tok
+
+    def expect(self, kind: str, text: str | None = None) -> Token:
+        tok = self.next()
+        if tok.kind != kind or (text is not None and tok.text != text):
+            want = text or kind
+            raise RuleSyntaxError(f"{self.origin}:{tok.line}: expected {want!r}, found {tok.text!r}")
+        return tok
+
+    def at(self, kind: str, text: str | None = None) -> bool:
+        tok = self.peek()
+        return tok is not None and tok.kind == kind and (text is None or tok.text == text)
+
+    # -- grammar --
+    def rules(self) -> list[Rule]:
+        out: list[Rule] = []
+        doc: list[str] = []
+        while self.peek() is not None:
+            tok = self.peek()
+            assert tok is not None
+            if tok.kind == "COMMENT":
+                self.i += 1
+                doc.append(tok.text[1:].strip())
+                continue
+            if tok.kind == "WORD" and tok.text == "rule":
+                out.append(self.rule("\n".join(doc)))
+                doc = []
+                continue
+            raise RuleSyntaxError(f"{self.origin}:{tok.line}: expected 'rule', found {tok.text!r}")
+        return out
+
+    def skip_comments(self) -> None:
+        while self.at("COMMENT"):
+            self.i += 1
+
+    def rule(self, doc: str) -> Rule:
+        self.expect("WORD", "rule")
+        name_tok = self.next()
+        if name_tok.kind not in ("WORD", "NUM"):
+            raise RuleSyntaxError(f"{self.origin}:{name_tok.line}: expected a rule name")
+        self.expect(":")
+        sources = [self.term(allow_refs=False)]
+        self.skip_comments()
+        while self.at(","):
+            self.next()
+            self.skip_comments()
+            sources.append(self.term(allow_refs=False))
+        self.skip_comments()
+        self.expect("=>")
+        self.skip_comments()
+        lets: list[tuple[str, Term]] = []
+        if self.at("WORD", "let"):
+            self.next()
+            while True:
+                self.skip_comments()
+                name = self.expect("WORD").text
+                self.expect("=")
+                lets.append((name, self.term(allow_refs=True)))
+                self.skip_comments()
+                if self.at(","):
+                    self.next()
+                    continue
+                self.expect("WORD", "in")
+                break
+        self.skip_comments()
+        targets = [self.term(allow_refs=True)]
+        self.skip_comments()
+        while self.at(","):
+            self.next()
+            self.skip_comments()
+            targets.append(self.term(allow_refs=True))
+        conditions: list[Expr] = []
+        self.skip_comments()
+        if self.at("WORD", "where"):
+            self.next()
+            conditions.append(self.expr())
+            self.skip_comments()
+            while self.at(","):
+                self.next()
+                self.skip_comments()
+                conditions.append(self.expr())
+        if len(targets) != len(sources):
+            raise RuleSyntaxError(f"{self.origin}: rule {name_tok.text}: {len(sources)} source "
+                                  f"term(s) but {len(targets)} target term(s)")
+        return Rule(name_tok.text, tuple(sources), tuple(targets), tuple(lets),
+                    tuple(conditions), doc, self.origin)
+
+    def term(self, allow_refs: bool) -> Term:
+        tok = self.next()
+        if tok.kind == "VAR":
+            return Var(tok.text[1:])
+        if tok.kind == "WORD" and allow_refs:
+            name, _, idx = tok.text.rpartition(".")
+            if name and idx.isdigit():
+                return Ref(name, int(idx))
+            return Ref(tok.text)
+        if tok.kind != "(":
+            raise RuleSyntaxError(f"{self.origin}:{tok.line}: expected a term, found {tok.text!r}")
+        op = self.expect("WORD").text
+        attrs: list[tuple[str, Expr]] = []
+        args: list[Term] = []
+        while not self.at(")"):
+            if self.at("KEY"):
+                key = self.next().text[1:]
+                attrs.append((key, self.expr()))
+            else:
+                args.append(self.term(allow_refs))
+        self.expect(")")
+        index = 0
+        if self.at("PROJ"):
+            index = int(self.next().text[1:])
+        return OpTerm(op, tuple(attrs), tuple(args), index)
+
+    def expr(self) -> Expr:
+        tok = self.next()
+        if tok.kind == "NUM":
+            text = tok.text
+            is_int = re.fullmatch(r"[-+]?\d+", text) is not None
+            return Lit(int(text) if is_int else float(text))
+        if tok.kind == "WORD":
+            if tok.text in ("true", "false"):
+                return Lit(tok.text == "true")
+            if tok.text == "null":
+                return Lit(None)
+            return Lit(tok.text)
+        if tok.kind == "VAR":
+            return AVar(tok.text[1:])
+        if tok.kind == "OUT":
+            return OutRef(int(tok.text[1:]))
+        if tok.kind == "[":
+            items = []
+            while not self.at("]"):
+                items.append(self.expr())
+            self.expect("]")
+            return ListExpr(tuple(items))
+        if tok.kind == "(":
+            fn = self.expect("WORD").text
+            args = []
+            while not self.at(")"):
+                args.append(self.expr())
+            self.expect(")")
+            return Call(fn, tuple(args))
+        raise RuleSyntaxError(f"{self.origin}:{tok.line}: expected an expression, found {tok.text!r}")
+
+
+def parse_rules(text: str, origin: str = "<rules>") -> list[Rule]:
+    """Parse a rule file's text."""
+    return _Parser(tokenize(text), origin).rules()
+
+
+# ---- printer -----------------------------------------------------------------------------------
+
+def print_expr(e: Expr) -> str:
+    if isinstance(e, Lit):
+        v = e.value
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if v is None:
+            return "null"
+        if isinstance(v, float):
+            return repr(v)
+        return str(v)
+    if isinstance(e, AVar):
+        return f"?{e.name}"
+    if isinstance(e, OutRef):
+        return f"${e.index}"
+    if isinstance(e, ListExpr):
+        return "[" + " ".join(print_expr(i) for i in e.items) + "]"
+    return "(" + " ".join([e.fn] + [print_expr(a) for a in e.args]) + ")"
+
+
+def print_term(t: Term) -> str:
+    if isinstance(t, Var):
+        return f"?{t.name}"
+    if isinstance(t, Ref):
+        return t.name + (f".{t.index}" if t.index else "")
+    parts = [t.op] + [f":{k} {print_expr(v)}" for k, v in t.attrs] + [print_term(a) for a in t.args]
+    return "(" + " ".join(parts) + ")" + (f".{t.index}" if t.index else "")
+
+
+def print_rule(rule: Rule) -> str:
+    lines = [f"# {line}" if line else "#" for line in rule.doc.splitlines()]
+    lines.append(f"rule {rule.name}:")
+    lines.append("  " + ", ".join(print_term(s) for s in rule.sources))
+    target = ", ".join(print_term(t) for t in rule.targets)
+    if rule.lets:
+        lets = ", ".join(f"{n} = {print_term(t)}" for n, t in rule.lets)
+        lines.append(f"  => let {lets} in {target}")
+    else:
+        lines.append(f"  => {target}")
+    if rule.conditions:
+        lines.append("  where " + ", ".join(print_expr(c) for c in rule.conditions))
+    return "\n".join(lines)
+
+
+def print_rules(rules: list[Rule]) -> str:
+    return "\n\n".join(print_rule(r) for r in rules) + "\n"
