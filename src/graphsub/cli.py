@@ -255,6 +255,96 @@ def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo
                   f"[bold]{result['speedup']:.3f}x[/] (ratio of medians)")
 
 
+def _search_progress(time_limit: float, budget: int):
+    """A rich progress bar for the search (on stderr), and the callback that drives it."""
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    bar = Progress(SpinnerColumn(), TextColumn("[bold]searching[/]"), BarColumn(),
+                   TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+                   transient=True)
+    task = bar.add_task("", total=1.0)
+
+    def update(stats, best_cost: float) -> None:
+        done = max(stats.explored / budget, stats.seconds / time_limit)
+        bar.update(task, completed=min(done, 1.0),
+                   description=f"{stats.explored} expanded, {stats.generated} graphs, "
+                               f"best {best_cost * 1e3:.3f}")
+
+    return bar, update
+
+
+@app.command()
+@handle_errors
+def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")],
+             output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the optimized ONNX model.")],
+             algorithm: Annotated[str, typer.Option(help="backtracking or greedy (alpha = 1).")] = "backtracking",
+             alpha: Annotated[float, typer.Option(help="Explore graphs up to alpha x the best cost (TASO/MetaFlow).")] = 1.05,
+             budget: Annotated[int, typer.Option(help="Most graphs to expand.")] = 1000,
+             time_limit: Annotated[float, typer.Option("--time-limit", help="Search time limit in seconds.")] = 60.0,
+             cost: Annotated[str, typer.Option(help="Cost model: measured (onnxruntime on this machine) or analytic.")] = "measured",
+             rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Rule file (graphsub .rules or TASO .pb); repeatable. Default: the built-in library.")] = None,
+             input_shape: InputShapeOpt = None, threads: ThreadsOpt = None,
+             report: Annotated[Optional[Path], typer.Option("--report", help="Write the full report as JSON.")] = None,
+             candidates: Annotated[int, typer.Option(help="Best candidates to time end to end.")] = 3,
+             as_json: JsonOpt = False) -> None:
+    """Optimize a model: search equivalent graphs, keep the fastest measured, verify, write."""
+    from graphsub.onnx_io.exporter import write_atomic
+    from graphsub.optimize import VerificationError, optimize_model
+    from graphsub.rules import builtin_rules, load_rules
+
+    loaded = LoadedModel(model, parse_input_shapes(input_shape))
+    original = (Path(loaded.onnx).read_bytes() if isinstance(loaded.onnx, str) else loaded.onnx)
+    with err.status("loading and checking rules..."):
+        rule_list = load_rules(rules) if rules else builtin_rules()
+    bar, update = _search_progress(time_limit, budget)
+    try:
+        with bar:
+            data, rep = optimize_model(
+                loaded.graph, original, loaded.label, rule_list, algorithm=algorithm, alpha=alpha,
+                budget=budget, time_limit=time_limit, cost=cost, threads=threads,
+                measure_candidates=candidates, progress=update)
+    except VerificationError as exc:
+        err.print(f"[bold red]verification failed:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    write_atomic(data, output)
+    if report is not None:
+        write_atomic((json.dumps(rep.as_dict(), indent=2, default=str) + "\n").encode(), report)
+    if as_json:
+        emit_json(rep.as_dict())
+        return
+    _print_optimize_report(rep, output)
+
+
+def _print_optimize_report(rep, output: Path) -> None:
+    unit = "ms" if rep.settings["cost"] != "multi" else ""
+    table = Table(title=f"graphsub optimize: {rep.model}", title_justify="left")
+    for col in ("", "before", "after", "change"):
+        table.add_column(col, justify="right" if col else "left")
+    pb, pa = rep.predicted_cost_before * 1e3, rep.predicted_cost_after * 1e3
+    table.add_row(f"predicted cost ({rep.settings['cost']}, {unit})", f"{pb:.3f}", f"{pa:.3f}",
+                  f"{pb / pa:.3f}x" if pa else "")
+    if rep.latency_before_ms is not None:
+        table.add_row("measured latency (onnxruntime, ms, median)", f"{rep.latency_before_ms:.3f}",
+                      f"{rep.latency_after_ms:.3f}", f"[bold]{rep.speedup:.3f}x[/]")
+    table.add_row("nodes", str(rep.nodes_before), str(rep.nodes_after), "")
+    s = rep.search
+    table.add_row("search", f"{s['seconds']:.1f} s", f"{s['explored']} expanded",
+                  f"{s['generated']} graphs, stopped by {s['stopped_by']}")
+    out.print(table)
+    if rep.rules_used:
+        used = Table(title="rules applied", title_justify="left")
+        used.add_column("rule")
+        used.add_column("times", justify="right")
+        for name, n in rep.rules_used.items():
+            used.add_row(name, str(n))
+        out.print(used)
+    if rep.kept_original:
+        out.print("[yellow]No candidate ran faster than the original in onnxruntime, so the "
+                  f"original model was written unchanged to {output}.[/]")
+    else:
+        out.print(f"[green]Verified against the original on random inputs; wrote {output}.[/]")
+
+
 def version_callback(value: bool) -> None:
     if value:
         from graphsub import __version__

@@ -65,7 +65,7 @@ class Graph:
     """
 
     __slots__ = ("_nodes", "inputs", "outputs", "output_names", "meta", "_next_id",
-                 "_topo", "_users", "_hash", "_weight_only", "_by_op")
+                 "_topo", "_users", "_hash", "_weight_only", "_by_op", "_digests", "_parent")
 
     def __init__(self, nodes: Mapping[int, Node], inputs: Sequence[int],
                  outputs: Sequence[Value], output_names: Sequence[str],
@@ -82,6 +82,9 @@ class Graph:
         self._hash: str | None = None
         self._weight_only: frozenset[int] | None = None
         self._by_op: dict[str, list[int]] | None = None
+        self._digests: dict[int, bytes] | None = None
+        #: The graph this one was edited from, until this one's digests are computed from it.
+        self._parent: Graph | None = None
         if check:
             self.validate()
 
@@ -189,12 +192,15 @@ class Graph:
 
     def dce(self) -> Graph:
         """A graph without the nodes that no output depends on (graph inputs are kept)."""
-        live = set(self.topo_order())
-        if len(live) == len(self._nodes):
+        order = self.topo_order()
+        if len(order) == len(self._nodes):
             return self
-        nodes = {nid: n for nid, n in self._nodes.items() if nid in live}
-        return Graph(nodes, self.inputs, self.outputs, self.output_names, self.meta,
-                     self._next_id, check=False)
+        nodes = {nid: self._nodes[nid] for nid in order}
+        g = Graph(nodes, self.inputs, self.outputs, self.output_names, self.meta,
+                  self._next_id, check=False)
+        g._topo = order
+        g._parent = self._parent
+        return g
 
     def __repr__(self) -> str:
         return f"<Graph {len(self._nodes)} nodes, inputs {self.input_names}, outputs {self.output_names}>"
@@ -306,5 +312,6 @@ class GraphEditor:
         g = Graph(self._nodes, self._base.inputs, self._outputs, self._base.output_names,
                   self._base.meta, self._next_id, check=False)
         g.topo_order()  # cycle check
+        g._parent = self._base  # lets the hash reuse the digests of unchanged nodes
         return g.dce()
 

@@ -8,6 +8,7 @@ not change the hash, while any change of op, attribute, shape, weight or edge do
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from graphsub.ir.types import Attrs, Constant
@@ -27,7 +28,12 @@ def _encode(value: Any) -> str:
 
 
 def attrs_key(attrs: Attrs) -> str:
-    return ";".join(f"{k}={_encode(v)}" for k, v in attrs.items_sorted())
+    """A canonical text form of attributes (cached on the immutable Attrs object)."""
+    key = attrs._key
+    if key is None:
+        key = ";".join(f"{k}={_encode(v)}" for k, v in attrs.items_sorted())
+        attrs._key = key
+    return key
 
 
 def node_digest(node: Node, input_digests: list[bytes]) -> bytes:
@@ -38,19 +44,44 @@ def node_digest(node: Node, input_digests: list[bytes]) -> bytes:
     h.update(b"|")
     for t in node.outputs:
         h.update(f"{t.dtype}{t.shape}".encode())
-    for v, d in zip(node.inputs, input_digests):
-        h.update(d)
-        h.update(v.index.to_bytes(2, "little"))
+    edges = [d + v.index.to_bytes(2, "little") for v, d in zip(node.inputs, input_digests)]
+    if node.op in _commutative_ops():
+        edges.sort()  # add(x, y) and add(y, x) are the same computation
+    for e in edges:
+        h.update(e)
     return h.digest()
 
 
+@lru_cache(maxsize=1)
+def _commutative_ops() -> frozenset[str]:
+    from graphsub.ops import all_ops
+
+    return frozenset(name for name, op in all_ops().items() if op.commutative)
+
+
 def node_digests(graph: Graph) -> dict[int, bytes]:
-    """The Merkle digest of every live node, by id."""
+    """The Merkle digest of every live node, by id (computed once per graph).
+
+    A graph made by editing another reuses the other's digest for every node that is the same
+    object reading inputs whose digests did not change, so hashing after a small rewrite costs
+    a walk over the ids, not a hash per node.
+    """
+    if graph._digests is not None:
+        return graph._digests
+    parent = graph._parent
+    old = node_digests(parent) if parent is not None else {}
+    old_nodes = parent.nodes if parent is not None else {}
     digests: dict[int, bytes] = {}
     nodes = graph.nodes
     for nid in graph.topo_order():
         node = nodes[nid]
-        digests[nid] = node_digest(node, [digests[v.node] for v in node.inputs])
+        if old_nodes.get(nid) is node and all(digests[v.node] == old.get(v.node)
+                                              for v in node.inputs):
+            digests[nid] = old[nid]
+        else:
+            digests[nid] = node_digest(node, [digests[v.node] for v in node.inputs])
+    graph._digests = digests
+    graph._parent = None
     return digests
 
 

@@ -108,13 +108,14 @@ class Constant:
 class Attrs(Mapping[str, Any]):
     """An immutable, hashable attribute map with a canonical key order."""
 
-    __slots__ = ("_items", "_dict", "_hash")
+    __slots__ = ("_items", "_dict", "_hash", "_key")
 
     def __init__(self, values: Mapping[str, Any] | None = None) -> None:
         items = tuple(sorted((values or {}).items()))
         self._items = items
         self._dict = dict(items)
         self._hash: int | None = None
+        self._key: str | None = None  # canonical text, filled by ir.hashing
 
     def __getitem__(self, key: str) -> Any:
         return self._dict[key]

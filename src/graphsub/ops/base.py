@@ -69,6 +69,9 @@ class OpDef:
     #: Rewrites attributes into canonical form once input types are known (negative axes,
     #: padding modes that coincide with SAME/VALID, ...), so equal computations look equal.
     canonicalize: CanonFn | None = None
+    #: Binary and commutative: rules match it with operands in either order, and the
+    #: structural hash does not depend on their order.
+    commutative: bool = False
     doc: str = ""
     _spec_by_name: dict[str, AttrSpec] = field(init=False, repr=False, compare=False)
 

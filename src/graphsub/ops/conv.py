@@ -56,14 +56,13 @@ def resolve_pads(padding: str | Pads, size: tuple[int, int], kernel: tuple[int, 
 
 def canonical_padding(padding: str | Pads, size: tuple[int, int], kernel: tuple[int, int],
                       stride: tuple[int, int], dilation: tuple[int, int] = (1, 1)) -> str | Pads:
-    """Name explicit pads 'valid' or 'same' when they are exactly that, so that rules which
-    require equal padding see equal attributes."""
-    if isinstance(padding, str):
-        return padding
-    if padding == (0, 0, 0, 0):
+    """Name pads 'same' or 'valid' when they are exactly that (preferring 'same' when both
+    fit), so that rules which require equal padding see equal attributes."""
+    explicit = resolve_pads(padding, size, kernel, stride, dilation)
+    if explicit == same_pads(size, kernel, stride, dilation):
+        return "same"  # also for 1x1 kernels at stride 1, where SAME and VALID coincide
+    if explicit == (0, 0, 0, 0):
         return "valid"
-    if padding == same_pads(size, kernel, stride, dilation):
-        return "same"
     return padding
 
 

@@ -219,18 +219,18 @@ def _int_safe_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _binary(name: str, onnx_type: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
-            doc: str) -> OpDef:
+            doc: str, commutative: bool = False) -> OpDef:
     return register(OpDef(
         name=name, inputs=(2, 2), infer=_binary_infer(name),
         evaluate=lambda attrs, xs: (np.asarray(fn(xs[0], xs[1])).astype(xs[0].dtype),),
         export=lambda ctx, attrs, ins, outs, types: ctx.emit(onnx_type, ins, outs),
-        flops=_per_element(1), doc=doc,
+        flops=_per_element(1), doc=doc, commutative=commutative,
     ))
 
 
-ADD = _binary("add", "Add", np.add, "Element-wise sum with numpy broadcasting.")
+ADD = _binary("add", "Add", np.add, "Element-wise sum with numpy broadcasting.", True)
 SUB = _binary("sub", "Sub", np.subtract, "Element-wise difference with broadcasting.")
-MUL = _binary("mul", "Mul", np.multiply, "Element-wise product with broadcasting.")
+MUL = _binary("mul", "Mul", np.multiply, "Element-wise product with broadcasting.", True)
 DIV = _binary("div", "Div", _int_safe_div, "Element-wise quotient with broadcasting.")
 POW = _binary("pow", "Pow", np.power, "Element-wise power with broadcasting.")
 

@@ -77,41 +77,60 @@ def _compiled_literals(term: OpTerm) -> tuple[tuple[str, Any, bool], ...]:
     return tuple(out)
 
 
-def _match_term(graph: Graph, term: Term, value: Value, st: _State) -> bool:
+def _match_term(graph: Graph, term: Term, value: Value, st: _State) -> Iterator[_State]:
+    """Every way `term` matches `value` extending `st` (commutative ops match both operand
+    orders); `st` itself is never modified."""
     if isinstance(term, Var):
         bound = st.tensors.get(term.name)
         if bound is None:
+            st = st.copy()
             st.tensors[term.name] = value
-            return True
-        return bound == value
+            yield st
+        elif bound == value:
+            yield st
+        return
     if not isinstance(term, OpTerm):
         raise RuleError("let-bound names may appear only in targets")
     node = graph[value.node]
     if node.op != term.op or value.index != term.index or len(node.inputs) != len(term.args):
-        return False
+        return
+    st = st.copy()
     for (key, lit, is_lit), (_, e) in zip(_compiled_literals(term), term.attrs):
         if key == SAME_SHAPES:
             if len({graph.type_of(v).shape for v in node.inputs}) > 1:
-                return False
+                return
             continue
         actual = node.attrs.get(key)
         if is_lit:
             if key == "axis" and isinstance(lit, int) and lit < 0 and node.inputs:
                 lit = norm_axis(lit, graph.type_of(node.inputs[0]).rank, term.op)
             if actual != lit:
-                return False
+                return
         elif isinstance(e, AVar):
             if e.name in st.attrs:
                 if st.attrs[e.name] != actual:
-                    return False
+                    return
             else:
                 st.attrs[e.name] = actual
         else:  # a computed expression: compare once its variables are bound
             ok, want = try_evaluate(e, Env(graph, st.tensors, st.attrs))
             if not ok or want != actual:
-                return False
+                return
     st.nodes.add(value.node)
-    return all(_match_term(graph, a, v, st) for a, v in zip(term.args, node.inputs))
+    orders = [node.inputs]
+    if get_op(term.op).commutative and node.inputs[0] != node.inputs[1]:
+        orders.append(node.inputs[::-1])
+    for inputs in orders:
+        yield from _match_args(graph, term.args, inputs, st)
+
+
+def _match_args(graph: Graph, terms: tuple[Term, ...], values: tuple[Value, ...],
+                st: _State) -> Iterator[_State]:
+    if not terms:
+        yield st
+        return
+    for st2 in _match_term(graph, terms[0], values[0], st):
+        yield from _match_args(graph, terms[1:], values[1:], st2)
 
 
 def _root_candidates(graph: Graph, term: Term, st: _State) -> Iterator[Value]:
@@ -168,9 +187,8 @@ def find_matches(graph: Graph, rule: Rule, limit: int | None = None) -> list[Mat
                 continue
             if symmetric and roots and cand.node <= roots[-1].node:
                 continue
-            trial = st.copy()
-            if _match_term(graph, rule.sources[k], cand, trial):
-                extend(k + 1, trial, roots + (cand,))
+            for matched in _match_term(graph, rule.sources[k], cand, st):
+                extend(k + 1, matched, roots + (cand,))
 
     extend(0, _State({}, {}, set()), ())
     return out

@@ -28,10 +28,15 @@ def _as_bytes(model: Any) -> bytes | str:
 
 def make_session(model: Any, threads: int | None = None, optimize: bool = True):
     """An onnxruntime CPU session. `optimize` turns on all of onnxruntime's graph
-    optimizations (the baseline graphsub must beat); threads defaults to the core count."""
+    optimizations (the baseline graphsub must beat); threads defaults to the core count.
+
+    Idle worker threads do not spin: with spinning on, the thread pools of other live
+    sessions in this process (models timed side by side, cost measurements) busy-wait on the
+    same cores and triple measured latencies on a 2-core machine."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     opts.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
                                      else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     opts.intra_op_num_threads = threads or os.cpu_count() or 1

@@ -1,0 +1,54 @@
+"""Analytic cost: a roofline per operator plus a fixed launch overhead, for named devices.
+
+time = max(FLOPs / peak FLOP/s, bytes moved / memory bandwidth) + launch overhead. It needs no
+measurement and is what to use when optimizing for a device other than this machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphsub.cost.base import CostModel, OpSignature
+from graphsub.errors import GraphsubError
+from graphsub.ops import get_op
+
+#: Ops that onnxruntime runs as metadata changes, without moving data.
+VIEW_OPS = frozenset({"reshape", "flatten", "squeeze", "unsqueeze", "identity", "dropout"})
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    peak_flops: float       # FLOP/s, float32
+    bandwidth: float        # bytes/s
+    launch_overhead: float  # seconds per operator
+    description: str = ""
+
+
+PROFILES = {
+    # Two AVX2 cores at about 2.5 GHz: 2 x 8-wide FMA x 2 units = 32 FLOP/cycle per core.
+    "cpu": DeviceProfile("cpu", 2 * 32 * 2.5e9, 15e9, 4e-6, "a 2-core AVX2 server CPU"),
+    "a100": DeviceProfile("a100", 19.5e12, 1.555e12, 5e-6, "NVIDIA A100 40 GB, FP32, HBM2"),
+    "v100": DeviceProfile("v100", 15.7e12, 0.9e12, 5e-6, "NVIDIA V100 SXM2, FP32, HBM2"),
+}
+
+
+class AnalyticCostModel(CostModel):
+    name = "analytic"
+
+    def __init__(self, profile: str | DeviceProfile = "cpu") -> None:
+        super().__init__()
+        if isinstance(profile, str):
+            if profile not in PROFILES:
+                raise GraphsubError(f"unknown device profile {profile!r}; known: {', '.join(PROFILES)}")
+            profile = PROFILES[profile]
+        self.profile = profile
+
+    def op_cost(self, sig: OpSignature) -> float:
+        p = self.profile
+        if sig.op in VIEW_OPS:
+            return p.launch_overhead
+        opdef = get_op(sig.op)
+        flops = opdef.flops(sig.attrs, sig.inputs, sig.outputs)
+        moved = opdef.bytes(sig.attrs, sig.inputs, sig.outputs)
+        return max(flops / p.peak_flops, moved / p.bandwidth) + p.launch_overhead

@@ -1,0 +1,92 @@
+"""The cost-model protocol and the memoization every cost model shares.
+
+A cost model prices one operator application by its *signature* (op, attributes, input types
+and which inputs are constants); a graph costs the sum over its computing nodes. Graph inputs
+and weight-only nodes cost nothing: weight-only nodes are folded at export (TASO 7.3).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from graphsub.ir.graph import Graph
+from graphsub.ir.hashing import attrs_key
+from graphsub.ir.types import Attrs, TensorType
+
+FREE_OPS = frozenset({"input", "weight"})
+
+
+@dataclass(frozen=True)
+class OpSignature:
+    """Everything an operator's cost may depend on."""
+
+    op: str
+    attrs: Attrs
+    inputs: tuple[TensorType, ...]
+    constant_inputs: tuple[bool, ...]
+    outputs: tuple[TensorType, ...]
+
+    def key(self) -> str:
+        """A stable text key (the same across processes), for persistent caches."""
+        ins = ",".join(f"{t}{'c' if c else ''}" for t, c in zip(self.inputs, self.constant_inputs))
+        return f"{self.op}|{attrs_key(self.attrs)}|{ins}"
+
+
+def node_signature(graph: Graph, nid: int) -> OpSignature:
+    node = graph[nid]
+    weight_only = graph.weight_only()
+    return OpSignature(node.op, node.attrs, graph.input_types(nid),
+                       tuple(v.node in weight_only for v in node.inputs), node.outputs)
+
+
+class CostModel(ABC):
+    """Prices graphs. Subclasses implement `op_cost`; lookups are memoized by signature."""
+
+    name = "cost"
+    unit = "s"
+
+    def __init__(self) -> None:
+        self._memo: dict[OpSignature, float] = {}
+        # Per node object: graphs made by editing share most nodes, so their costs are found by
+        # identity (the node is kept alive by the entry, so its id is not reused).
+        self._by_node: dict[int, tuple[object, tuple[bool, ...], float]] = {}
+
+    @abstractmethod
+    def op_cost(self, sig: OpSignature) -> float:
+        """The cost of one operator application."""
+
+    def signature_cost(self, sig: OpSignature) -> float:
+        cost = self._memo.get(sig)
+        if cost is None:
+            cost = self.op_cost(sig)
+            self._memo[sig] = cost
+        return cost
+
+    def node_cost(self, graph: Graph, nid: int) -> float:
+        if graph[nid].op in FREE_OPS or nid in graph.weight_only():
+            return 0.0
+        return self.signature_cost(node_signature(graph, nid))
+
+    def graph_cost(self, graph: Graph) -> float:
+        weight_only = graph.weight_only()
+        total = 0.0
+        for nid, node in graph.nodes.items():
+            if node.op in FREE_OPS or nid in weight_only:
+                continue
+            consts = tuple(v.node in weight_only for v in node.inputs)
+            entry = self._by_node.get(id(node))
+            if entry is None or entry[0] is not node or entry[1] != consts:
+                entry = (node, consts, self.signature_cost(node_signature(graph, nid)))
+                self._by_node[id(node)] = entry
+            total += entry[2]
+        return total
+
+    def breakdown(self, graph: Graph) -> dict[str, float]:
+        """Cost per op type: where the predicted time goes."""
+        out: dict[str, float] = {}
+        for nid in graph.topo_order():
+            c = self.node_cost(graph, nid)
+            if c:
+                out[graph[nid].op] = out.get(graph[nid].op, 0.0) + c
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))

@@ -1,0 +1,102 @@
+"""Cost-based backtracking search (MetaFlow Algorithm 1, TASO Algorithm 2).
+
+Candidate graphs wait in a priority queue ordered by cost. Each dequeued graph is expanded by
+applying every rule at every match; a new graph becomes the best if it is cheaper, and is
+queued if its cost is below alpha times the best cost. alpha = 1 is greedy (only
+improvements are explored); alpha > 1 allows relaxed substitutions that raise cost on the way
+to a better graph. Graphs are deduplicated by structural hash, and graphs with more than
+`max_node_factor` times the original number of nodes are dropped.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Callable, Sequence
+
+from graphsub.cost.base import CostModel
+from graphsub.ir.graph import Graph
+from graphsub.rules.applier import REJECTIONS, apply_match
+from graphsub.rules.ast import Rule
+from graphsub.rules.matcher import find_matches
+from graphsub.search.result import Candidate, OptimizeResult, SearchStats, Step
+
+ProgressFn = Callable[[SearchStats, float], None]
+
+
+def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
+                        alpha: float = 1.05, budget: int = 1000, time_limit: float = 60.0,
+                        max_node_factor: float = 2.0, keep: int = 5,
+                        progress: ProgressFn | None = None) -> OptimizeResult:
+    """Search for a cheaper equivalent graph. Stops when the queue is empty, after `budget`
+    expansions, after `time_limit` seconds, or on Ctrl-C, returning the best graph so far."""
+    start = time.perf_counter()
+    stats = SearchStats()
+    rejected_before = REJECTIONS.copy()
+    initial_cost = cost_model.graph_cost(graph)
+    node_cap = max_node_factor * len(graph)
+    seen = {graph.structural_hash()}
+    counter = itertools.count()
+    queue: list[tuple[float, int, Graph, tuple[Step, ...]]] = [(initial_cost, next(counter), graph, ())]
+    best: list[Candidate] = [Candidate(graph, initial_cost, ())]
+
+    def best_cost() -> float:
+        return best[0].cost
+
+    def record(g: Graph, cost: float, trace: tuple[Step, ...]) -> None:
+        best.append(Candidate(g, cost, trace))
+        best.sort(key=lambda c: c.cost)
+        del best[keep:]
+
+    try:
+        while queue:
+            if stats.explored >= budget:
+                stats.stopped_by = "budget"
+                break
+            if time.perf_counter() - start > time_limit:
+                stats.stopped_by = "time"
+                break
+            cost, _, g, trace = heapq.heappop(queue)
+            stats.explored += 1
+            for rule in rules:
+                for match in find_matches(g, rule):
+                    stats.matches += 1
+                    new = apply_match(g, match)
+                    if new is None:
+                        continue
+                    h = new.structural_hash()
+                    if h in seen:
+                        stats.duplicates += 1
+                        continue
+                    seen.add(h)
+                    stats.generated += 1
+                    if len(new) > node_cap:
+                        stats.pruned += 1
+                        continue
+                    new_cost = cost_model.graph_cost(new)
+                    new_trace = trace + (Step(rule.name, new_cost),)
+                    if new_cost < best_cost() or len(best) < keep:
+                        record(new, new_cost, new_trace)
+                    if new_cost < alpha * best_cost():
+                        heapq.heappush(queue, (new_cost, next(counter), new, new_trace))
+                    else:
+                        stats.pruned += 1
+                if time.perf_counter() - start > time_limit:
+                    break
+            if progress is not None:
+                stats.seconds = time.perf_counter() - start
+                progress(stats, best_cost())
+    except KeyboardInterrupt:
+        stats.stopped_by = "interrupt"
+    stats.seconds = time.perf_counter() - start
+    stats.rejected = REJECTIONS - rejected_before
+    top = best[0]
+    return OptimizeResult(top.graph, top.trace, stats, initial_cost, top.cost, list(best))
+
+
+def greedy_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
+                  **kwargs) -> OptimizeResult:
+    """Backtracking with alpha = 1: only substitutions that lower the cost are followed."""
+    kwargs["alpha"] = 1.0
+    return backtracking_search(graph, rules, cost_model, **kwargs)

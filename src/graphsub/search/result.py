@@ -1,0 +1,55 @@
+"""What every search algorithm returns: the best graph, how it got there, and statistics."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphsub.ir.graph import Graph
+
+
+@dataclass(frozen=True)
+class Step:
+    """One substitution on the way to a graph: the rule and the predicted cost after it."""
+
+    rule: str
+    cost: float
+
+
+@dataclass(frozen=True)
+class Candidate:
+    graph: Graph
+    cost: float
+    trace: tuple[Step, ...]
+
+
+@dataclass
+class SearchStats:
+    explored: int = 0          # graphs dequeued and expanded
+    generated: int = 0         # new graphs produced by applying a rule
+    duplicates: int = 0        # produced graphs already seen (same structural hash)
+    pruned: int = 0            # produced graphs worse than alpha x best, or over the node cap
+    matches: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    seconds: float = 0.0
+    stopped_by: str = "exhausted"  # exhausted | budget | time | interrupt
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"explored": self.explored, "generated": self.generated,
+                "duplicates": self.duplicates, "pruned": self.pruned, "matches": self.matches,
+                "rejected": dict(self.rejected), "seconds": round(self.seconds, 3),
+                "stopped_by": self.stopped_by}
+
+
+@dataclass
+class OptimizeResult:
+    graph: Graph
+    trace: tuple[Step, ...]
+    stats: SearchStats
+    initial_cost: float
+    final_cost: float
+    candidates: list[Candidate] = field(default_factory=list)  # the best few, best first
+
+    def rules_used(self) -> Counter[str]:
+        return Counter(s.rule for s in self.trace)
