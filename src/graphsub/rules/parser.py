@@ -105,17 +105,25 @@ class _Parser:
     # -- grammar --
     def rules(self) -> list[Rule]:
         out: list[Rule] = []
-        doc: list[str] = []
+        comments: list[Token] = []
         while self.peek() is not None:
             tok = self.peek()
             assert tok is not None
             if tok.kind == "COMMENT":
                 self.i += 1
-                doc.append(tok.text[1:].strip())
+                comments.append(tok)
                 continue
             if tok.kind == "WORD" and tok.text == "rule":
+                # A rule's documentation is the comment block right above it (no blank line).
+                doc: list[str] = []
+                line = tok.line
+                for c in reversed(comments):
+                    if c.line != line - 1:
+                        break
+                    doc.insert(0, c.text[1:].strip())
+                    line = c.line
                 out.append(self.rule("\n".join(doc)))
-                doc = []
+                comments = []
                 continue
             raise RuleSyntaxError(f"{self.origin}:{tok.line}: expected 'rule', found {tok.text!r}")
         return out
@@ -123,6 +131,18 @@ class _Parser:
     def skip_comments(self) -> None:
         while self.at("COMMENT"):
             self.i += 1
+
+    def continues(self, kind: str, text: str | None = None) -> bool:
+        """Whether the next token past any comments is this one; if so the comments (inside a
+        rule) are skipped, otherwise they are left for the next rule's documentation."""
+        j = self.i
+        while j < len(self.toks) and self.toks[j].kind == "COMMENT":
+            j += 1
+        tok = self.toks[j] if j < len(self.toks) else None
+        if tok is not None and tok.kind == kind and (text is None or tok.text == text):
+            self.i = j
+            return True
+        return False
 
     def rule(self, doc: str) -> Rule:
         self.expect("WORD", "rule")
@@ -155,18 +175,16 @@ class _Parser:
                 break
         self.skip_comments()
         targets = [self.term(allow_refs=True)]
-        self.skip_comments()
-        while self.at(","):
+        while self.continues(","):
             self.next()
             self.skip_comments()
             targets.append(self.term(allow_refs=True))
         conditions: list[Expr] = []
-        self.skip_comments()
-        if self.at("WORD", "where"):
+        if self.continues("WORD", "where"):
             self.next()
-            conditions.append(self.expr())
             self.skip_comments()
-            while self.at(","):
+            conditions.append(self.expr())
+            while self.continues(","):
                 self.next()
                 self.skip_comments()
                 conditions.append(self.expr())

@@ -1,0 +1,67 @@
+"""Every built-in rule's two sides agree numerically (checked at load), and the check rejects
+wrong rules instead of letting them through."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graphsub.rules import RuleCheckError, builtin_rules, check_rule, load_rules, parse_rules
+from graphsub.rules.taso import import_taso_rules
+
+TASO_PB = Path(__file__).resolve().parents[3] / "shared" / "data" / "taso" / "graph_subst.pb"
+
+
+@pytest.mark.parametrize("rule", builtin_rules(check=False), ids=lambda r: r.name)
+def test_builtin_rule_sides_agree_on_random_inputs(rule):
+    result = check_rule(rule, examples=3)
+    assert result.examples >= 1 and result.max_rel < 1e-4
+
+
+@pytest.mark.parametrize("text", [
+    # Enlarging a kernel is exact only at stride 1: at stride 2 SAME padding shifts.
+    """rule bad-enlarge:
+         (conv2d ?x ?w :stride [2 2] :padding same :dilation [1 1] :activation none)
+         => (conv2d ?x (enlarge ?w :kernel [5 5]) :stride [2 2] :padding same)""",
+    # Merging convolutions of one input is wrong for grouped ones (channels interleave).
+    """rule bad-grouped-merge:
+         (conv2d ?x ?w1 :stride [1 1] :padding same :dilation [1 1] :activation none),
+         (conv2d ?x ?w2 :stride [1 1] :padding same :dilation [1 1] :activation none)
+         => let y = (conv2d ?x (concat :axis 0 ?w1 ?w2))
+            in (split :axis 1 :sizes [(dim ?w1 0) (dim ?w2 0)] y).0,
+               (split :axis 1 :sizes [(dim ?w1 0) (dim ?w2 0)] y).1
+         where (eq (dim ?w1 1) 2), (eq (dim ?x 1) 4)""",
+    # relu is not linear (TASO section 3's example of an invalid candidate).
+    """rule bad-relu-linear:
+         (relu (add ?x ?y)) => (add (relu ?x) (relu ?y))""",
+])
+def test_wrong_rules_are_rejected(text):
+    (rule,) = parse_rules(text)
+    with pytest.raises(RuleCheckError, match="is wrong"):
+        check_rule(rule)
+
+
+def test_untestable_rule_is_rejected():
+    (rule,) = parse_rules("rule never: (relu ?x) => (relu ?x) where (eq 1 2)")
+    with pytest.raises(RuleCheckError, match="could not be tested"):
+        check_rule(rule)
+
+
+def test_loading_a_file_with_a_wrong_rule_fails(tmp_path):
+    path = tmp_path / "bad.rules"
+    path.write_text("rule bad: (sigmoid ?x) => (tanh ?x)\n")
+    with pytest.raises(RuleCheckError, match="bad.*is wrong"):
+        load_rules([path])
+
+
+@pytest.mark.skipif(not TASO_PB.exists(), reason="../shared/data/taso/graph_subst.pb is not beside the checkout")
+def test_taso_rule_file_imports_and_checks():
+    result = import_taso_rules(TASO_PB)
+    assert result.total == 133
+    assert len(result.rules) == 133, result.summary()
+    # TASO's verifier does not model conv groups: these hold only for ungrouped convolutions.
+    assert set(result.restricted) == {98, 105, 125, 126, 127, 128, 129}
+    names = {r.name for r in result.rules}
+    assert "taso-0" in names
+    assert str(result.rules[0].sources[0]) and result.rules[0].targets

@@ -1,0 +1,105 @@
+"""graphsub optimize end to end: the written model is checked, the report says what happened,
+and a wrong rewrite is caught before anything is written."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+import graphsub
+from graphsub.cli import app
+from graphsub.ir import GraphBuilder
+from graphsub.optimize import VerificationError, optimize_model
+from graphsub.rules import parse_rules
+from graphsub.runtime import compare_models, graph_input_specs
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHSUB_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_optimize_command_on_a_zoo_model(tmp_path):
+    out, report = tmp_path / "opt.onnx", tmp_path / "report.json"
+    r = runner.invoke(app, ["optimize", "resnet_blocks:n=1", "-o", str(out), "--time-limit", "15",
+                            "--report", str(report), "--threads", "1"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    onnx.checker.check_model(str(out), full_check=True)
+    data = json.loads(report.read_text())
+    assert data["latency_before_ms"] > 0 and data["latency_after_ms"] > 0
+    assert data["search"]["explored"] >= 1
+    assert data["verification"]["equivalent"] is True
+    assert ("unchanged" in r.stdout) == data["kept_original"]
+    original = graphsub.to_onnx(graphsub.zoo.build("resnet_blocks:n=1")).SerializeToString()
+    specs = graph_input_specs(graphsub.zoo.build("resnet_blocks:n=1"))
+    assert compare_models(original, out.read_bytes(), specs, rtol=1e-3, atol=1e-4).equivalent
+
+
+def test_optimize_an_onnx_file_with_json_output(tmp_path):
+    b = GraphBuilder(seed=0)
+    x = b.input("x", (1, 64))
+    y = b.matmul(b.matmul(x, b.he_weight((64, 512))), b.he_weight((512, 64)))
+    b.output(y, "y")
+    src = tmp_path / "chain.onnx"
+    graphsub.save(b.build(), src)
+    out = tmp_path / "chain.opt.onnx"
+    r = runner.invoke(app, ["optimize", str(src), "-o", str(out), "--json", "--time-limit", "10",
+                            "--cost", "analytic"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["predicted_cost_after"] <= data["predicted_cost_before"]
+    assert out.exists()
+
+
+def wrong_rule_model():
+    b = GraphBuilder(seed=0)
+    x = b.input("x", (64, 512))
+    y = x
+    for _ in range(4):
+        y = b.matmul(y, b.he_weight((512, 512)))
+    b.output(y, "y")
+    return b.build()
+
+
+def test_a_wrong_rewrite_is_caught_and_nothing_is_written(tmp_path):
+    """A rule that drops a matmul (wrong, but faster) must never reach the user."""
+    (bad,) = parse_rules("rule drop-matmul: (matmul ?x ?w) => ?x where (eq (shape ?w) [512 512])")
+    g = wrong_rule_model()
+    with pytest.raises(VerificationError) as info:
+        optimize_model(g, rules=[bad], cost="analytic", time_limit=10, measure_seconds=0.5)
+    assert "drop-matmul" in str(info.value) and info.value.trace[0] == "drop-matmul"
+    assert not info.value.comparison.equivalent
+
+
+def test_cli_reports_a_verification_failure_with_status_1(tmp_path, monkeypatch):
+    import graphsub.rules as rules_module
+
+    (bad,) = parse_rules("rule drop-matmul: (matmul ?x ?w) => ?x where (eq (shape ?w) [512 512])")
+    monkeypatch.setattr(rules_module, "builtin_rules", lambda check=True: [bad])
+    src = tmp_path / "m.onnx"
+    graphsub.save(wrong_rule_model(), src)
+    out = tmp_path / "never.onnx"
+    r = runner.invoke(app, ["optimize", str(src), "-o", str(out), "--cost", "analytic",
+                            "--time-limit", "10"])
+    assert r.exit_code == 1
+    assert "verification failed" in r.stderr and "drop-matmul" in r.stderr
+    assert not out.exists()
+
+
+def test_nothing_faster_means_the_original_is_written(tmp_path):
+    b = GraphBuilder()
+    x = b.input("x", (4,))
+    b.output(b.relu(x), "y")
+    src = tmp_path / "tiny.onnx"
+    graphsub.save(b.build(), src)
+    out = tmp_path / "tiny.opt.onnx"
+    r = runner.invoke(app, ["optimize", str(src), "-o", str(out)], catch_exceptions=False)
+    assert r.exit_code == 0
+    assert "original model was written unchanged" in " ".join(r.stdout.split())
+    assert out.read_bytes() == src.read_bytes()
