@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-DEMO_MODEL ?= bert
+DEMO_MODEL ?= inception_v3
 PYTEST_ARGS ?=
 
 .PHONY: demo test test-fast bench clean
@@ -21,7 +21,8 @@ $(VENV)/.test-installed: $(BIN)/python pyproject.toml
 	touch $@
 
 demo: $(VENV)/.demo-installed
-	$(BIN)/graphsub info $(DEMO_MODEL)
+	mkdir -p out
+	$(BIN)/graphsub optimize $(DEMO_MODEL) -o out/$(DEMO_MODEL).opt.onnx --report out/$(DEMO_MODEL).report.json
 
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
@@ -31,6 +32,7 @@ test-fast: $(VENV)/.test-installed
 
 bench: $(VENV)/.test-installed
 	$(BIN)/python bench/bench_ir.py
+	$(BIN)/python bench/bench_optimize.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build src/*.egg-info

@@ -316,12 +316,11 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
 
 
 def _print_optimize_report(rep, output: Path) -> None:
-    unit = "ms" if rep.settings["cost"] != "multi" else ""
     table = Table(title=f"graphsub optimize: {rep.model}", title_justify="left")
     for col in ("", "before", "after", "change"):
         table.add_column(col, justify="right" if col else "left")
     pb, pa = rep.predicted_cost_before * 1e3, rep.predicted_cost_after * 1e3
-    table.add_row(f"predicted cost ({rep.settings['cost']}, {unit})", f"{pb:.3f}", f"{pa:.3f}",
+    table.add_row(f"predicted cost ({rep.settings['cost']}, ms)", f"{pb:.3f}", f"{pa:.3f}",
                   f"{pb / pa:.3f}x" if pa else "")
     if rep.latency_before_ms is not None:
         table.add_row("measured latency (onnxruntime, ms, median)", f"{rep.latency_before_ms:.3f}",

@@ -24,9 +24,11 @@ from graphsub.cost.base import CostModel, OpSignature
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Value
 
-#: Fixed cost charged per operator on top of its measured time: onnxruntime's per-node
-#: dispatch, which a one-node measurement cannot separate from the run call itself.
-DISPATCH_OVERHEAD = 1e-6
+#: Bumped whenever what a cached figure means changes, so old entries are not reused.
+CACHE_VERSION = 3
+#: Shape of the tensor used to calibrate the per-operator overhead: large enough that
+#: onnxruntime runs the operator on its thread pool, as it does the model's real operators.
+CALIBRATION_SHAPE = (1, 64, 56, 56)
 
 
 def cache_dir() -> Path:
@@ -132,15 +134,23 @@ def single_op_model(sig: OpSignature) -> tuple[bytes, dict[str, np.ndarray]]:
 
 def time_session(sess, feeds: dict[str, np.ndarray], min_runs: int = 5,
                  min_seconds: float = 0.02, max_runs: int = 200) -> float:
-    """Median seconds of one run, after warm-up."""
+    """Median seconds of one run, after warm-up. Inputs are bound once and outputs stay in
+    onnxruntime (IOBinding), so the time is the operators' and not numpy copies'."""
+    import onnxruntime as ort
+
+    binding = sess.io_binding()
+    for name, arr in feeds.items():
+        binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(arr))
+    for out in sess.get_outputs():
+        binding.bind_output(out.name)
     for _ in range(2):
-        sess.run(None, feeds)
+        sess.run_with_iobinding(binding)
     samples: list[float] = []
     start = time.perf_counter()
     while len(samples) < min_runs or (time.perf_counter() - start < min_seconds
                                       and len(samples) < max_runs):
         t0 = time.perf_counter()
-        sess.run(None, feeds)
+        sess.run_with_iobinding(binding)
         samples.append(time.perf_counter() - t0)
     return statistics.median(samples)
 
@@ -153,9 +163,11 @@ class MeasuredCostModel(CostModel):
         import onnxruntime as ort
 
         self.threads = threads or os.cpu_count() or 1
-        context = f"ort={ort.__version__}|cpu={cpu_model()}|threads={self.threads}|opt=all"
+        context = (f"v{CACHE_VERSION}|ort={ort.__version__}|cpu={cpu_model()}|"
+                   f"threads={self.threads}|opt=all|spin=off")
         self.cache = CostCache(cache_dir() / "op_costs.sqlite", context) if cache else None
         self._baseline: float | None = None
+        self._dispatch: float | None = None
         self.measured = 0  # signatures timed in this process (not found in the cache)
 
     def baseline(self) -> float:
@@ -175,6 +187,39 @@ class MeasuredCostModel(CostModel):
                                           min_seconds=0.05)
         return self._baseline
 
+    def dispatch_overhead(self) -> float:
+        """What one more operator costs inside a model beyond its one-node time: scheduling and
+        waking the thread pool. Measured (and cached) as the marginal time of a relu in a chain
+        of relus, minus that relu's one-node time."""
+        if self._dispatch is None:
+            cached = self.cache.get("__dispatch__") if self.cache is not None else None
+            if cached is None:
+                cached = self._calibrate_dispatch()
+                if self.cache is not None:
+                    self.cache.put("__dispatch__", cached)
+            self._dispatch = cached
+        return self._dispatch
+
+    def _calibrate_dispatch(self) -> float:
+        from graphsub.onnx_io.exporter import to_onnx_bytes
+        from graphsub.runtime.ort import make_session
+
+        def chain(n: int) -> float:
+            b = GraphBuilder()
+            x = b.input("x", CALIBRATION_SHAPE)
+            y = x
+            for _ in range(n):
+                y = b.relu(y)
+            b.output(y, "y")
+            sess = make_session(to_onnx_bytes(b.build()), self.threads)
+            feeds = {"x": np.random.default_rng(0).standard_normal(CALIBRATION_SHAPE)
+                     .astype(np.float32)}
+            return time_session(sess, feeds, min_runs=20, min_seconds=0.2)
+
+        marginal = (chain(24) - chain(8)) / 16
+        single = max(chain(1) - self.baseline(), 0.0)
+        return max(marginal - single, 0.0)
+
     def op_cost(self, sig: OpSignature) -> float:
         key = sig.key()
         if self.cache is not None:
@@ -192,4 +237,4 @@ class MeasuredCostModel(CostModel):
         model, feeds = single_op_model(sig)
         sess = make_session(model, self.threads)
         self.measured += 1
-        return max(time_session(sess, feeds) - self.baseline(), 0.0) + DISPATCH_OVERHEAD
+        return max(time_session(sess, feeds) - self.baseline(), 0.0) + self.dispatch_overhead()
