@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-DEMO_MODEL ?= inception_v3
+DEMO_MODEL ?= nasrnn
 PYTEST_ARGS ?=
 
 .PHONY: demo test test-fast bench clean

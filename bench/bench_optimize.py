@@ -4,10 +4,12 @@ measurement; and how well the predicted graph cost tracks measured latency.
 
     python bench/bench_optimize.py [--models a,b,...] [--time-limit 60] [--out out/bench/optimize.json]
 
-Two timings of original vs optimized: interleaved in one process with idle threads not spinning
-(graphsub's harness, `time_models`), and one live session at a time with onnxruntime's default
-settings (`time_isolated`), as a user's own deployment runs. Prints markdown tables (for
-bench/RESULTS.md) and writes the raw figures and the optimized models under out/bench/.
+Two timings of original vs optimized, both with onnxruntime's default session settings:
+graphsub's harness (`time_models`: both sessions alive, blocks of runs in rotating order, a pause
+before each block), and as a cross-check one live session at a time (each round creates, warms
+up, times and drops a session per model, alternating), as a user's own deployment runs. Prints
+markdown tables (for bench/RESULTS.md) and writes the raw figures and the optimized models
+under out/bench/.
 """
 
 from __future__ import annotations
@@ -26,11 +28,30 @@ from graphsub import zoo
 from graphsub.cost import MeasuredCostModel
 from graphsub.onnx_io import to_onnx_bytes
 from graphsub.optimize import optimize_model
-from graphsub.runtime import graph_input_specs, random_feeds, time_isolated, time_models
+from graphsub.runtime import Timing, graph_input_specs, make_session, random_feeds, time_models
 
 MODELS = ["nasrnn", "bert", "resnext50", "nasnet_a", "inception_v3", "resnet50", "squeezenet",
           "vgg19", "mobilenet_v2", "sru", "vit", "resnet_blocks", "inception_e_blocks"]
 TARGET_SET = ["nasrnn", "bert", "resnext50", "nasnet_a", "inception_v3"]
+
+
+def time_one_at_a_time(models: list[bytes], feeds: dict, threads: int, rounds: int = 6,
+                       runs: int = 15) -> list[Timing]:
+    """Each round: for each model (order alternating), a fresh session, 3 warm-up runs, `runs`
+    timed runs, then the session is dropped; no two sessions are ever alive together."""
+    samples: list[list[float]] = [[] for _ in models]
+    for r in range(rounds):
+        order = list(range(len(models)))[:: -1 if r % 2 else 1]
+        for i in order:
+            sess = make_session(models[i], threads)
+            for _ in range(3):
+                sess.run(None, feeds)
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                sess.run(None, feeds)
+                samples[i].append(time.perf_counter() - t0)
+            del sess
+    return [Timing(tuple(s)) for s in samples]
 
 
 def geomean(xs: list[float]) -> float:
@@ -59,7 +80,7 @@ def main() -> None:
             f.write(data)
         feeds = random_feeds(graph_input_specs(graph), seed=1)
         before, after = time_models([original, data], feeds, threads=threads, min_seconds=5.0)
-        iso_before, iso_after = time_isolated([original, data], feeds, threads=threads)
+        iso_before, iso_after = time_one_at_a_time([original, data], feeds, threads)
         rows.append({
             "model": name, "nodes": len(graph), "search_s": rep.search["seconds"],
             "total_s": total, "explored": rep.search["explored"],

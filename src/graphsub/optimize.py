@@ -10,6 +10,7 @@ before anything is written: a mismatch is an error, never a warning.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -153,19 +154,12 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
         latency_before_ms=before_ms, latency_after_ms=after_ms,
         speedup=(before_ms / after_ms) if before_ms and after_ms else None,
         kept_original=chosen is None, trace=trace,
-        rules_used=_counts(chosen) if chosen is not None else {},
+        rules_used=dict(Counter(s.rule for s in chosen.trace).most_common()) if chosen else {},
         search=result.stats.as_dict(), candidates=cand_reports,
         verification=comparison.as_dict() if comparison is not None else
         {"equivalent": True, "note": "the original model is written unchanged"},
         nodes_before=len(graph), nodes_after=len(chosen.graph) if chosen is not None else len(graph))
     return chosen_bytes, report
-
-
-def _counts(c: Candidate) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for s in c.trace:
-        out[s.rule] = out.get(s.rule, 0) + 1
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def verify(a: bytes, b: bytes, specs, threads: int) -> Comparison:

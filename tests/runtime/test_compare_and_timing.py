@@ -59,6 +59,7 @@ def test_interleaved_timing_gives_the_same_number_of_runs_to_each_model():
     g, a = relu_model()
     _, b = relu_model(2.0)
     feeds = random_feeds(graph_input_specs(g))
-    ta, tb = time_models([a, b], feeds, threads=1, rounds=12, warmup=1)
+    ta, tb = time_models([a, b], feeds, threads=1, rounds=4, warmup=1, block=3)
     assert len(ta.samples) == len(tb.samples) == 12
     assert 0 < ta.minimum <= ta.q1 <= ta.median <= ta.q3
+

@@ -25,7 +25,7 @@ from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Value
 
 #: Bumped whenever what a cached figure means changes, so old entries are not reused.
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 #: Shape of the tensor used to calibrate the per-operator overhead: large enough that
 #: onnxruntime runs the operator on its thread pool, as it does the model's real operators.
 CALIBRATION_SHAPE = (1, 64, 56, 56)
@@ -164,7 +164,7 @@ class MeasuredCostModel(CostModel):
 
         self.threads = threads or os.cpu_count() or 1
         context = (f"v{CACHE_VERSION}|ort={ort.__version__}|cpu={cpu_model()}|"
-                   f"threads={self.threads}|opt=all|spin=off")
+                   f"threads={self.threads}|opt=all")
         self.cache = CostCache(cache_dir() / "op_costs.sqlite", context) if cache else None
         self._baseline: float | None = None
         self._dispatch: float | None = None

@@ -2,9 +2,8 @@
 
 from graphsub.runtime.compare import Comparison, OutputDiff, compare_models, diff_arrays
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
-from graphsub.runtime.ort import Timing, make_session, run, time_isolated, time_models
+from graphsub.runtime.ort import Timing, make_session, run, time_models
 from graphsub.runtime.reference import evaluate
 
 __all__ = ["Comparison", "OutputDiff", "Timing", "compare_models", "diff_arrays", "evaluate",
-           "graph_input_specs", "make_session", "random_feeds", "run", "time_isolated",
-           "time_models"]
+           "graph_input_specs", "make_session", "random_feeds", "run", "time_models"]

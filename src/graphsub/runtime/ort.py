@@ -26,19 +26,13 @@ def _as_bytes(model: Any) -> bytes | str:
     return model.SerializeToString()
 
 
-def make_session(model: Any, threads: int | None = None, optimize: bool = True,
-                 spinning: bool = False):
-    """An onnxruntime CPU session. `optimize` turns on all of onnxruntime's graph
-    optimizations (the baseline graphsub must beat); threads defaults to the core count.
-
-    Idle worker threads do not spin: with spinning on, the thread pools of other live
-    sessions in this process (models timed side by side, cost measurements) busy-wait on the
-    same cores and triple measured latencies on a 2-core machine. `spinning=True` is
-    onnxruntime's default, for measuring one session at a time as a user would run it."""
+def make_session(model: Any, threads: int | None = None, optimize: bool = True):
+    """An onnxruntime CPU session with onnxruntime's default settings, as users run it.
+    `optimize` turns on all of its graph optimizations (the baseline graphsub must beat);
+    threads defaults to the core count."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     opts.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
                                      else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     opts.intra_op_num_threads = threads or os.cpu_count() or 1
@@ -86,52 +80,39 @@ class Timing:
 
 def time_models(models: Sequence[Any], feeds: Mapping[str, np.ndarray],
                 threads: int | None = None, warmup: int = 3, rounds: int | None = None,
-                min_seconds: float = 2.0, max_rounds: int = 200) -> list[Timing]:
-    """Time several models on the same inputs, interleaved: each round runs every model once,
-    in an order that rotates so none is always first. Without `rounds`, rounds continue until
-    `min_seconds` have passed (at least 5, at most `max_rounds`)."""
+                min_seconds: float = 2.0, max_rounds: int = 200, block: int = 5,
+                pause: float = 0.02) -> list[Timing]:
+    """Time several models on the same inputs, side by side in one process, with onnxruntime's
+    default session settings.
+
+    Each round times a block of `block` runs of every model, in an order that rotates so none is
+    always first. Before each block the process sleeps `pause` seconds: onnxruntime's idle
+    worker threads spin for a while after a run, and without the pause the previous model's
+    spinning threads would steal the cores from the next (on 2 cores, tripling its latency).
+    Without `rounds`, rounds continue until `min_seconds` of runs (at least 3 rounds, at most
+    `max_rounds`)."""
     sessions = [make_session(m, threads) for m in models]
     for sess in sessions:
         for _ in range(warmup):
             sess.run(None, dict(feeds))
     samples: list[list[float]] = [[] for _ in sessions]
-    start = time.perf_counter()
+    timed = 0.0
     r = 0
     while True:
         if rounds is not None and r >= rounds:
             break
-        if rounds is None and r >= 5 and (time.perf_counter() - start >= min_seconds
-                                          or r >= max_rounds):
+        if rounds is None and r >= 3 and (timed >= min_seconds or r >= max_rounds):
             break
         order = list(range(len(sessions)))
         shift = r % len(order)
         for i in order[shift:] + order[:shift]:
-            t0 = time.perf_counter()
-            sessions[i].run(None, dict(feeds))
-            samples[i].append(time.perf_counter() - t0)
-        r += 1
-    return [Timing(tuple(s)) for s in samples]
-
-
-def time_isolated(models: Sequence[Any], feeds: Mapping[str, np.ndarray],
-                  threads: int | None = None, rounds: int = 5, runs: int = 20,
-                  warmup: int = 3) -> list[Timing]:
-    """Time models with onnxruntime's default settings (idle threads spin), one live session
-    at a time: each round creates, warms up, times and drops a session per model, in
-    alternating order. Slower than `time_models`, but it measures what a user's own
-    single-session deployment sees."""
-    samples: list[list[float]] = [[] for _ in models]
-    for r in range(rounds):
-        order = list(range(len(models)))
-        if r % 2:
-            order.reverse()
-        for i in order:
-            sess = make_session(models[i], threads, spinning=True)
-            for _ in range(warmup):
-                sess.run(None, dict(feeds))
-            for _ in range(runs):
+            time.sleep(pause)
+            sessions[i].run(None, dict(feeds))  # wakes the thread pool up again
+            for _ in range(block):
                 t0 = time.perf_counter()
-                sess.run(None, dict(feeds))
-                samples[i].append(time.perf_counter() - t0)
-            del sess
+                sessions[i].run(None, dict(feeds))
+                dt = time.perf_counter() - t0
+                samples[i].append(dt)
+                timed += dt
+        r += 1
     return [Timing(tuple(s)) for s in samples]
