@@ -221,8 +221,7 @@ def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo
           input_shape: InputShapeOpt = None, threads: ThreadsOpt = None,
           seconds: Annotated[float, typer.Option(help="Minimum timing duration.")] = 3.0,
           as_json: JsonOpt = False) -> None:
-    """onnxruntime latency with all its optimizations on; with two models, interleaved, with
-    the ratio."""
+    """onnxruntime latency (all optimizations, default settings); two models side by side."""
     from graphsub.runtime import random_feeds, time_models
 
     shapes = parse_input_shapes(input_shape)
@@ -242,7 +241,7 @@ def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo
     if as_json:
         emit_json(result)
         return
-    table = Table(title=f"onnxruntime latency, {result['threads']} threads, interleaved",
+    table = Table(title=f"onnxruntime latency, {result['threads']} threads, side by side",
                   title_justify="left")
     for col in ("model", "median ms", "q1-q3 ms", "min ms", "runs"):
         table.add_column(col, justify="right" if col != "model" else "left")

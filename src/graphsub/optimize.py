@@ -1,9 +1,10 @@
 """The optimizer end to end: search, measure, choose, verify.
 
 Search costs are predictions. So after the search, the original model and the few best
-candidates are timed end to end in onnxruntime (all its optimizations on, interleaved,
-medians) and the fastest wins; when no candidate beats the original, the original is kept
-and the report says so. Whatever is chosen is checked against the original on random inputs
+candidates are timed end to end in onnxruntime (all its optimizations on, side by side); the
+fastest is then timed head to head against the original, round by round, and replaces it only
+if it is faster by MIN_GAIN in the median round and in most rounds. Otherwise the original is
+kept and the report says so. Whatever is chosen is checked against the original on random inputs
 before anything is written: a mismatch is an error, never a warning.
 """
 
@@ -22,7 +23,7 @@ from graphsub.onnx_io.exporter import to_onnx_bytes
 from graphsub.rules import Rule, builtin_rules
 from graphsub.runtime.compare import Comparison, compare_models
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
-from graphsub.runtime.ort import time_models
+from graphsub.runtime.ort import PairedComparison, compare_speed, time_models
 from graphsub.search import ALGORITHMS, Candidate, OptimizeResult
 from graphsub.search.backtracking import ProgressFn
 
@@ -32,6 +33,8 @@ RTOL, ATOL_SCALE = 1e-3, 1e-4
 #: A candidate replaces the original only when its median latency is this much lower: smaller
 #: differences are within the noise of interleaved medians on a shared machine.
 MIN_GAIN = 0.02
+#: ... and when it was faster in at least this fraction of the head-to-head rounds.
+MIN_WINS = 0.7
 
 
 class VerificationError(GraphsubError):
@@ -86,6 +89,7 @@ class OptimizeReport:
     search: dict[str, Any]
     candidates: list[CandidateReport] = field(default_factory=list)
     verification: dict[str, Any] = field(default_factory=dict)
+    confirmation: dict[str, Any] = field(default_factory=dict)
     nodes_before: int = 0
     nodes_after: int = 0
 
@@ -122,18 +126,27 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
 
     chosen_bytes, chosen = original, None
     before_ms = after_ms = None
+    confirm: PairedComparison | None = None
     cand_reports: list[CandidateReport] = []
+    feeds = random_feeds(specs)
     if candidates:
-        timings = time_models([original, *exported], random_feeds(specs), threads=threads,
+        # Screen: the original and the candidates side by side; the fastest goes on.
+        timings = time_models([original, *exported], feeds, threads=threads,
                               min_seconds=measure_seconds)
-        before_ms = timings[0].median * 1e3
-        after_ms = before_ms
+        before_ms = after_ms = timings[0].median * 1e3
         for c, t in zip(candidates, timings[1:]):
             cand_reports.append(CandidateReport(c.cost, t.median * 1e3, [s.rule for s in c.trace]))
         best = min(range(len(candidates)), key=lambda i: timings[i + 1].median)
-        if timings[best + 1].median < (1 - MIN_GAIN) * timings[0].median:
-            chosen, chosen_bytes = candidates[best], exported[best]
-            after_ms = timings[best + 1].median * 1e3
+        if timings[best + 1].median < timings[0].median:
+            # Confirm head to head, round by round: one lucky screening is not enough.
+            confirm = compare_speed(original, exported[best], feeds, threads,
+                                    min_seconds=max(measure_seconds, 4.0))
+            before_ms = confirm.before.median * 1e3
+            after_ms = confirm.after.median * 1e3
+            if confirm.speedup >= 1 / (1 - MIN_GAIN) and confirm.wins >= MIN_WINS:
+                chosen, chosen_bytes = candidates[best], exported[best]
+            else:
+                after_ms = before_ms
 
     comparison = verify(original, chosen_bytes, specs, threads) if chosen is not None else None
     trace = [] if chosen is None else [asdict(s) for s in chosen.trace]
@@ -152,7 +165,10 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
         predicted_cost_before=result.initial_cost,
         predicted_cost_after=chosen.cost if chosen is not None else result.initial_cost,
         latency_before_ms=before_ms, latency_after_ms=after_ms,
-        speedup=(before_ms / after_ms) if before_ms and after_ms else None,
+        speedup=(confirm.speedup if chosen is not None and confirm is not None
+                 else (1.0 if before_ms else None)),
+        confirmation=({"speedup": confirm.speedup, "wins": confirm.wins,
+                       "rounds": len(confirm.ratios)} if confirm is not None else {}),
         kept_original=chosen is None, trace=trace,
         rules_used=dict(Counter(s.rule for s in chosen.trace).most_common()) if chosen else {},
         search=result.stats.as_dict(), candidates=cand_reports,

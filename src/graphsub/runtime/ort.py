@@ -53,9 +53,14 @@ def run(model: Any, feeds: Mapping[str, np.ndarray], threads: int | None = None,
 
 @dataclass(frozen=True)
 class Timing:
-    """Latency samples of one model, in seconds."""
+    """Latency samples of one model, in seconds, in the order taken (`block` per round)."""
 
     samples: tuple[float, ...]
+    block: int = 1
+
+    def round_medians(self) -> list[float]:
+        return [statistics.median(self.samples[i:i + self.block])
+                for i in range(0, len(self.samples), self.block)]
 
     @property
     def median(self) -> float:
@@ -81,7 +86,7 @@ class Timing:
 def time_models(models: Sequence[Any], feeds: Mapping[str, np.ndarray],
                 threads: int | None = None, warmup: int = 3, rounds: int | None = None,
                 min_seconds: float = 2.0, max_rounds: int = 200, block: int = 5,
-                pause: float = 0.02) -> list[Timing]:
+                pause: float = 0.02, min_rounds: int = 3) -> list[Timing]:
     """Time several models on the same inputs, side by side in one process, with onnxruntime's
     default session settings.
 
@@ -89,8 +94,8 @@ def time_models(models: Sequence[Any], feeds: Mapping[str, np.ndarray],
     always first. Before each block the process sleeps `pause` seconds: onnxruntime's idle
     worker threads spin for a while after a run, and without the pause the previous model's
     spinning threads would steal the cores from the next (on 2 cores, tripling its latency).
-    Without `rounds`, rounds continue until `min_seconds` of runs (at least 3 rounds, at most
-    `max_rounds`)."""
+    Without `rounds`, rounds continue until `min_seconds` of runs (at least `min_rounds`, at
+    most `max_rounds`)."""
     sessions = [make_session(m, threads) for m in models]
     for sess in sessions:
         for _ in range(warmup):
@@ -101,7 +106,7 @@ def time_models(models: Sequence[Any], feeds: Mapping[str, np.ndarray],
     while True:
         if rounds is not None and r >= rounds:
             break
-        if rounds is None and r >= 3 and (timed >= min_seconds or r >= max_rounds):
+        if rounds is None and r >= min_rounds and (timed >= min_seconds or r >= max_rounds):
             break
         order = list(range(len(sessions)))
         shift = r % len(order)
@@ -115,4 +120,37 @@ def time_models(models: Sequence[Any], feeds: Mapping[str, np.ndarray],
                 samples[i].append(dt)
                 timed += dt
         r += 1
-    return [Timing(tuple(s)) for s in samples]
+    return [Timing(tuple(s), block) for s in samples]
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """A head-to-head timing of two models, round by round: drift on a shared machine moves
+    both models of a round alike, so per-round ratios are steadier than whole-run medians."""
+
+    before: Timing
+    after: Timing
+
+    @property
+    def ratios(self) -> list[float]:
+        return [b / a for b, a in zip(self.before.round_medians(), self.after.round_medians())]
+
+    @property
+    def speedup(self) -> float:
+        """Median over rounds of (time before / time after)."""
+        return statistics.median(self.ratios)
+
+    @property
+    def wins(self) -> float:
+        """The fraction of rounds in which the second model was faster."""
+        return sum(r > 1 for r in self.ratios) / len(self.ratios)
+
+
+def compare_speed(before: Any, after: Any, feeds: Mapping[str, np.ndarray],
+                  threads: int | None = None, min_seconds: float = 4.0,
+                  min_rounds: int = 10) -> PairedComparison:
+    """Time two models head to head (at least `min_rounds` rounds)."""
+    t_before, t_after = time_models([before, after], feeds, threads=threads,
+                                    min_seconds=min_seconds, rounds=None,
+                                    max_rounds=max(min_rounds, 200), min_rounds=min_rounds)
+    return PairedComparison(t_before, t_after)
