@@ -27,7 +27,7 @@ import numpy as np
 from graphsub import zoo
 from graphsub.cost import MeasuredCostModel
 from graphsub.onnx_io import to_onnx_bytes
-from graphsub.optimize import optimize_model
+from graphsub.optimizer import optimize_model
 from graphsub.runtime import Timing, graph_input_specs, make_session, random_feeds, time_models
 
 MODELS = ["nasrnn", "bert", "resnext50", "nasnet_a", "inception_v3", "resnet50", "squeezenet",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import onnx
 import pytest
 from typer.testing import CliRunner
@@ -13,7 +12,7 @@ from typer.testing import CliRunner
 import graphsub
 from graphsub.cli import app
 from graphsub.ir import GraphBuilder
-from graphsub.optimize import VerificationError, optimize_model
+from graphsub.optimizer import VerificationError, optimize_model
 from graphsub.rules import parse_rules
 from graphsub.runtime import compare_models, graph_input_specs
 

@@ -131,12 +131,17 @@ def info(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")],
         head.add_row("opaque ops", ", ".join(f"{k} x{v}" for k, v in s.opaque_ops.items()))
     head.add_row("hash", s.structural_hash)
     out.print(head)
-    ops = Table(title="operators", title_justify="left")
-    ops.add_column("op")
-    ops.add_column("count", justify="right")
-    for op, n in s.ops.items():
-        ops.add_row(op, str(n))
-    out.print(ops)
+    print_counts("operators", "op", "count", s.ops)
+
+
+def print_counts(title: str, key: str, count: str, counts: dict[str, int]) -> None:
+    """A two-column table of names and counts."""
+    table = Table(title=title, title_justify="left")
+    table.add_column(key)
+    table.add_column(count, justify="right")
+    for name, n in counts.items():
+        table.add_row(name, str(n))
+    out.print(table)
 
 
 @zoo_app.command("list")
@@ -288,7 +293,7 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
              as_json: JsonOpt = False) -> None:
     """Optimize a model: search equivalent graphs, keep the fastest measured, verify, write."""
     from graphsub.onnx_io.exporter import write_atomic
-    from graphsub.optimize import VerificationError, optimize_model
+    from graphsub.optimizer import VerificationError, optimize_model
     from graphsub.rules import builtin_rules, load_rules
 
     loaded = LoadedModel(model, parse_input_shapes(input_shape))
@@ -330,12 +335,7 @@ def _print_optimize_report(rep, output: Path) -> None:
                   f"{s['generated']} graphs, stopped by {s['stopped_by']}")
     out.print(table)
     if rep.rules_used:
-        used = Table(title="rules applied", title_justify="left")
-        used.add_column("rule")
-        used.add_column("times", justify="right")
-        for name, n in rep.rules_used.items():
-            used.add_row(name, str(n))
-        out.print(used)
+        print_counts("rules applied", "rule", "times", rep.rules_used)
     if rep.kept_original:
         out.print("[yellow]No candidate ran faster than the original in onnxruntime, so the "
                   f"original model was written unchanged to {output}.[/]")

@@ -4,7 +4,6 @@ ones TASO and MetaFlow say must be rejected."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from graphsub.ir import GraphBuilder, Value
 from graphsub.rules import apply_match, builtin_rules, find_matches, parse_rules

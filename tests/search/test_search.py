@@ -8,7 +8,7 @@ import pytest
 
 from graphsub.cost import AnalyticCostModel
 from graphsub.ir import GraphBuilder
-from graphsub.optimize import optimize
+from graphsub.optimizer import optimize
 from graphsub.rules import builtin_rules
 from graphsub.runtime import evaluate, graph_input_specs, random_feeds
 from graphsub.search import backtracking_search, greedy_search
@@ -135,5 +135,7 @@ def test_optimize_api_validates_its_arguments():
         optimize(matmul_chain(), RULES, algorithm="annealing", cost="analytic")
     with pytest.raises(GraphsubError, match="alpha must be at least 1"):
         optimize(matmul_chain(), RULES, alpha=0.5, cost="analytic")
-    r = optimize(matmul_chain(), RULES, cost="analytic", algorithm="greedy")
+    import graphsub
+
+    r = graphsub.optimize(matmul_chain(), RULES, cost="analytic", algorithm="greedy")
     assert compute_ops(r.graph) == ["matmul"]

@@ -103,7 +103,7 @@ def _op(buf: bytes) -> TasoOp:
 def read_taso_rules(path: str | Path) -> list[TasoRule]:
     data = Path(path).read_bytes()
     rules = []
-    for i, (num, rbuf) in enumerate(_fields(data)):
+    for num, rbuf in _fields(data):
         if num != 1:
             continue
         src, dst, mapping = [], [], []
@@ -206,7 +206,7 @@ def convert_rule(tr: TasoRule, ungrouped: bool = False) -> Rule:
         n = op.params.get("NUM_OUTPUTS", 2)
         axis = op.params["AXIS"]
         sizes: list[Expr | None] = [None] * n
-        for k, (s_op, d_op, s_ts, d_ts) in enumerate(tr.mapping):
+        for k, (_, d_op, _, d_ts) in enumerate(tr.mapping):
             if d_op == j:
                 sizes[d_ts] = Call("dim", (OutRef(k), Lit(axis)))
         if all(s is not None for s in sizes):
