@@ -94,6 +94,22 @@ def _condition_vars(rule: Rule, fn: str) -> dict[str, Expr | None]:
     return found
 
 
+class _BuilderView:
+    """What expressions need of a graph (types and nodes), read from a builder mid-build."""
+
+    def __init__(self, builder: GraphBuilder) -> None:
+        self._b = builder
+
+    def type_of(self, value: Value):
+        return self._b.type_of(value)
+
+    def __getitem__(self, node_id: int):
+        return self._b._nodes[node_id]
+
+    def weight_only(self) -> frozenset[int]:
+        return frozenset(n for n, node in self._b._nodes.items() if node.op == "weight")
+
+
 @dataclass
 class _Example:
     graph: Graph
@@ -166,8 +182,9 @@ def _build_example(rule: Rule, rng: np.random.Generator) -> _Example | None:
                 if e.name not in attr_vars:
                     attr_vars[e.name] = _default_attr(t.op, key, in_shapes, attrs, rng)
                 attrs[key] = attr_vars[e.name]
-            else:  # a constant expression such as [1 1]
-                attrs[key] = evaluate_expr(e, Env(None, {}, attr_vars))  # type: ignore[arg-type]
+            else:  # a computed expression such as [1 1] or [(dim ?b 1) (dim ?c 1)]
+                env = Env(_BuilderView(b), values, attr_vars)  # type: ignore[arg-type]
+                attrs[key] = evaluate_expr(e, env)
         if any(k == SAME_SHAPES for k, _ in t.attrs) and len(set(in_shapes)) > 1:
             raise GraphsubError("example does not have equal input shapes")
         for spec in get_op(t.op).attrs:

@@ -95,6 +95,7 @@ def _match_term(graph: Graph, term: Term, value: Value, st: _State) -> Iterator[
     if node.op != term.op or value.index != term.index or len(node.inputs) != len(term.args):
         return
     st = st.copy()
+    computed = []
     for (key, lit, is_lit), (_, e) in zip(_compiled_literals(term), term.attrs):
         if key == SAME_SHAPES:
             if len({graph.type_of(v).shape for v in node.inputs}) > 1:
@@ -112,16 +113,24 @@ def _match_term(graph: Graph, term: Term, value: Value, st: _State) -> Iterator[
                     return
             else:
                 st.attrs[e.name] = actual
-        else:  # a computed expression: compare once its variables are bound
-            ok, want = try_evaluate(e, Env(graph, st.tensors, st.attrs))
-            if not ok or want != actual:
-                return
+        else:  # a computed expression: compared once the arguments have bound its variables
+            computed.append((e, actual))
     st.nodes.add(value.node)
     orders = [node.inputs]
     if get_op(term.op).commutative and node.inputs[0] != node.inputs[1]:
         orders.append(node.inputs[::-1])
     for inputs in orders:
-        yield from _match_args(graph, term.args, inputs, st)
+        for done in _match_args(graph, term.args, inputs, st):
+            if all(_holds(graph, done, e, actual) for e, actual in computed):
+                yield done
+
+
+def _holds(graph: Graph, st: _State, e: Any, actual: Any) -> bool:
+    try:
+        ok, want = try_evaluate(e, Env(graph, st.tensors, st.attrs))
+    except RuleError:
+        return False  # it reads a variable this match does not bind
+    return ok and want == actual
 
 
 def _match_args(graph: Graph, terms: tuple[Term, ...], values: tuple[Value, ...],

@@ -1,0 +1,84 @@
+"""The generator's first part (TASO Algorithm 1 and step 2): enumeration counts against hand
+counts, fingerprints, and known rules found and numerically checked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graphsub.generate import Enumerator, candidates, fingerprint, to_rule
+from graphsub.generate.opset import PRIME, GenTensor
+from graphsub.rules import check_rule, print_rule
+
+
+@pytest.mark.parametrize("shapes, ops, max_ops, counts", [
+    # add(A, A); then add(A, t1) and add(t1, t1) (add(A, A) again would duplicate computation)
+    ({"A": (2, 2)}, ["ewadd"], 2, {1: 1, 2: 2}),
+    # add is commutative: add(A, B) and add(B, A) are one computation
+    ({"A": (2, 2), "B": (2, 2)}, ["ewadd"], 1, {1: 3}),
+    # matmul is not: A@A, A@B, B@A, B@B
+    ({"A": (2, 2), "B": (2, 2)}, ["matmul"], 1, {1: 4}),
+    # transpose(A), then transpose(transpose(A))
+    ({"A": (2, 3)}, ["transpose"], 2, {1: 1, 2: 1}),
+    # element-wise ops need equal shapes: only add(A, A) and add(B, B)
+    ({"A": (2, 2), "B": (3, 3)}, ["ewadd"], 1, {1: 2}),
+    # concat on either axis, both orders: 2 axes x 4 ordered pairs; split needs a seam
+    ({"A": (2, 2), "B": (2, 2)}, ["concat", "split"], 1, {1: 8}),
+])
+def test_enumeration_counts_match_hand_counts(shapes, ops, max_ops, counts):
+    assert Enumerator(shapes, max_ops, ops).run().counts == counts
+
+
+def test_graphs_reached_in_different_orders_are_recorded_once():
+    # add(A, A) and transpose(A) can be placed in either order: one graph, not two
+    e = Enumerator({"A": (2, 2)}, 2, ["ewadd", "transpose"]).run()
+    two = [g for group in e.by_fingerprint.values() for g in group if g.size == 2]
+    keys = {frozenset((n.op, n.inputs) for n in g.nodes) for g in two}
+    # s = add(A, A), t = transpose(A): {s, t} (either order), {s, add(A, s)}, {s, add(s, s)},
+    # {s, transpose(s)}, {t, add(A, t)}, {t, add(t, t)}, {t, transpose(t)}
+    assert e.counts[2] == 7
+    assert len(keys) == len(two) == 7
+
+
+def tensor(values) -> GenTensor:
+    arr = np.asarray(values, dtype=np.int64) % PRIME
+    return GenTensor(arr.shape, arr, (arr.astype(float),))
+
+
+def test_fingerprint_ignores_output_order_but_not_content_or_shape():
+    a, b = tensor([[1, 2], [3, 4]]), tensor([[5, 6], [7, 8]])
+    assert fingerprint([a, b]) == fingerprint([b, a])
+    assert fingerprint([a, b]) != fingerprint([a, tensor([[5, 6], [7, 9]])])
+    assert fingerprint([tensor([1, 2, 3, 4])]) != fingerprint([tensor([[1, 2], [3, 4]])])
+
+
+def test_matmul_associativity_is_found_and_checks():
+    e = Enumerator({"A": (4, 4), "B": (4, 4), "C": (4, 4)}, 2, ["matmul"]).run()
+    texts = {print_rule(to_rule(c, "r")).split("\n", 2)[2] for c in candidates(e)}
+    assert "  (matmul :activation none (matmul :activation none ?A ?B) ?C)\n  => (matmul :activation none ?A (matmul :activation none ?B ?C))" in texts \
+        or "  (matmul :activation none ?A (matmul :activation none ?B ?C))\n  => (matmul :activation none (matmul :activation none ?A ?B) ?C)" in texts
+    for i, c in enumerate(candidates(e)):
+        assert check_rule(to_rule(c, f"gen-{i}")).examples >= 1
+
+
+def test_figure_2b_is_found_with_symbolic_split_sizes():
+    e = Enumerator({"A": (4, 4), "B": (4, 4), "C": (4, 4)}, 3, ["matmul", "concat", "split"]).run()
+    found = []
+    for i, c in enumerate(candidates(e)):
+        if (c.source.size == 3 and c.target.size == 2 and len(c.mapping) == 2
+                and {n.op for n in c.target.nodes} == {"matmul"}
+                and len(c.target.used_inputs()) == 3):
+            found.append(to_rule(c, f"fig2b-{i}"))
+    assert found
+    text = print_rule(found[0])
+    assert "split :axis 1 :sizes [(dim ?B 1)" in text or "split :axis 0 :sizes [(dim ?A 0)" in text
+    assert check_rule(found[0]).examples >= 1
+
+
+def test_relu_is_replaced_by_a_non_linear_polynomial_in_fingerprints():
+    """relu(x) would make every graph that is zero on negative inputs collide; x(x+1)+1 keeps
+    relu(A) + relu(B) apart from relu(A + B)."""
+    e = Enumerator({"A": (2, 2), "B": (2, 2)}, 2, ["ewadd", "relu"]).run()
+    for c in candidates(e):
+        text = print_rule(to_rule(c, "r"))
+        assert not ("(relu (add" in text and "(add :same-shapes true (relu" in text)
