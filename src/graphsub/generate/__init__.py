@@ -5,8 +5,11 @@ with equal fingerprints on random inputs, and emit candidate rules.
     enum = Enumerator({"A": (4, 4), "B": (4, 4), "C": (4, 4)}, max_ops=2, ops=["matmul"]).run()
     rules = [to_rule(c, f"gen-{i}") for i, c in enumerate(candidates(enum))]
 
-Work in progress (issue 4): convolution, pooling, enlarge and the constant tensors, the
-pruning of section 4, the Z3 verifier and the command line follow.
+    from graphsub.generate.prune import prune
+    kept, report = prune(rules)                   # TASO section 4; report.table() is Table 3
+
+Work in progress (issue 4): convolution, pooling, enlarge and the constant tensors, the Z3
+verifier, the executors and the command line follow.
 """
 
 from graphsub.generate.candidates import Candidate, candidates, output_mapping, to_rule

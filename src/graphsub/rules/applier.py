@@ -58,6 +58,8 @@ class _TargetBuilder:
 
     def build(self, term: Term) -> Value:
         if isinstance(term, Var):
+            if term.name not in self.match.tensors:
+                raise Rejected(f"target variable ?{term.name} is not bound by the source")
             return self.match.tensors[term.name]
         if isinstance(term, Ref):
             outs = self.lets.get(term.name)

@@ -22,7 +22,7 @@ from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
 from graphsub.ops import get_op
 from graphsub.rules.applier import apply_match
-from graphsub.rules.ast import AVar, Call, Expr, Lit, OpTerm, Rule, Term, Var
+from graphsub.rules.ast import AVar, Call, Expr, Lit, OpTerm, Rule, Term, Var, term_vars
 from graphsub.rules.expr import Env
 from graphsub.rules.expr import evaluate as evaluate_expr
 from graphsub.rules.matcher import SAME_SHAPES, find_matches
@@ -215,6 +215,11 @@ class RuleCheck:
 def check_rule(rule: Rule, examples: int = 3, attempts: int = 300, rtol: float = 1e-4,
                seed: int = 0) -> RuleCheck:
     """Check a rule numerically; raises RuleCheckError when it is wrong or untestable."""
+    unbound = sorted(set().union(*(term_vars(t) for t in rule.targets),
+                                 *(term_vars(t) for _, t in rule.lets)) - rule.source_vars)
+    if unbound:
+        raise RuleCheckError(f"rule {rule.name} ({rule.origin}): its target uses "
+                             f"{', '.join('?' + v for v in unbound)}, which the source does not bind")
     rng = np.random.default_rng(seed)
     done, worst = 0, 0.0
     for _ in range(attempts):

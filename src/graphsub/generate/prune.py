@@ -1,0 +1,189 @@
+"""Pruning redundant substitutions (TASO section 4).
+
+A substitution is redundant when a more general valid one subsumes it; pruning keeps every
+optimization reachable. Three steps, in TASO's order:
+
+1. Input tensor renaming: of rules that are the same up to renaming their variables, keep one;
+   a rule that is an instance of a more general one (variables identified, e.g. C renamed A) is
+   dropped.
+2. Common subgraph, first form: an operator with the same inputs on both sides is replaced by
+   a fresh input variable, giving a more general rule.
+3. Common subgraph, second form: when both sides end in the same operator over the same
+   other inputs, that operator is removed and its differing inputs become the outputs.
+
+A generalized rule replaces the specific one only if it is valid (checked numerically here;
+the Z3 verifier of issue 4 will prove it), and it is then deduplicated like any other.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from graphsub.rules.ast import OpTerm, Rule, Term, Var, term_vars
+from graphsub.rules.check import RuleCheckError, check_rule
+from graphsub.rules.parser import print_term
+
+Validator = Callable[[Rule], bool]
+
+
+def numerically_valid(rule: Rule) -> bool:
+    try:
+        check_rule(rule, examples=2, attempts=200)
+        return True
+    except RuleCheckError:
+        return False
+
+
+def _text(rule: Rule) -> str:
+    return " , ".join(print_term(t) for t in rule.sources) + " => " + \
+        " , ".join(print_term(t) for t in rule.targets)
+
+
+def _var_sequence(text: str) -> list[str]:
+    return re.findall(r"\?([\w-]+)", text)
+
+
+def canonical(rule: Rule) -> str:
+    """The rule's text with variables renamed v0, v1, ... in order of first appearance."""
+    text = _text(rule)
+    names: dict[str, str] = {}
+    for v in _var_sequence(text):
+        names.setdefault(v, f"v{len(names)}")
+    return re.sub(r"\?([\w-]+)", lambda m: "?" + names[m.group(1)], text)
+
+
+def _shape_key(rule: Rule) -> str:
+    return re.sub(r"\?[\w-]+", "?", _text(rule))
+
+
+def instance_of(specific: Rule, general: Rule) -> bool:
+    """Whether `specific` is `general` with its variables renamed (not necessarily one to one)."""
+    a, b = _var_sequence(_text(general)), _var_sequence(_text(specific))
+    if len(a) != len(b) or _shape_key(general) != _shape_key(specific):
+        return False
+    mapping: dict[str, str] = {}
+    for g, s in zip(a, b):
+        if mapping.setdefault(g, s) != s:
+            return False
+    return True
+
+
+def prune_renaming(rules: Sequence[Rule]) -> list[Rule]:
+    """Keep one rule per renaming class, and drop rules that are instances of more general
+    ones (more distinct variables)."""
+    by_canon: dict[str, Rule] = {}
+    for r in rules:
+        by_canon.setdefault(canonical(r), r)
+    unique = list(by_canon.values())
+    groups: dict[str, list[Rule]] = {}
+    for r in unique:
+        groups.setdefault(_shape_key(r), []).append(r)
+    kept = []
+    for group in groups.values():
+        group.sort(key=lambda r: -len(set(_var_sequence(_text(r)))))
+        for i, r in enumerate(group):
+            if not any(instance_of(r, g) for g in group[:i]):
+                kept.append(r)
+    return kept
+
+
+def _subterms(t: Term) -> Iterable[OpTerm]:
+    if isinstance(t, OpTerm):
+        yield t
+        for a in t.args:
+            yield from _subterms(a)
+
+
+def _replace(t: Term, old: Term, new: Term) -> Term:
+    if t == old:
+        return new
+    if isinstance(t, OpTerm):
+        return OpTerm(t.op, t.attrs, tuple(_replace(a, old, new) for a in t.args), t.index)
+    return t
+
+
+def _base(t: OpTerm) -> OpTerm:
+    """The operator application itself, whichever of its outputs `t` projects."""
+    return OpTerm(t.op, t.attrs, t.args, 0)
+
+
+def generalize_common_operator(rule: Rule) -> Rule | None:
+    """Form 1: an operator (with its inputs) that appears on both sides, but is not a whole
+    side, becomes a fresh variable."""
+    roots = {_base(t) for t in rule.sources + rule.targets if isinstance(t, OpTerm)}
+    src = {_base(t) for s in rule.sources for t in _subterms(s)}
+    tgt = {_base(t) for s in rule.targets for t in _subterms(s)}
+    common = [t for t in src & tgt if t not in roots]
+    if not common:
+        return None
+    # The largest common operator first: replacing it removes the most.
+    target = max(common, key=lambda t: len(print_term(t)))
+    if any(_base(t) == target and t.index != 0 for s in rule.sources + rule.targets
+           for t in _subterms(s)):
+        return None  # a multi-output operator used through several outputs: keep it
+    taken = set(_var_sequence(_text(rule)))
+    fresh = Var(next(f"s{k}" for k in range(len(taken) + 1) if f"s{k}" not in taken))
+    general = Rule(rule.name, tuple(_replace(s, target, fresh) for s in rule.sources),
+                   tuple(_replace(t, target, fresh) for t in rule.targets), rule.lets,
+                   rule.conditions, rule.doc + " (common operator generalized)", rule.origin)
+    return general if _closed(general) else None
+
+
+def _closed(rule: Rule) -> bool:
+    """Every variable of the target is bound by the source."""
+    return all(term_vars(t) <= rule.source_vars for t in rule.targets)
+
+
+def strip_common_output(rule: Rule) -> Rule | None:
+    """Form 2: both sides end in the same operator whose other inputs are the same: remove it,
+    and its differing inputs become the rule's outputs."""
+    if len(rule.sources) != 1:
+        return None
+    s, t = rule.sources[0], rule.targets[0]
+    if not (isinstance(s, OpTerm) and isinstance(t, OpTerm)) or (s.op, s.attrs, s.index) != (
+            t.op, t.attrs, t.index) or len(s.args) != len(t.args):
+        return None
+    differ = [i for i, (a, b) in enumerate(zip(s.args, t.args)) if a != b]
+    if not differ or not all(isinstance(s.args[i], OpTerm) for i in differ):
+        return None  # a source output must be an operator for the rule to match anything
+    general = Rule(rule.name, tuple(s.args[i] for i in differ), tuple(t.args[i] for i in differ),
+                   rule.lets, rule.conditions, rule.doc + " (common output operator removed)",
+                   rule.origin)
+    return general if _closed(general) else None
+
+
+def _generalize(rules: Sequence[Rule], step: Callable[[Rule], Rule | None],
+                valid: Validator) -> list[Rule]:
+    out = []
+    for r in rules:
+        current = r
+        while (general := step(current)) is not None and valid(general):
+            current = general
+        out.append(current)
+    return prune_renaming(out)
+
+
+@dataclass
+class PruneReport:
+    """Remaining substitutions after each step (TASO Table 3)."""
+
+    counts: list[tuple[str, int]] = field(default_factory=list)
+
+    def table(self) -> str:
+        initial = self.counts[0][1] if self.counts else 0
+        lines = ["| pruning step | remaining | reduction |", "|---|---|---|"]
+        for name, n in self.counts:
+            lines.append(f"| {name} | {n} | {initial / n:.1f}x |" if n else f"| {name} | 0 | - |")
+        return "\n".join(lines)
+
+
+def prune(rules: Sequence[Rule], valid: Validator = numerically_valid) -> tuple[list[Rule], PruneReport]:
+    report = PruneReport([("initial", len(rules))])
+    renamed = prune_renaming(rules)
+    report.counts.append(("input tensor renaming", len(renamed)))
+    common = _generalize(renamed, generalize_common_operator, valid)
+    common = _generalize(common, strip_common_output, valid)
+    report.counts.append(("common subgraph", len(common)))
+    return common, report
