@@ -37,6 +37,12 @@ class GraphBuilder:
         outs = tuple(Value(nid, i) for i in range(len(node.outputs)))
         return outs[0] if len(outs) == 1 else outs
 
+    def node(self, node_id: int) -> Node:
+        return self._nodes[node_id]
+
+    def node_ids(self) -> list[int]:
+        return list(self._nodes)
+
     def type_of(self, value: Value) -> TensorType:
         return self._nodes[value.node].outputs[value.index]
 

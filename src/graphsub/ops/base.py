@@ -78,6 +78,9 @@ class OpDef:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_spec_by_name", {a.name: a for a in self.attrs})
 
+    def attr_spec(self, name: str) -> AttrSpec | None:
+        return self._spec_by_name.get(name)
+
     def make_attrs(self, given: Mapping[str, Any], in_types: Types) -> Attrs:
         """Validate, default and canonicalize user-given attributes for these input types."""
         unknown = set(given) - set(self._spec_by_name)

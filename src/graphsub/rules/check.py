@@ -104,10 +104,10 @@ class _BuilderView:
         return self._b.type_of(value)
 
     def __getitem__(self, node_id: int):
-        return self._b._nodes[node_id]
+        return self._b.node(node_id)
 
     def weight_only(self) -> frozenset[int]:
-        return frozenset(n for n, node in self._b._nodes.items() if node.op == "weight")
+        return frozenset(n for n in self._b.node_ids() if self._b.node(n).op == "weight")
 
 
 @dataclass

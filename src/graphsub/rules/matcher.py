@@ -47,7 +47,7 @@ class _State:
 def _canonical_literal(op: str, key: str, value: Any) -> Any:
     """Put a literal attribute of a source pattern into the op's canonical form (stride 1 is
     (1, 1), ...), so that it compares equal to what nodes store."""
-    spec = get_op(op)._spec_by_name.get(key)
+    spec = get_op(op).attr_spec(key)
     if spec is None:
         raise RuleError(f"operator {op} has no attribute {key!r}")
     if spec.convert is None or value is None or (key == "axis" and isinstance(value, int)):
