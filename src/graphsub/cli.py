@@ -356,3 +356,6 @@ def main(version: Annotated[bool, typer.Option("--version", callback=version_cal
                                                is_eager=True, help="Show the version.")] = False
          ) -> None:
     """graphsub: a tensor-graph superoptimizer for ONNX models."""
+
+
+from graphsub import cli_generate  # noqa: E402,F401  (registers generate, verify, axioms)

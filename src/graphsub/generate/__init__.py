@@ -1,19 +1,20 @@
-"""Substitution generation (TASO section 2): enumerate graphs, fingerprint them, test graphs
-with equal fingerprints on random inputs, and emit candidate rules.
+"""Substitution generation (TASO sections 2-4): enumerate graphs, fingerprint them, test
+graphs with equal fingerprints on random inputs, prune, verify, and write a rule file.
 
-    from graphsub.generate import Enumerator, candidates, to_rule
-    enum = Enumerator({"A": (4, 4), "B": (4, 4), "C": (4, 4)}, max_ops=2, ops=["matmul"]).run()
-    rules = [to_rule(c, f"gen-{i}") for i, c in enumerate(candidates(enum))]
+    from graphsub.generate import generate, make_executor, rules_text
+    rules, report = generate(3, ["matmul", "ewadd", "concat", "split"],
+                             executor=make_executor("process"))
+    open("generated.rules", "w").write(rules_text(rules, report))
 
-    from graphsub.generate.prune import prune
-    kept, report = prune(rules)                   # TASO section 4; report.table() is Table 3
-
-Work in progress (issue 4): convolution, pooling, enlarge and the constant tensors, the Z3
-verifier, the executors and the command line follow.
+The parts can be used on their own: `Enumerator` (Algorithm 1 over given input tensors),
+`candidates` / `to_rule` (step 2), `prune` (section 4), `recall` (against a reference set).
 """
 
 from graphsub.generate.candidates import Candidate, candidates, output_mapping, to_rule
 from graphsub.generate.enumerate import Enumeration, Enumerator, GenGraph, fingerprint, hash1
+from graphsub.generate.executors import make_executor
+from graphsub.generate.pipeline import GenerationReport, generate, rules_text
 
-__all__ = ["Candidate", "Enumeration", "Enumerator", "GenGraph", "candidates", "fingerprint",
-           "hash1", "output_mapping", "to_rule"]
+__all__ = ["Candidate", "Enumeration", "Enumerator", "GenGraph", "GenerationReport",
+           "candidates", "fingerprint", "generate", "hash1", "make_executor", "output_mapping",
+           "rules_text", "to_rule"]

@@ -5,18 +5,22 @@ with its output mapping inferred from the test values, written as a graphsub rul
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from graphsub.generate.enumerate import Enumeration, GenGraph
+from graphsub.generate.enumerate import Enumeration, GenGraph, GenNode
 from graphsub.generate.opset import OPS
 from graphsub.ops import get_op
 from graphsub.ops.base import REQUIRED
-from graphsub.rules.ast import Lit, ListExpr, OpTerm, Rule, Term, Var
+from graphsub.rules.ast import ListExpr, Lit, OpTerm, Rule, Term, Var, term_vars
+from graphsub.rules.parser import print_term
 
 THRESHOLD = 1e-5
+#: Groups larger than this are paired as a star around their smallest graph rather than all
+#: pairs: every graph of the group stays reachable from every other in two steps.
+ALL_PAIRS_LIMIT = 40
 
 
 @dataclass(frozen=True)
@@ -41,44 +45,120 @@ def output_mapping(g1: GenGraph, g2: GenGraph) -> tuple[tuple[int, int], ...] | 
     return None
 
 
+def _uses_constant(g: GenGraph) -> bool:
+    return any(g.tensors[i].role == "constant" for n in g.nodes for i in n.inputs)
+
+
+def _orient(g1: GenGraph, g2: GenGraph) -> tuple[GenGraph, GenGraph] | None:
+    """Source and target: the larger graph is rewritten into the smaller one. A constant
+    tensor cannot be matched in a graph, so it must be on the target side."""
+    src, dst = (g1, g2) if g1.size >= g2.size else (g2, g1)
+    if _uses_constant(src):
+        if _uses_constant(dst):
+            return None
+        src, dst = dst, src
+    return src, dst
+
+
+def pair_group(group: Sequence[GenGraph]) -> Iterator[Candidate]:
+    """Candidates from one fingerprint group."""
+    if len(group) <= ALL_PAIRS_LIMIT:
+        pairs: Iterator[tuple[GenGraph, GenGraph]] = itertools.combinations(group, 2)
+    else:
+        hub = min(group, key=lambda g: g.size)
+        pairs = ((hub, g) for g in group if g is not hub)
+    for g1, g2 in pairs:
+        oriented = _orient(g1, g2)
+        if oriented is None:
+            continue
+        src, dst = oriented
+        mapping = output_mapping(src, dst)
+        if mapping is not None:
+            yield Candidate(src, dst, mapping)
+
+
 def candidates(enum: Enumeration) -> Iterator[Candidate]:
-    """Every pair of distinct graphs in a fingerprint group that passes the float tests; the
-    larger graph is the source."""
-    for group in enum.by_fingerprint.values():
-        for g1, g2 in itertools.combinations(group, 2):
-            src, dst = (g1, g2) if g1.size >= g2.size else (g2, g1)
-            mapping = output_mapping(src, dst)
-            if mapping is not None:
-                yield Candidate(src, dst, mapping)
+    """Every candidate of an in-memory enumeration."""
+    for group in enum.groups():
+        yield from pair_group(group)
+
+
+def _constant_term(g: GenGraph, tensor: int, consumer: GenNode, terms: dict[int, Term]) -> Term:
+    """A constant tensor as a rule term, its shape written from the operand it meets."""
+    spec = g.inputs[tensor]
+    params = dict(spec.params)
+    other = [i for i in consumer.inputs if i != tensor]
+    if not other:
+        raise _Unrepresentable("a constant combined only with itself")
+    dims = g.tensors[other[0]].dims
+    if spec.constant == "c-pool":
+        k = params["kernel"]
+        shape, value, pattern = [dims[1], Lit(1), Lit(k[0]), Lit(k[1])], 1.0 / (k[0] * k[1]), "full"
+    elif spec.constant == "i-conv":
+        k = params["kernel"]
+        shape, value, pattern = [dims[1], dims[1], Lit(k[0]), Lit(k[1])], 1.0, "conv-identity"
+    elif spec.constant == "i-matmul":
+        side = dims[-1] if consumer.inputs[1] == tensor else dims[0]
+        shape, value, pattern = [side, side], 1.0, "eye"
+    else:  # i-ewmul: ones shaped like the other operand
+        shape, value, pattern = list(dims), 1.0, "full"
+    if any(d is None for d in shape):
+        raise _Unrepresentable("a constant whose shape is not expressible")
+    attrs = [("value", Lit(value)), ("shape", ListExpr(tuple(shape)))]
+    if pattern != "full":
+        attrs.append(("pattern", Lit(pattern)))
+    return OpTerm("constant", tuple(attrs), (), 0)  # type: ignore[arg-type]
+
+
+class _Unrepresentable(Exception):
+    pass
+
+
+def _lit(value: object) -> Lit | ListExpr:
+    if isinstance(value, tuple):
+        return ListExpr(tuple(Lit(v) for v in value))
+    return Lit(value)
 
 
 def _terms(g: GenGraph) -> dict[int, Term]:
     """A rule term for every tensor of the graph, by id."""
-    terms: dict[int, Term] = {i: Var(name) for i, name in enumerate(g.input_names)}
+    terms: dict[int, Term] = {i: Var(s.name) for i, s in enumerate(g.inputs) if s.constant is None}
     for node in g.nodes:
         op = OPS[node.op]
         attrs = dict(node.attrs)
-        args = tuple(terms[i] for i in node.inputs)
-        rule_attrs: list[tuple[str, object]] = [(k, Lit(v)) for k, v in sorted(attrs.items())]
+        args = []
+        for i in node.inputs:
+            if i not in terms:
+                terms[i] = _constant_term(g, i, node, terms)
+            args.append(terms[i])
+        rule_attrs: list[tuple[str, object]] = [(k, _lit(v)) for k, v in sorted(attrs.items())]
         if node.op == "split":
             sizes = ListExpr(tuple(g.tensors[o].dims[attrs["axis"]] for o in node.outputs))
             rule_attrs.append(("sizes", sizes))
-        if node.op == "transpose":
-            rank = len(g.tensors[node.inputs[0]].shape)
-            perm = list(range(rank - 2)) + [rank - 1, rank - 2]  # swap the last two axes
-            rule_attrs.append(("perm", ListExpr(tuple(Lit(p) for p in perm))))
         given = {k for k, _ in rule_attrs}
-        for spec in get_op(op.name).attrs:  # pin the rest to defaults: a free attribute
+        for spec in get_op(op.op).attrs:  # pin the rest to defaults: a free attribute
             if spec.name not in given and spec.default not in (None, REQUIRED):  # would match
-                rule_attrs.append((spec.name, Lit(spec.default)))  # e.g. a fused activation
-        if node.op in ("ewadd", "ewmul"):
+                rule_attrs.append((spec.name, _lit(spec.default)))  # e.g. a fused activation
+        if node.op in ("ewadd", "ewmul", "sub", "div"):
             rule_attrs.append(("same-shapes", Lit(True)))  # TASO's ops do not broadcast
         for k, o in enumerate(node.outputs):
-            terms[o] = OpTerm(op.name, tuple(rule_attrs), args, k)  # type: ignore[arg-type]
+            terms[o] = OpTerm(op.op, tuple(rule_attrs), tuple(args), k)  # type: ignore[arg-type]
     return terms
 
 
-def to_rule(c: Candidate, name: str) -> Rule:
-    src, dst = _terms(c.source), _terms(c.target)
-    return Rule(name, tuple(src[a] for a, _ in c.mapping), tuple(dst[b] for _, b in c.mapping),
+def to_rule(c: Candidate, name: str) -> Rule | None:
+    """The candidate as a graphsub rule; outputs computed identically on both sides are left
+    out (they are a common subgraph), and None when nothing is left or the rule needs a
+    constant whose shape it cannot write."""
+    try:
+        src, dst = _terms(c.source), _terms(c.target)
+    except _Unrepresentable:
+        return None
+    pairs = [(src[a], dst[b]) for a, b in c.mapping if print_term(src[a]) != print_term(dst[b])]
+    if not pairs:
+        return None
+    bound = set().union(*(term_vars(s) for s, _ in pairs))
+    if not all(term_vars(t) <= bound for _, t in pairs):
+        return None  # the target reads an input the source does not (it cancels out)
+    return Rule(name, tuple(s for s, _ in pairs), tuple(t for _, t in pairs),
                 doc=f"generated: {c.source.size} -> {c.target.size} operators", origin="generator")

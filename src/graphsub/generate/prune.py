@@ -155,13 +155,14 @@ def strip_common_output(rule: Rule) -> Rule | None:
 
 
 def _generalize(rules: Sequence[Rule], step: Callable[[Rule], Rule | None],
-                valid: Validator) -> list[Rule]:
+                valid: Validator, tick: Callable[[], None]) -> list[Rule]:
     out = []
     for r in rules:
         current = r
         while (general := step(current)) is not None and valid(general):
             current = general
         out.append(current)
+        tick()
     return prune_renaming(out)
 
 
@@ -179,11 +180,20 @@ class PruneReport:
         return "\n".join(lines)
 
 
-def prune(rules: Sequence[Rule], valid: Validator = numerically_valid) -> tuple[list[Rule], PruneReport]:
+def prune(rules: Sequence[Rule], valid: Validator = numerically_valid,
+          on_progress: Callable[[int, int], None] | None = None) -> tuple[list[Rule], PruneReport]:
     report = PruneReport([("initial", len(rules))])
     renamed = prune_renaming(rules)
     report.counts.append(("input tensor renaming", len(renamed)))
-    common = _generalize(renamed, generalize_common_operator, valid)
-    common = _generalize(common, strip_common_output, valid)
+    done = 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if on_progress is not None:
+            on_progress(done, 2 * len(renamed))
+
+    common = _generalize(renamed, generalize_common_operator, valid, tick)
+    common = _generalize(common, strip_common_output, valid, tick)
     report.counts.append(("common subgraph", len(common)))
     return common, report

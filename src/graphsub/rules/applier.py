@@ -96,10 +96,24 @@ class _TargetBuilder:
         return outs
 
     def _constant(self, attrs: dict[str, Any], inputs: tuple[Value, ...]) -> tuple[Value, ...]:
-        """(constant :value v :shape [..] [:dtype d]): a weight filled with one value."""
-        dtype = attrs.get("dtype", "float32")
-        arr = np.full(tuple(attrs.get("shape", ())), attrs["value"], dtype=dtype)
+        """(constant :value v :shape [..] [:dtype d] [:pattern p]): a weight of one value, or
+        an identity (TASO's I_matmul, I_conv) with `:pattern eye` or `:pattern conv-identity`."""
+        arr = constant_array(tuple(attrs.get("shape", ())), attrs.get("value", 1.0),
+                             attrs.get("pattern", "full"), attrs.get("dtype", "float32"))
         return self.ed.add("weight", (), {"value": arr})
+
+
+def constant_array(shape: tuple[int, ...], value: float, pattern: str, dtype: str) -> np.ndarray:
+    if pattern == "full":
+        return np.full(shape, value, dtype=dtype)
+    arr = np.zeros(shape, dtype=dtype)
+    if pattern == "eye" and len(shape) == 2 and shape[0] == shape[1]:
+        arr[np.arange(shape[0]), np.arange(shape[0])] = value
+    elif pattern == "conv-identity" and len(shape) == 4 and shape[0] == shape[1]:
+        arr[np.arange(shape[0]), np.arange(shape[0]), shape[2] // 2, shape[3] // 2] = value
+    else:
+        raise Rejected(f"constant pattern {pattern!r} does not fit shape {shape}")
+    return arr
 
 
 def apply_match(graph: Graph, match: Match) -> Graph | None:

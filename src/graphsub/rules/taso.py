@@ -174,7 +174,7 @@ def _convert_side(ops: list[TasoOp], is_source: bool,
     return outs
 
 
-def _ungrouped_conditions(terms: tuple[Term, ...]) -> tuple[Expr, ...]:
+def ungrouped_conditions(terms: tuple[Term, ...]) -> tuple[Expr, ...]:
     """(eq (dim ?w 1) (dim ?x 1)) for every source convolution over two variables."""
     conds: list[Expr] = []
 
@@ -215,7 +215,7 @@ def convert_rule(tr: TasoRule, ungrouped: bool = False) -> Rule:
     dst = _convert_side(tr.dst, False, split_sizes)
     sources = tuple(src[s_op][s_ts] for s_op, _, s_ts, _ in tr.mapping)
     targets = tuple(dst[d_op][d_ts] for _, d_op, _, d_ts in tr.mapping)
-    conditions = _ungrouped_conditions(sources) if ungrouped else ()
+    conditions = ungrouped_conditions(sources) if ungrouped else ()
     doc = f"TASO graph_subst.pb rule {tr.number}"
     if ungrouped:
         doc += " (restricted to ungrouped convolutions: it fails for grouped ones)"

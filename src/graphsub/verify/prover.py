@@ -147,7 +147,31 @@ class _Translator:
             f = s.pool_avg if op == "avg_pool2d" else s.pool_max
             return f(self.attr(t, "kernel", _kernel, (3, 3)), self.attr(t, "stride", _stride, (1, 1)),
                      self.attr(t, "padding", _padding, "valid"), args[0])
+        if op == "constant":
+            return self.constant(t)
         raise Untranslatable(f"operator {op}")
+
+    def constant(self, t: OpTerm) -> z3.ExprRef:
+        """TASO's constant tensors, recognised from the rule's constant term: I_matmul (eye),
+        I_conv (conv-identity), C_pool (depthwise 1/(kh*kw)) and I_ewmul (all ones)."""
+        s = self.sig
+        a = dict(t.attrs)
+        pattern = a["pattern"].value if isinstance(a.get("pattern"), Lit) else "full"  # type: ignore[union-attr]
+        value = a["value"].value if isinstance(a.get("value"), Lit) else None  # type: ignore[union-attr]
+        shape = a.get("shape")
+        dims = list(shape.items) if isinstance(shape, ListExpr) else []
+        spatial = [d.value for d in dims[2:]] if len(dims) == 4 and all(
+            isinstance(d, Lit) for d in dims[2:]) else None  # type: ignore[attr-defined]
+        if pattern == "eye" and value == 1.0:
+            return s.i_matmul
+        if pattern == "conv-identity" and value == 1.0 and spatial:
+            return s.i_conv(spatial[0] * 1000 + spatial[1])
+        if pattern == "full" and spatial and isinstance(dims[1], Lit) and dims[1].value == 1 \
+                and value is not None and abs(value * spatial[0] * spatial[1] - 1) < 1e-6:
+            return s.c_pool(spatial[0] * 1000 + spatial[1])
+        if pattern == "full" and value == 1.0:
+            return s.i_ewmul
+        raise Untranslatable(f"constant {pattern} {value}")
 
 
 # E-matching only: no model-based instantiation, no automatic configuration (which otherwise

@@ -1,0 +1,167 @@
+"""The generator's and verifier's commands: `graphsub generate`, `graphsub verify` and
+`graphsub axioms check`, registered on the main app by `graphsub.cli`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from graphsub.cli import JsonOpt, app, emit_json, err, handle_errors, out
+from graphsub.errors import GraphsubError
+
+axioms_app = typer.Typer(help="The operator properties (axioms) the verifier proves rules from.",
+                         no_args_is_help=True)
+app.add_typer(axioms_app, name="axioms")
+
+ExecutorOpt = Annotated[str, typer.Option(
+    "--executor", help="Where tasks run: process (a local pool), dask, or serial.")]
+WorkersOpt = Annotated[Optional[int], typer.Option(
+    "--workers", "-j", help="Worker processes (default: all cores).")]
+SchedulerOpt = Annotated[Optional[str], typer.Option(
+    "--scheduler", help="Dask scheduler address (host:port); default: a local cluster on "
+                        "127.0.0.1.")]
+TimeoutOpt = Annotated[int, typer.Option(
+    "--timeout-ms", help="Z3 time limit per rule, in milliseconds.")]
+
+
+class _StageBar:
+    """One rich progress bar per stage, on stderr."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("[bold]{task.description:<10}[/]"), BarColumn(),
+                            MofNCompleteColumn(), TimeElapsedColumn(), console=err)
+        self.tasks: dict[str, int] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage not in self.tasks:
+            self.tasks[stage] = self.bar.add_task(stage, total=total)
+        self.bar.update(self.tasks[stage], completed=done, total=total)
+
+
+@app.command()
+@handle_errors
+def generate(max_ops: Annotated[int, typer.Option("--max-ops", "-n", min=1, max=6, help="Most operators per graph (TASO: 3 or 4).")],
+             output: Annotated[Path, typer.Option("--output", "-o", help="Rule file to write.")],
+             ops: Annotated[Optional[str], typer.Option("--ops", help="Comma-separated generator operators (default: TASO Table 1); see --list-ops.")] = None,
+             variables: Annotated[int, typer.Option(min=1, max=3, help="Interchangeable tensors of each kind (TASO: 3).")] = 3,
+             executor: ExecutorOpt = "process", workers: WorkersOpt = None,
+             scheduler: SchedulerOpt = None, timeout_ms: TimeoutOpt = 10_000,
+             verify: Annotated[bool, typer.Option("--verify/--no-verify", help="Prove each rule with Z3.")] = True,
+             workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Folder for the fingerprint shards (default: a temporary one).")] = None,
+             as_json: JsonOpt = False) -> None:
+    """Generate substitutions (TASO sections 2-4): enumerate graphs, pair equal fingerprints,
+    test, prune, verify with Z3, and write a rule file for `graphsub optimize --rules`."""
+    from graphsub.generate.executors import make_executor
+    from graphsub.generate.opset import DEFAULT_OPS, OPS
+    from graphsub.generate.pipeline import generate as run_generate
+    from graphsub.generate.pipeline import rules_text
+    from graphsub.onnx_io.exporter import write_atomic
+
+    op_list = [o.strip() for o in ops.split(",") if o.strip()] if ops else list(DEFAULT_OPS)
+    unknown = sorted(set(op_list) - set(OPS))
+    if unknown:
+        raise GraphsubError(f"unknown generator operator(s) {', '.join(unknown)}; "
+                            f"choose from {', '.join(sorted(OPS))}")
+    if not output.parent.exists():
+        raise GraphsubError(f"cannot write {output}: folder {output.parent} does not exist")
+    ex = make_executor(executor, workers, scheduler)
+    stages = _StageBar()
+    try:
+        with stages.bar:
+            rules, report = run_generate(max_ops, op_list, variables=variables, executor=ex,
+                                         workdir=workdir, timeout_ms=timeout_ms, verify=verify,
+                                         progress=stages)
+    finally:
+        ex.close()
+    write_atomic(rules_text(rules, report).encode(), output)
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    table = Table(title=f"generated substitutions, up to {max_ops} operators")
+    table.add_column("stage")
+    table.add_column("count", justify="right")
+    for fam, counts in report.graphs.items():
+        table.add_row(f"{fam} graphs", " + ".join(f"{counts[k]:,}" for k in sorted(counts)))
+    table.add_row("fingerprint groups tested", f"{report.groups_tested:,}")
+    for name, n in report.prune.counts if report.prune else []:
+        table.add_row(f"after {name}" if name != "initial" else "candidates", f"{n:,}")
+    if verify:
+        for status, n in report.status_counts.items():
+            table.add_row(status, f"{n:,}")
+    out.print(table)
+    secs = ", ".join(f"{k} {v:.1f} s" for k, v in report.seconds.items())
+    out.print(f"{secs}; peak memory {report.peak_rss_mb:.0f} MB; {report.workers} worker(s)")
+    out.print(f"wrote {len(rules)} rules to {output}")
+
+
+@app.command()
+@handle_errors
+def verify(rule_file: Annotated[Path, typer.Argument(help="graphsub .rules file or TASO .pb file.")],
+           timeout_ms: TimeoutOpt = 10_000, executor: ExecutorOpt = "process",
+           workers: WorkersOpt = None, scheduler: SchedulerOpt = None,
+           as_json: JsonOpt = False) -> None:
+    """Prove every rule of a file from the operator axioms with Z3; a rule that fails on
+    random inputs is refuted. Exit status 1 when any rule is refuted."""
+    from graphsub.generate.executors import make_executor
+    from graphsub.rules import load_rules
+    from graphsub.verify.batch import verify_rules
+
+    rules = load_rules([rule_file], check=False)
+    ex = make_executor(executor, workers, scheduler)
+    stages = _StageBar()
+    try:
+        with stages.bar:
+            verdicts = verify_rules(rules, timeout_ms, ex, progress=stages)
+    finally:
+        ex.close()
+    counts = {s: sum(v.status == s for v in verdicts) for s in ("proven", "refuted", "unknown")}
+    if as_json:
+        emit_json({"file": str(rule_file), "total": len(verdicts), **counts,
+                   "rules": [{"name": v.rule, "status": v.status, "seconds": round(v.seconds, 3),
+                              "reason": v.reason} for v in verdicts]})
+    else:
+        table = Table(title=f"{rule_file.name}: rules not proven")
+        for col in ("rule", "status", "seconds", "why"):
+            table.add_column(col)
+        for v in verdicts:
+            if v.status != "proven":
+                table.add_row(v.rule, v.status, f"{v.seconds:.2f}", v.reason)
+        if table.row_count:
+            out.print(table)
+        out.print(f"{len(verdicts)} rules: [green]{counts['proven']} proven[/], "
+                  f"[red]{counts['refuted']} refuted[/], {counts['unknown']} unknown "
+                  f"(Z3 limit {timeout_ms} ms per rule)")
+    if counts["refuted"]:
+        raise typer.Exit(1)
+
+
+@axioms_app.command("check")
+@handle_errors
+def axioms_check(timeout_ms: TimeoutOpt = 10_000, as_json: JsonOpt = False) -> None:
+    """Validate the axioms: each holds on small symbolic tensors (Z3 real arithmetic, relu
+    uninterpreted); together they are consistent; none follows from the others."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from graphsub.verify.validate import check_axioms
+
+    bar = Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), console=err, transient=True)
+    with bar:
+        task = bar.add_task("checking axioms", total=None)
+
+        def tick(message: str) -> None:
+            bar.update(task, advance=1, description=message)
+
+        report = check_axioms(timeout_ms=timeout_ms, on_progress=tick)
+    data = report.to_dict()
+    if as_json:
+        emit_json(data)
+    else:
+        out.print(report.summary() if hasattr(report, "summary") else data)
+    if not report.ok:
+        raise typer.Exit(1)

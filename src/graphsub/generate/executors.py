@@ -1,0 +1,110 @@
+"""Where the generator's independent tasks run: in this process, in a local process pool
+(the default), or on a Dask distributed cluster (`--executor dask`).
+
+Every executor has one method, `run(fn, args)`, yielding results as tasks finish, in any
+order, so callers can advance a progress bar. Tasks and results must be picklable; tasks
+write bulky output (fingerprint shards) to files themselves and return small summaries, so a
+Dask cluster needs the work directory on storage all workers share (a local cluster does).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any, Protocol
+
+from graphsub.errors import GraphsubError
+
+
+class Executor(Protocol):
+    workers: int
+
+    def run(self, fn: Callable[..., Any], args: Sequence[tuple]) -> Iterator[Any]: ...
+
+    def close(self) -> None: ...
+
+
+class SerialExecutor:
+    """Runs tasks one after another here: for tiny runs and tests."""
+
+    workers = 1
+
+    def run(self, fn: Callable[..., Any], args: Sequence[tuple]) -> Iterator[Any]:
+        for a in args:
+            yield fn(*a)
+
+    def close(self) -> None:
+        pass
+
+
+class ProcessExecutor:
+    """A pool of worker processes on this machine."""
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers or os.cpu_count() or 1
+        self._pool = ProcessPoolExecutor(max_workers=self.workers)
+
+    def run(self, fn: Callable[..., Any], args: Sequence[tuple]) -> Iterator[Any]:
+        futures = [self._pool.submit(fn, *a) for a in args]
+        try:
+            for f in as_completed(futures):
+                yield f.result()
+        finally:
+            for f in futures:
+                f.cancel()
+
+    def close(self) -> None:
+        self._pool.shutdown(cancel_futures=True)
+
+
+class DaskExecutor:
+    """A Dask distributed cluster: the one at `scheduler` (host:port), or a local one on
+    127.0.0.1 with `workers` single-threaded worker processes."""
+
+    def __init__(self, workers: int | None = None, scheduler: str | None = None) -> None:
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError as exc:
+            raise GraphsubError("the Dask executor needs dask.distributed: "
+                                "pip install 'graphsub[dask]'") from exc
+        self._cluster = None
+        if scheduler:
+            try:
+                self._client = Client(scheduler, timeout="20s")
+            except OSError as exc:
+                raise GraphsubError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
+            self.workers = max(len(self._client.scheduler_info().get("workers", {})), 1)
+        else:
+            self.workers = workers or os.cpu_count() or 1
+            self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,
+                                         processes=True, host="127.0.0.1",
+                                         dashboard_address=None)
+            self._client = Client(self._cluster)
+
+    def run(self, fn: Callable[..., Any], args: Sequence[tuple]) -> Iterator[Any]:
+        from distributed import as_completed as dask_completed
+
+        futures = [self._client.submit(fn, *a, pure=False) for a in args]
+        try:
+            for f in dask_completed(futures):
+                yield f.result()
+        finally:
+            for f in futures:
+                f.cancel()
+
+    def close(self) -> None:
+        self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+
+def make_executor(kind: str = "process", workers: int | None = None,
+                  scheduler: str | None = None) -> Executor:
+    if kind == "serial" or (kind == "process" and workers == 1):
+        return SerialExecutor()
+    if kind == "process":
+        return ProcessExecutor(workers)
+    if kind == "dask":
+        return DaskExecutor(workers, scheduler)
+    raise GraphsubError(f"unknown executor {kind!r}: use process, dask or serial")
