@@ -142,26 +142,41 @@ def verify(rule_file: Annotated[Path, typer.Argument(help="graphsub .rules file 
 
 @axioms_app.command("check")
 @handle_errors
-def axioms_check(timeout_ms: TimeoutOpt = 10_000, as_json: JsonOpt = False) -> None:
-    """Validate the axioms: each holds on small symbolic tensors (Z3 real arithmetic, relu
-    uninterpreted); together they are consistent; none follows from the others."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def axioms_check(timeout_ms: Annotated[int, typer.Option("--timeout-ms", help="Z3 time limit per consistency or redundancy query, in milliseconds (TASO: 10 s).")] = 10_000,
+                 redundancy: Annotated[bool, typer.Option("--redundancy/--no-redundancy", help="Check that no axiom follows from the others (one query per axiom).")] = True,
+                 as_json: JsonOpt = False) -> None:
+    """Validate the axioms (TASO section 3): each holds on small symbolic tensors for every
+    parameter value (Z3 real arithmetic, relu uninterpreted); together they are consistent;
+    none follows from the others. Exit status 1 when an axiom is wrong or redundant."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
 
-    from graphsub.verify.validate import check_axioms
+    from graphsub.verify.validate import check_axioms, step_count
 
-    bar = Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=err, transient=True)
+    bar = Progress(TextColumn("[bold]axioms[/]"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("{task.description}"), console=err,
+                   transient=True)
     with bar:
-        task = bar.add_task("checking axioms", total=None)
-
-        def tick(message: str) -> None:
-            bar.update(task, advance=1, description=message)
-
-        report = check_axioms(timeout_ms=timeout_ms, on_progress=tick)
+        task = bar.add_task("", total=step_count(redundancy))
+        report = check_axioms(timeout_ms=timeout_ms, redundancy=redundancy,
+                              on_progress=lambda line: bar.update(task, advance=1,
+                                                                  description=line))
     data = report.to_dict()
     if as_json:
         emit_json(data)
     else:
-        out.print(report.summary() if hasattr(report, "summary") else data)
+        table = Table(title="operator axioms")
+        for col in ("axiom", "small tensors", "instances", "redundant?"):
+            table.add_column(col)
+        redundant = {r.name: r.status for r in report.redundancy}
+        for v in report.validations:
+            table.add_row(v.name, v.status, str(v.instances), redundant.get(v.name, "not checked"))
+        out.print(table)
+        val, red = data["validation"], data["redundancy"]
+        out.print(f"validation: {val['valid']} valid, {val['invalid']} invalid, "
+                  f"{val['unknown']} unknown; consistency: {report.consistency.status} "
+                  f"(distinct tensors: {report.consistency.distinct}); redundancy: "
+                  f"{red['redundant']} redundant, {red['independent']} independent, "
+                  f"{red['unknown']} unknown (timeout {timeout_ms} ms); {report.seconds:.0f} s")
     if not report.ok:
         raise typer.Exit(1)

@@ -14,7 +14,7 @@ from graphsub.generate.enumerate import Enumeration, GenGraph, GenNode
 from graphsub.generate.opset import OPS
 from graphsub.ops import get_op
 from graphsub.ops.base import REQUIRED
-from graphsub.rules.ast import ListExpr, Lit, OpTerm, Rule, Term, Var, term_vars
+from graphsub.rules.ast import Call, ListExpr, Lit, OpTerm, Rule, Term, Var, term_vars
 from graphsub.rules.parser import print_term
 
 THRESHOLD = 1e-5
@@ -49,32 +49,45 @@ def _uses_constant(g: GenGraph) -> bool:
     return any(g.tensors[i].role == "constant" for n in g.nodes for i in n.inputs)
 
 
-def _orient(g1: GenGraph, g2: GenGraph) -> tuple[GenGraph, GenGraph] | None:
-    """Source and target: the larger graph is rewritten into the smaller one. A constant
-    tensor cannot be matched in a graph, so it must be on the target side."""
-    src, dst = (g1, g2) if g1.size >= g2.size else (g2, g1)
-    if _uses_constant(src):
-        if _uses_constant(dst):
-            return None
-        src, dst = dst, src
-    return src, dst
+def _orientations(g1: GenGraph, g2: GenGraph) -> list[tuple[GenGraph, GenGraph]]:
+    """(source, target) pairs. Whether a rewrite pays off is the cost model's call (TASO's
+    figure 2b merges two matmuls into a larger one plus a split), so a pair gives a rule in
+    each direction; but a constant tensor cannot be matched in a graph, so a side with one
+    is only ever a target."""
+    const1, const2 = _uses_constant(g1), _uses_constant(g2)
+    if const1 and const2:
+        return []
+    if const1:
+        return [(g2, g1)]
+    if const2:
+        return [(g1, g2)]
+    return [(g1, g2), (g2, g1)]
+
+
+def pair_candidates(g1: GenGraph, g2: GenGraph) -> list[Candidate]:
+    """The candidates two graphs of one fingerprint group give: none when the float tests
+    tell them apart, else one per allowed direction."""
+    mapping = output_mapping(g1, g2)
+    if mapping is None:
+        return []
+    return [Candidate(src, dst, mapping if src is g1 else tuple((b, a) for a, b in mapping))
+            for src, dst in _orientations(g1, g2)]
+
+
+def group_pairs(sizes: Sequence[int]) -> Iterator[tuple[int, int]]:
+    """Which members of a group to pair: all pairs, or for a large group a star around its
+    smallest graph (every graph stays reachable from every other in two steps)."""
+    if len(sizes) <= ALL_PAIRS_LIMIT:
+        yield from itertools.combinations(range(len(sizes)), 2)
+    else:
+        hub = min(range(len(sizes)), key=lambda i: sizes[i])
+        yield from ((hub, i) for i in range(len(sizes)) if i != hub)
 
 
 def pair_group(group: Sequence[GenGraph]) -> Iterator[Candidate]:
     """Candidates from one fingerprint group."""
-    if len(group) <= ALL_PAIRS_LIMIT:
-        pairs: Iterator[tuple[GenGraph, GenGraph]] = itertools.combinations(group, 2)
-    else:
-        hub = min(group, key=lambda g: g.size)
-        pairs = ((hub, g) for g in group if g is not hub)
-    for g1, g2 in pairs:
-        oriented = _orient(g1, g2)
-        if oriented is None:
-            continue
-        src, dst = oriented
-        mapping = output_mapping(src, dst)
-        if mapping is not None:
-            yield Candidate(src, dst, mapping)
+    for i, j in group_pairs([g.size for g in group]):
+        yield from pair_candidates(group[i], group[j])
 
 
 def candidates(enum: Enumeration) -> Iterator[Candidate]:
@@ -102,7 +115,7 @@ def _constant_term(g: GenGraph, tensor: int, consumer: GenNode, terms: dict[int,
         shape, value, pattern = [side, side], 1.0, "eye"
     else:  # i-ewmul: ones shaped like the other operand
         shape, value, pattern = list(dims), 1.0, "full"
-    if any(d is None for d in shape):
+    if not all(_expressible(d) for d in shape):
         raise _Unrepresentable("a constant whose shape is not expressible")
     attrs = [("value", Lit(value)), ("shape", ListExpr(tuple(shape)))]
     if pattern != "full":
@@ -112,6 +125,17 @@ def _constant_term(g: GenGraph, tensor: int, consumer: GenNode, terms: dict[int,
 
 class _Unrepresentable(Exception):
     pass
+
+
+def _expressible(e: object) -> bool:
+    """No part of the expression is a size the enumeration could not name (None)."""
+    if e is None:
+        return False
+    if isinstance(e, ListExpr):
+        return all(_expressible(i) for i in e.items)
+    if isinstance(e, Call):
+        return all(_expressible(a) for a in e.args)
+    return True
 
 
 def _lit(value: object) -> Lit | ListExpr:
@@ -134,6 +158,8 @@ def _terms(g: GenGraph) -> dict[int, Term]:
         rule_attrs: list[tuple[str, object]] = [(k, _lit(v)) for k, v in sorted(attrs.items())]
         if node.op == "split":
             sizes = ListExpr(tuple(g.tensors[o].dims[attrs["axis"]] for o in node.outputs))
+            if not _expressible(sizes):
+                raise _Unrepresentable("split sizes of a constant's concatenation")
             rule_attrs.append(("sizes", sizes))
         given = {k for k, _ in rule_attrs}
         for spec in get_op(op.op).attrs:  # pin the rest to defaults: a free attribute

@@ -140,7 +140,7 @@ class Enumeration:
         """Fingerprint groups with more than one graph, replayed with float values."""
         for group in self.by_fingerprint.values():
             if len(group) > 1:
-                yield [self.enumerator.replay(g) for g in group]
+                yield [self.enumerator.replay(g) for g in sorted(group)]
 
 
 @dataclass(frozen=True)
@@ -404,8 +404,11 @@ def _components(st: _State) -> tuple[dict[int, int], int]:
 def _split(t: GenTensor, axis: int) -> list[GenTensor]:
     """Cut at the tensor's one seam on `axis` (split_{0,1} of TASO)."""
     ((pos, expr),) = t.seams_on(axis)
+    total = t.dims[axis]
+    rest = (total.args[1] if isinstance(total, Call) and total.fn == "+" and total.args[0] == expr
+            else Call("-", (total, expr)))  # (a + b) - a is b
     parts = []
-    for lo, hi, size in ((0, pos, expr), (pos, t.shape[axis], Call("-", (t.dims[axis], expr)))):
+    for lo, hi, size in ((0, pos, expr), (pos, t.shape[axis], rest)):
         sl = [slice(None)] * len(t.shape)
         sl[axis] = slice(lo, hi)
         dims = list(t.dims)

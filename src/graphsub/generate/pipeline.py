@@ -4,8 +4,9 @@
    canonical order owns it), in chunks. Each task streams its graphs' fingerprints and
    encodings to disk, partitioned into shards by fingerprint, so no process ever holds the
    whole table (TASO's stated limit, section 9).
-2. Pairing runs one task per shard: graphs that share a fingerprint are replayed with float
-   inputs, tested, and the survivors written as rules.
+2. Pairing runs one task per shard: of the pairs of graphs that share a fingerprint, one per
+   input renaming is kept (`renaming`), replayed with float inputs, tested, and the survivors
+   written as rules.
 3. Pruning (section 4) runs here, on the candidate rules.
 4. Checking and verification run one task per batch of rules: each rule is checked
    numerically as `graphsub optimize` will check it on loading, and proven with Z3 from the
@@ -25,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graphsub.generate.candidates import pair_group, to_rule
+from graphsub.generate.candidates import group_pairs, pair_candidates, to_rule
 from graphsub.generate.config import Family, families
-from graphsub.generate.enumerate import Encoded, Enumerator
+from graphsub.generate.enumerate import Encoded, Enumerator, GenGraph
 from graphsub.generate.executors import Executor, SerialExecutor
 from graphsub.generate.opset import DEFAULT_OPS
 from graphsub.generate.prune import PruneReport, prune
+from graphsub.generate.renaming import is_representative, variable_classes
 from graphsub.rules.ast import Rule
 from graphsub.rules.parser import parse_rules, print_rule
 from graphsub.rules.check import RuleCheckError, check_rule
@@ -57,6 +59,7 @@ class GenerationReport:
     workers: int = 1
     candidate_rules: list[Rule] = field(default_factory=list, repr=False)  # before pruning
     dropped: dict[str, str] = field(default_factory=dict)  # rule -> why the numeric check failed
+    rules: int = 0  # rules written
 
     @property
     def status_counts(self) -> dict[str, int]:
@@ -72,7 +75,7 @@ class GenerationReport:
             "groups_tested": self.groups_tested, "candidates": self.candidates,
             "pruning": self.prune.counts if self.prune else [],
             "dropped_by_numeric_check": len(self.dropped),
-            "rules": len(self.verdicts), "verification": self.status_counts,
+            "rules": self.rules, "verification": self.status_counts,
             "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
             "peak_rss_mb": round(self.peak_rss_mb, 1),
         }
@@ -129,6 +132,7 @@ def _pair_task(fams: Sequence[Family], max_ops: int, seed: int, shard: str) -> t
     groups = _read_shard(Path(shard))
     by_name = {f.name: f for f in fams}
     enumerators: dict[str, Enumerator] = {}
+    classes = {f.name: variable_classes(f.inputs) for f in fams}
     texts: list[str] = []
     tested = 0
     for (family, _), encs in groups.items():
@@ -138,11 +142,23 @@ def _pair_task(fams: Sequence[Family], max_ops: int, seed: int, shard: str) -> t
         if family not in enumerators:
             fam = by_name[family]
             enumerators[family] = Enumerator(fam.inputs, max_ops, fam.ops, seed=seed)
-        graphs = [enumerators[family].replay(e) for e in encs]
-        for c in pair_group(graphs):
-            rule = to_rule(c, "candidate")
-            if rule is not None:
-                texts.append(print_rule(rule))
+        enum = enumerators[family]
+        # sorted: the same group gives the same rules however the tasks were chunked
+        encs = sorted(encs)
+        replayed: dict[int, GenGraph] = {}
+
+        def graph(i: int) -> GenGraph:
+            if i not in replayed:
+                replayed[i] = enum.replay(encs[i])
+            return replayed[i]
+
+        for i, j in group_pairs([len(e) for e in encs]):
+            if not is_representative(encs[i], encs[j], classes[family], len(enum.inputs)):
+                continue  # a renaming of a pair that another shard keeps
+            for c in pair_candidates(graph(i), graph(j)):
+                rule = to_rule(c, "candidate")
+                if rule is not None:
+                    texts.append(print_rule(rule))
     return texts, tested
 
 
@@ -228,6 +244,7 @@ def generate(max_ops: int, ops: Sequence[str] = DEFAULT_OPS, *, variables: int =
         tell("check", done, len(batches))
     report.seconds["check+verify" if verify else "check"] = time.perf_counter() - start
     kept = [final[r.name] for r in kept if r.name in final]
+    report.rules = len(kept)
     if verify:
         kept = [_marked(r, report.verdicts[r.name]) for r in kept]
     report.peak_rss_mb = _peak_rss_mb()

@@ -8,55 +8,71 @@ split sizes (they follow from the shapes), and the direction of the rule.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from graphsub.ops import get_op
 from graphsub.rules.ast import ListExpr, OpTerm, Ref, Rule, Term, Var
-from graphsub.rules.parser import print_term
+from graphsub.rules.parser import print_expr, print_term
 
 
-def _normal(t: Term, lets: dict[str, OpTerm]) -> Term:
+def _expand(t: Term, lets: dict[str, OpTerm]) -> Term:
     if isinstance(t, Ref):
         base = lets[t.name]
         t = OpTerm(base.op, base.attrs, base.args, t.index)
     if not isinstance(t, OpTerm):
         return t
-    args = [_normal(a, lets) for a in t.args]
-    op = get_op(t.op) if t.op != "constant" else None
-    if op is not None and op.commutative:
-        args.sort(key=_masked)
     attrs = tuple(sorted((k, v) for k, v in t.attrs
                          if not (t.op == "split" and k == "sizes" and isinstance(v, ListExpr))))
-    return OpTerm(t.op, attrs, tuple(args), t.index)
+    return OpTerm(t.op, attrs, tuple(_expand(a, lets) for a in t.args), t.index)
 
 
-def _masked(t: Term) -> str:
-    return re.sub(r"\?[\w-]+", "?", print_term(t)) if not isinstance(t, Var) else "?"
+def _render(t: Term, names: dict[str, str]) -> str:
+    """The term's text under a variable renaming, commutative operands sorted."""
+    if isinstance(t, Var):
+        return "?" + names[t.name]
+    assert isinstance(t, OpTerm)
+    args = [_render(a, names) for a in t.args]
+    if t.op != "constant" and get_op(t.op).commutative:
+        args.sort()
+    attrs = "".join(f" :{k} {print_expr(v)}" for k, v in t.attrs)
+    attrs = re.sub(r"\?([\w-]+)", lambda m: "?" + names.get(m.group(1), m.group(1)), attrs)
+    index = f".{t.index}" if t.index else ""
+    return f"({t.op}{attrs} {' '.join(args)}){index}"
 
 
-def _side_text(terms: Sequence[Term]) -> list[str]:
-    return [print_term(t) for t in terms]
+def _variables(terms: Sequence[Term]) -> list[str]:
+    seen: dict[str, None] = {}
+    for t in terms:
+        for m in re.findall(r"\?([\w-]+)", print_term(t)):
+            seen.setdefault(m, None)
+    return list(seen)
 
 
-def _renamed(texts: Sequence[str]) -> str:
-    names: dict[str, str] = {}
-    joined = " , ".join(texts)
-    for v in re.findall(r"\?([\w-]+)", joined):
-        names.setdefault(v, f"v{len(names)}")
-    return re.sub(r"\?([\w-]+)", lambda m: "?" + names[m.group(1)], joined)
+def _canonical(sources: Sequence[Term], targets: Sequence[Term]) -> str:
+    """The smallest text over all renamings of the variables to v0, v1, ... (rules have a
+    handful of variables), with commutative operands and output pairs sorted."""
+    variables = _variables(list(sources) + list(targets))
+    best = None
+    orders = (itertools.permutations(range(len(variables))) if len(variables) <= 6
+              else [tuple(range(len(variables)))])
+    for order in orders:
+        names = {v: f"v{k}" for v, k in zip(variables, order)}
+        pairs = sorted((_render(s, names), _render(t, names)) for s, t in zip(sources, targets))
+        text = " , ".join(p[0] for p in pairs) + " => " + " , ".join(p[1] for p in pairs)
+        if best is None or text < best:
+            best = text
+    return best or ""
 
 
 def canonical_forms(rule: Rule) -> tuple[str, str]:
     """The rule's canonical text in both directions."""
     lets = dict(rule.lets)  # type: ignore[arg-type]
-    pairs = [(_normal(s, lets), _normal(t, lets)) for s, t in zip(rule.sources, rule.targets)]
-    pairs.sort(key=lambda p: (_masked(p[0]), _masked(p[1])))
-    fwd = _renamed(_side_text([s for s, _ in pairs]) + ["=>"] + _side_text([t for _, t in pairs]))
-    back = sorted(pairs, key=lambda p: (_masked(p[1]), _masked(p[0])))
-    bwd = _renamed(_side_text([t for _, t in back]) + ["=>"] + _side_text([s for s, _ in back]))
-    return fwd, bwd
+    sources = [_expand(t, lets) for t in rule.sources]
+    targets = [_expand(t, lets) for t in rule.targets]
+    return _canonical(sources, targets), _canonical(targets, sources)
 
 
 @dataclass

@@ -16,7 +16,7 @@ import numpy as np
 from graphsub.errors import CycleError, GraphsubError, ShapeError
 from graphsub.ir.graph import Graph, GraphEditor, Value
 from graphsub.rules.ast import OpTerm, Ref, Term, Var
-from graphsub.rules.expr import Env, evaluate
+from graphsub.rules.expr import Env, try_evaluate
 from graphsub.rules.matcher import SAME_SHAPES, Match
 
 #: Why matches were rejected, across the process (reported in search statistics).
@@ -81,7 +81,12 @@ class _TargetBuilder:
             return (self.build(term),)
         assert isinstance(term, OpTerm)
         inputs = tuple(self.build(a) for a in term.args)
-        attrs = {k: evaluate(e, self.env) for k, e in term.attrs if k != SAME_SHAPES}
+        attrs = {}
+        for k, e in term.attrs:
+            if k != SAME_SHAPES:
+                ok, attrs[k] = try_evaluate(e, self.env)
+                if not ok:
+                    raise Rejected("a target attribute has no value for this match")
         if any(k == SAME_SHAPES for k, _ in term.attrs) and len(
                 {self.ed.type_of(v).shape for v in inputs}) > 1:
             raise Rejected("broadcasting where the rule forbids it")
