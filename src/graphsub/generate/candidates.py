@@ -101,8 +101,12 @@ def _constant_term(g: GenGraph, tensor: int, consumer: GenNode, terms: dict[int,
     spec = g.inputs[tensor]
     params = dict(spec.params)
     other = [i for i in consumer.inputs if i != tensor]
-    if not other:
-        raise _Unrepresentable("a constant combined only with itself")
+    fits = {"c-pool": ("conv", "conv-strided"), "i-conv": ("conv", "conv-strided"),
+            "i-matmul": ("matmul", "ewadd", "ewmul", "sub", "div"),
+            "i-ewmul": ("ewadd", "ewmul", "sub", "div")}
+    if not other or consumer.op not in fits[spec.constant or ""] or (
+            consumer.op.startswith("conv") and consumer.inputs[1] != tensor):
+        raise _Unrepresentable("a constant whose shape its consumer does not determine")
     dims = g.tensors[other[0]].dims
     if spec.constant == "c-pool":
         k = params["kernel"]
@@ -110,9 +114,11 @@ def _constant_term(g: GenGraph, tensor: int, consumer: GenNode, terms: dict[int,
     elif spec.constant == "i-conv":
         k = params["kernel"]
         shape, value, pattern = [dims[1], dims[1], Lit(k[0]), Lit(k[1])], 1.0, "conv-identity"
-    elif spec.constant == "i-matmul":
+    elif spec.constant == "i-matmul" and consumer.op == "matmul":
         side = dims[-1] if consumer.inputs[1] == tensor else dims[0]
         shape, value, pattern = [side, side], 1.0, "eye"
+    elif spec.constant == "i-matmul":  # element-wise with a square matrix: its shape
+        shape, value, pattern = list(dims), 1.0, "eye"
     else:  # i-ewmul: ones shaped like the other operand
         shape, value, pattern = list(dims), 1.0, "full"
     if not all(_expressible(d) for d in shape):

@@ -58,7 +58,7 @@ class GenerationReport:
     peak_rss_mb: float = 0.0
     workers: int = 1
     candidate_rules: list[Rule] = field(default_factory=list, repr=False)  # before pruning
-    dropped: dict[str, str] = field(default_factory=dict)  # rule -> why the numeric check failed
+    dropped: dict[str, str] = field(default_factory=dict)  # rule -> why it failed to check, text
     rules: int = 0  # rules written
 
     @property
@@ -222,7 +222,8 @@ def generate(max_ops: int, ops: Sequence[str] = DEFAULT_OPS, *, variables: int =
     report.candidate_rules = rules
 
     start = time.perf_counter()
-    kept, report.prune = prune(rules, on_progress=lambda d, t: tell("prune", d, t))
+    kept, report.prune = prune(rules, on_progress=lambda d, t: tell("prune", d, t),
+                               executor=executor)
     kept = [dataclasses.replace(r, name=f"gen-{i}", origin="generator")
             for i, r in enumerate(kept, 1)]
     report.seconds["prune"] = time.perf_counter() - start
@@ -270,7 +271,7 @@ def _check_task(texts: list[str], timeout_ms: int, verify: bool):
                     raise
                 check_rule(restricted)
             except RuleCheckError as exc:
-                out.append((None, None, (rule.name, str(exc).splitlines()[0])))
+                out.append((None, None, (rule.name, f"{str(exc).splitlines()[0]}\n{text}")))
                 continue
             rule = restricted
         verdict = None

@@ -17,20 +17,23 @@ the Z3 verifier of issue 4 will prove it), and it is then deduplicated like any 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from graphsub.rules.ast import OpTerm, Rule, Term, Var, term_vars
 from graphsub.rules.check import RuleCheckError, check_rule
-from graphsub.rules.parser import print_term
+from graphsub.rules.parser import parse_rules, print_rule, print_term
 
 Validator = Callable[[Rule], bool]
 
 
 def numerically_valid(rule: Rule) -> bool:
+    """Both sides agree on random inputs (a generalization that cannot be tested is not
+    taken: the specific rule stays)."""
     try:
-        check_rule(rule, examples=2, attempts=200)
+        check_rule(rule, examples=2, attempts=100)
         return True
     except RuleCheckError:
         return False
@@ -154,16 +157,42 @@ def strip_common_output(rule: Rule) -> Rule | None:
     return general if _closed(general) else None
 
 
-def _generalize(rules: Sequence[Rule], step: Callable[[Rule], Rule | None],
-                valid: Validator, tick: Callable[[], None]) -> list[Rule]:
-    out = []
-    for r in rules:
-        current = r
-        while (general := step(current)) is not None and valid(general):
-            current = general
-        out.append(current)
-        tick()
-    return prune_renaming(out)
+STEPS: dict[str, Callable[[Rule], Rule | None]] = {
+    "common-operator": generalize_common_operator,
+    "common-output": strip_common_output,
+}
+
+
+def _generalize_one(rule: Rule, step: Callable[[Rule], Rule | None], valid: Validator) -> Rule:
+    current = rule
+    while (general := step(current)) is not None and valid(general):
+        current = general
+    return current
+
+
+def generalize_texts(texts: Sequence[str], step: str) -> list[str]:
+    """One batch of generalizations, as a task for an executor (rules travel as text)."""
+    return [print_rule(_generalize_one(r, STEPS[step], numerically_valid))
+            for t in texts for r in parse_rules(t, origin="generator")]
+
+
+def _generalize(rules: Sequence[Rule], step: str, valid: Validator, tick: Callable[[int], None],
+                executor=None) -> list[Rule]:
+    if executor is None or valid is not numerically_valid:
+        out = []
+        for r in rules:
+            out.append(_generalize_one(r, STEPS[step], valid))
+            tick(1)
+        return prune_renaming(out)
+    n = max(1, min(len(rules), 8 * executor.workers))
+    batches = [[print_rule(r) for r in rules[i::n]] for i in range(n)]
+    general: dict[str, Rule] = {}
+    for done in executor.run(generalize_texts, [(b, step) for b in batches]):
+        for text in done:
+            (r,) = parse_rules(text, origin="generator")
+            general[r.name] = dataclasses.replace(r, origin=rules[0].origin)
+        tick(len(done))
+    return prune_renaming([general[r.name] for r in rules])
 
 
 @dataclass
@@ -181,19 +210,22 @@ class PruneReport:
 
 
 def prune(rules: Sequence[Rule], valid: Validator = numerically_valid,
-          on_progress: Callable[[int, int], None] | None = None) -> tuple[list[Rule], PruneReport]:
+          on_progress: Callable[[int, int], None] | None = None,
+          executor=None) -> tuple[list[Rule], PruneReport]:
+    """Prune (rules must have distinct names). Generalizations are checked by `valid`; with
+    the default numeric check they can run as batches on `executor`."""
     report = PruneReport([("initial", len(rules))])
     renamed = prune_renaming(rules)
     report.counts.append(("input tensor renaming", len(renamed)))
     done = 0
 
-    def tick() -> None:
+    def tick(n: int) -> None:
         nonlocal done
-        done += 1
+        done += n
         if on_progress is not None:
             on_progress(done, 2 * len(renamed))
 
-    common = _generalize(renamed, generalize_common_operator, valid, tick)
-    common = _generalize(common, strip_common_output, valid, tick)
+    common = _generalize(renamed, "common-operator", valid, tick, executor)
+    common = _generalize(common, "common-output", valid, tick, executor)
     report.counts.append(("common subgraph", len(common)))
     return common, report
