@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 DEMO_MODEL ?= nasrnn
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast bench clean
+.PHONY: demo test test-fast bench bench-generate clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ test-fast: $(VENV)/.test-installed
 bench: $(VENV)/.test-installed
 	$(BIN)/python bench/bench_ir.py
 	$(BIN)/python bench/bench_optimize.py
+
+bench-generate: $(VENV)/.test-installed
+	$(BIN)/python bench/bench_generate.py gen --max-ops 3 --ops matmul,ewadd,ewmul,conv,concat,split,relu --variables 2
+	$(BIN)/python bench/bench_generate.py taso-verify
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build src/*.egg-info

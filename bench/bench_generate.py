@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from datetime import date
 from pathlib import Path
@@ -35,6 +36,20 @@ TASO_RULE_OPS = "matmul,ewadd,ewmul,conv,concat,split,relu"
 OUT = Path("out/bench")
 
 
+def _progress_printer():
+    """Stage progress on stderr, a line per stage at most every 10 s."""
+    last: dict[str, float] = {}
+    start = time.perf_counter()
+
+    def show(stage: str, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if done == total or now - last.get(stage, 0.0) > 10:
+            last[stage] = now
+            print(f"[{now - start:7.1f} s] {stage} {done}/{total}", file=sys.stderr, flush=True)
+
+    return show
+
+
 def cmd_gen(args: argparse.Namespace) -> None:
     from graphsub.rules.taso import import_taso_rules
 
@@ -43,7 +58,8 @@ def cmd_gen(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     try:
         rules, report = generate(args.max_ops, ops, variables=args.variables, executor=ex,
-                                 timeout_ms=args.timeout_ms, verify=not args.no_verify)
+                                 timeout_ms=args.timeout_ms, verify=not args.no_verify,
+                                 progress=_progress_printer())
     finally:
         ex.close()
     wall = time.perf_counter() - start

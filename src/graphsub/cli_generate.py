@@ -23,6 +23,9 @@ WorkersOpt = Annotated[Optional[int], typer.Option(
 SchedulerOpt = Annotated[Optional[str], typer.Option(
     "--scheduler", help="Dask scheduler address (host:port); default: a local cluster on "
                         "127.0.0.1.")]
+#: Kept in step with graphsub.generate.opset.OPS (a test checks), so that --help needs no import.
+GENERATOR_OPS = ("ewadd, ewmul, smul, relu, transpose, matmul, conv, conv-strided, enlarge, "
+                 "avg-pool, max-pool, concat, split, sub, div, exp, reduce-sum")
 TimeoutOpt = Annotated[int, typer.Option(
     "--timeout-ms", help="Z3 time limit per rule, in milliseconds.")]
 
@@ -33,7 +36,7 @@ class _StageBar:
     def __init__(self) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.bar = Progress(TextColumn("[bold]{task.description:<10}[/]"), BarColumn(),
+        self.bar = Progress(TextColumn("[bold]{task.description:<16}[/]"), BarColumn(),
                             MofNCompleteColumn(), TimeElapsedColumn(), console=err)
         self.tasks: dict[str, int] = {}
 
@@ -47,7 +50,7 @@ class _StageBar:
 @handle_errors
 def generate(max_ops: Annotated[int, typer.Option("--max-ops", "-n", min=1, max=6, help="Most operators per graph (TASO: 3 or 4).")],
              output: Annotated[Path, typer.Option("--output", "-o", help="Rule file to write.")],
-             ops: Annotated[Optional[str], typer.Option("--ops", help="Comma-separated generator operators (default: TASO Table 1); see --list-ops.")] = None,
+             ops: Annotated[Optional[str], typer.Option("--ops", help="Comma-separated generator operators (default: TASO Table 1). Known: " + GENERATOR_OPS + ".")] = None,
              variables: Annotated[int, typer.Option(min=1, max=3, help="Interchangeable tensors of each kind (TASO: 3).")] = 3,
              executor: ExecutorOpt = "process", workers: WorkersOpt = None,
              scheduler: SchedulerOpt = None, timeout_ms: TimeoutOpt = 10_000,

@@ -9,6 +9,7 @@ import pytest
 from graphsub.generate import Enumerator, candidates, fingerprint, to_rule
 from graphsub.generate.opset import PRIME, GenTensor
 from graphsub.rules import check_rule, print_rule
+from graphsub.verify import prove
 
 
 @pytest.mark.parametrize("shapes, ops, max_ops, counts", [
@@ -89,6 +90,7 @@ def test_matmul_associativity_is_found_and_checks():
     for i, c in enumerate(candidates(e)):
         rule = to_rule(c, f"gen-{i}")
         assert rule is not None and check_rule(rule).examples >= 1
+        assert prove(rule, 5000)[0], print_rule(rule)  # and Z3 proves each
 
 
 def test_figure_2b_is_found_with_symbolic_split_sizes():
@@ -103,6 +105,7 @@ def test_figure_2b_is_found_with_symbolic_split_sizes():
     text = print_rule(found[0])
     assert "split :axis 1 :sizes [(dim ?B 1)" in text or "split :axis 0 :sizes [(dim ?A 0)" in text
     assert check_rule(found[0]).examples >= 1
+    assert prove(found[0], 5000)[0]
 
 
 def test_relu_is_replaced_by_a_non_linear_polynomial_in_fingerprints():

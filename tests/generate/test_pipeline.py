@@ -104,6 +104,13 @@ def test_cli_generate_then_verify(tmp_path):
     assert v["refuted"] == 0 and v["proven"] >= data["verification"]["proven"]
 
 
+def test_cli_help_lists_every_generator_operator():
+    from graphsub.cli_generate import GENERATOR_OPS
+    from graphsub.generate.opset import OPS
+
+    assert GENERATOR_OPS.split(", ") == list(OPS)
+
+
 def test_cli_errors_are_one_line(tmp_path):
     r = runner.invoke(app, ["generate", "-n", "2", "--ops", "matmul,frobnicate",
                             "-o", str(tmp_path / "x.rules")])

@@ -222,7 +222,7 @@ def generate(max_ops: int, ops: Sequence[str] = DEFAULT_OPS, *, variables: int =
     report.candidate_rules = rules
 
     start = time.perf_counter()
-    kept, report.prune = prune(rules, on_progress=lambda d, t: tell("prune", d, t),
+    kept, report.prune = prune(rules, on_progress=lambda step, d, t: tell(step, d, t),
                                executor=executor)
     kept = [dataclasses.replace(r, name=f"gen-{i}", origin="generator")
             for i, r in enumerate(kept, 1)]
@@ -230,7 +230,7 @@ def generate(max_ops: int, ops: Sequence[str] = DEFAULT_OPS, *, variables: int =
 
     start = time.perf_counter()
     texts = [print_rule(r) for r in kept]
-    batches = _chunks(texts, 4 * executor.workers)
+    batches = _chunks(texts, max(4 * executor.workers, len(texts) // 50))
     final: dict[str, Rule] = {}
     for done, results in enumerate(executor.run(
             _check_task, [(b, timeout_ms, verify) for b in batches]), 1):

@@ -210,22 +210,23 @@ class PruneReport:
 
 
 def prune(rules: Sequence[Rule], valid: Validator = numerically_valid,
-          on_progress: Callable[[int, int], None] | None = None,
+          on_progress: Callable[[str, int, int], None] | None = None,
           executor=None) -> tuple[list[Rule], PruneReport]:
     """Prune (rules must have distinct names). Generalizations are checked by `valid`; with
-    the default numeric check they can run as batches on `executor`."""
+    the default numeric check they can run as batches on `executor`. `on_progress` gets
+    (step, rules done, rules in the step)."""
     report = PruneReport([("initial", len(rules))])
-    renamed = prune_renaming(rules)
-    report.counts.append(("input tensor renaming", len(renamed)))
-    done = 0
+    common = prune_renaming(rules)
+    report.counts.append(("input tensor renaming", len(common)))
+    for step in STEPS:
+        done, total = 0, len(common)
 
-    def tick(n: int) -> None:
-        nonlocal done
-        done += n
-        if on_progress is not None:
-            on_progress(done, 2 * len(renamed))
+        def tick(n: int, step: str = step, total: int = total) -> None:
+            nonlocal done
+            done += n
+            if on_progress is not None:
+                on_progress(step, done, total)
 
-    common = _generalize(renamed, "common-operator", valid, tick, executor)
-    common = _generalize(common, "common-output", valid, tick, executor)
+        common = _generalize(common, step, valid, tick, executor)
     report.counts.append(("common subgraph", len(common)))
     return common, report
