@@ -93,9 +93,11 @@ def generate(max_ops: Annotated[int, typer.Option("--max-ops", "-n", min=1, max=
     table.add_row("fingerprint groups tested", f"{report.groups_tested:,}")
     for name, n in report.prune.counts if report.prune else []:
         table.add_row(f"after {name}" if name != "initial" else "candidates", f"{n:,}")
+    table.add_row("dropped by the numeric check", f"{len(report.dropped):,}")
+    table.add_row("rules written", f"{report.rules:,}")
     if verify:
         for status, n in report.status_counts.items():
-            table.add_row(status, f"{n:,}")
+            table.add_row(f"  {status} (Z3)", f"{n:,}")
     out.print(table)
     secs = ", ".join(f"{k} {v:.1f} s" for k, v in report.seconds.items())
     out.print(f"{secs}; peak memory {report.peak_rss_mb:.0f} MB; {report.workers} worker(s)")

@@ -142,3 +142,13 @@ def test_optimize_uses_generated_rules_with_a_checked_result(tmp_path, monkeypat
         rewritten = graphsub.to_onnx(candidate.graph).SerializeToString()
         assert compare_models(original, rewritten, graph_input_specs(graph), rtol=1e-3,
                               atol=1e-4).equivalent
+
+
+@pytest.mark.slow
+def test_cli_axioms_check_validates_all_axioms():
+    r = runner.invoke(app, ["axioms", "check", "--no-redundancy", "--timeout-ms", "2000",
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["ok"] and data["validation"]["valid"] == 43 and data["validation"]["invalid"] == 0
+    assert data["consistency"]["status"] in ("sat", "unknown")

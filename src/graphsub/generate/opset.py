@@ -109,8 +109,11 @@ def _at_one_seam(ins: Sequence[GenTensor], attrs: dict[str, Any]) -> bool:
 
 
 def _conv_operands(ins: Sequence[GenTensor], attrs: dict[str, Any]) -> bool:
-    # TASO never feeds an input kernel as a convolution's data
-    return ins[0].role not in ("kernel", "constant")
+    """TASO's conventions: input kernels are never a convolution's data, and data inputs
+    (images) are never its kernel. Computed tensors can be either, and the group count follows
+    the shapes, as in graphsub's conv2d (TASO's rules 99 and 130 merge two convolutions into
+    one with two groups)."""
+    return ins[0].role not in ("kernel", "constant") and ins[1].role != "data"
 
 
 def _enlarge_input(ins: Sequence[GenTensor], attrs: dict[str, Any]) -> bool:
