@@ -121,7 +121,8 @@ def cmd_optimize(args: argparse.Namespace) -> None:
     from graphsub.runtime import graph_input_specs, random_feeds, time_models
 
     builtin = builtin_rules()
-    generated = load_rules([args.rules])
+    generated = [r for r in load_rules([args.rules])
+                 if "verified: proven" in r.doc or not args.verified_only]
     threads = os.cpu_count() or 1
     print(f"{len(builtin)} built-in rules, {len(generated)} generated rules ({args.rules})")
     print("| model | original ms | built-in ms | ratio | built-in + generated ms | ratio | "
@@ -166,6 +167,8 @@ def main() -> None:
     o.add_argument("--rules", required=True)
     o.add_argument("--models", default="nasrnn,bert,resnext50,nasnet_a,inception_v3")
     o.add_argument("--time-limit", type=float, default=60.0)
+    o.add_argument("--verified-only", action="store_true",
+                   help="Use only the generated rules Z3 proved.")
     args = ap.parse_args()
     {"gen": cmd_gen, "dask": cmd_dask, "taso-verify": cmd_taso_verify,
      "optimize": cmd_optimize}[args.cmd](args)
