@@ -84,7 +84,7 @@ class GenerationReport:
 # ---- tasks (module-level functions, so that process pools and Dask can ship them) --------------
 
 def _enumerate_task(family: Family, max_ops: int, seed: int, roots: list[bytes], shard_dir: str,
-                    task: int, shards: int) -> tuple[str, dict[int, int]]:
+                    task: int, shards: int) -> tuple[str, dict[int, int], float]:
     enum = Enumerator(family.inputs, max_ops, family.ops, seed=seed)
     buffers: list[list[tuple[bytes, Encoded]]] = [[] for _ in range(shards)]
     pending = 0
@@ -110,7 +110,7 @@ def _enumerate_task(family: Family, max_ops: int, seed: int, roots: list[bytes],
 
     result = enum.run(sink=sink, roots=roots)
     flush()
-    return family.name, result.counts
+    return family.name, result.counts, _rss_mb()
 
 
 def _read_shard(path: Path) -> dict[tuple[str, bytes], list[Encoded]]:
@@ -128,7 +128,8 @@ def _read_shard(path: Path) -> dict[tuple[str, bytes], list[Encoded]]:
     return groups
 
 
-def _pair_task(fams: Sequence[Family], max_ops: int, seed: int, shard: str) -> tuple[list[str], int]:
+def _pair_task(fams: Sequence[Family], max_ops: int, seed: int,
+               shard: str) -> tuple[list[str], int, float]:
     groups = _read_shard(Path(shard))
     by_name = {f.name: f for f in fams}
     enumerators: dict[str, Enumerator] = {}
@@ -159,7 +160,7 @@ def _pair_task(fams: Sequence[Family], max_ops: int, seed: int, shard: str) -> t
                 rule = to_rule(c, "candidate")
                 if rule is not None:
                     texts.append(print_rule(rule))
-    return texts, tested
+    return texts, tested, _rss_mb()
 
 
 # ---- the driver -------------------------------------------------------------------------------
@@ -194,7 +195,8 @@ def generate(max_ops: int, ops: Sequence[str] = DEFAULT_OPS, *, variables: int =
             roots = Enumerator(fam.inputs, max_ops, fam.ops, seed=seed).roots()
             for k, chunk in enumerate(_chunks(roots, 8 * executor.workers)):
                 tasks.append((fam, max_ops, seed, chunk, str(shard_dir), k, shards))
-        for done, (name, counts) in enumerate(executor.run(_enumerate_task, tasks), 1):
+        for done, (name, counts, rss) in enumerate(executor.run(_enumerate_task, tasks), 1):
+            report.peak_rss_mb = max(report.peak_rss_mb, rss)
             total = report.graphs.setdefault(name, {})
             for size, n in counts.items():
                 total[size] = total.get(size, 0) + n
@@ -204,7 +206,8 @@ def generate(max_ops: int, ops: Sequence[str] = DEFAULT_OPS, *, variables: int =
         start = time.perf_counter()
         pair_args = [(fams, max_ops, seed, str(shard_dir / f"shard-{s:03d}")) for s in range(shards)]
         texts: list[str] = []
-        for done, (found, tested) in enumerate(executor.run(_pair_task, pair_args), 1):
+        for done, (found, tested, rss) in enumerate(executor.run(_pair_task, pair_args), 1):
+            report.peak_rss_mb = max(report.peak_rss_mb, rss)
             texts += found
             report.groups_tested += tested
             tell("pair", done, len(pair_args))
@@ -248,7 +251,7 @@ def generate(max_ops: int, ops: Sequence[str] = DEFAULT_OPS, *, variables: int =
     report.rules = len(kept)
     if verify:
         kept = [_marked(r, report.verdicts[r.name]) for r in kept]
-    report.peak_rss_mb = _peak_rss_mb()
+    report.peak_rss_mb = max(report.peak_rss_mb, _rss_mb())
     return kept, report
 
 
@@ -289,11 +292,10 @@ def _marked(rule: Rule, verdict: tuple[str, float, str]) -> Rule:
     return dataclasses.replace(rule, doc=f"{rule.doc}\n{mark}" if rule.doc else mark)
 
 
-def _peak_rss_mb() -> float:
-    """Peak resident memory of this process and of its largest finished child, in MB."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return max(own, children) / 1024
+def _rss_mb() -> float:
+    """Peak resident memory of the calling process so far, in MB (tasks report theirs, so the
+    report's figure is the largest of the driver and every worker)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def rules_text(rules: Sequence[Rule], report: GenerationReport) -> str:
