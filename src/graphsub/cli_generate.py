@@ -53,7 +53,7 @@ def generate(max_ops: Annotated[int, typer.Option("--max-ops", "-n", min=1, max=
              ops: Annotated[Optional[str], typer.Option("--ops", help="Comma-separated generator operators (default: TASO Table 1). Known: " + GENERATOR_OPS + ".")] = None,
              variables: Annotated[int, typer.Option(min=1, max=3, help="Interchangeable tensors of each kind (TASO: 3).")] = 3,
              executor: ExecutorOpt = "process", workers: WorkersOpt = None,
-             scheduler: SchedulerOpt = None, timeout_ms: TimeoutOpt = 10_000,
+             scheduler: SchedulerOpt = None, timeout_ms: TimeoutOpt = 1_000,
              verify: Annotated[bool, typer.Option("--verify/--no-verify", help="Prove each rule with Z3.")] = True,
              workdir: Annotated[Optional[Path], typer.Option("--workdir", help="Folder for the fingerprint shards (default: a temporary one).")] = None,
              as_json: JsonOpt = False) -> None:

@@ -172,12 +172,14 @@ def _chunks(items: Sequence[Any], n: int) -> list[list[Any]]:
 
 def generate(max_ops: int, ops: Sequence[str] = DEFAULT_OPS, *, variables: int = 3,
              executor: Executor | None = None, workdir: str | Path | None = None,
-             shards: int = 16, seed: int = 0, verify: bool = True, timeout_ms: int = 10_000,
+             shards: int = 16, seed: int = 0, verify: bool = True, timeout_ms: int = 1_000,
              progress: Progress | None = None) -> tuple[list[Rule], GenerationReport]:
     """Generate, prune and verify substitutions of up to `max_ops` operators per side.
 
     Returns the rules (named gen-1, gen-2, ...; each doc says whether Z3 proved it) and a
-    report with the counts of every stage."""
+    report with the counts of every stage. The Z3 limit per rule is short by default: proofs
+    of generated rules arrive in milliseconds, and the time goes to rules Z3 cannot prove
+    (bench/RESULTS.md: a 0.3 s limit proved all but one of the rules 1 s proved)."""
     executor = executor or SerialExecutor()
     fams = families(ops, variables)
     report = GenerationReport(max_ops, tuple(ops), workers=executor.workers)
