@@ -55,18 +55,13 @@ def test_distributivity_is_found_at_three_operators_and_proven():
 
 def test_process_pool_and_dask_find_the_same_rules_as_one_process():
     serial, _ = generate(2, MATRIX_OPS, executor=make_executor("serial"), verify=False)
-    pool = make_executor("process", 2)
-    try:
-        pooled, report = generate(2, MATRIX_OPS, executor=pool, verify=False, shards=4)
-    finally:
-        pool.close()
-    assert report.workers == 2 and texts(pooled) == texts(serial)
-    dask = make_executor("dask", 2)
-    try:
-        distributed, report = generate(2, MATRIX_OPS, executor=dask, verify=False, shards=4)
-    finally:
-        dask.close()
-    assert report.workers == 2 and texts(distributed) == texts(serial)
+    for kind in ("process", "dask"):
+        executor = make_executor(kind, 2)
+        try:
+            rules, report = generate(2, MATRIX_OPS, executor=executor, verify=False, shards=4)
+        finally:
+            executor.close()
+        assert report.workers == 2 and texts(rules) == texts(serial), kind
 
 
 def test_convolution_rules_are_found_and_proven():
