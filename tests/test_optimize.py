@@ -102,3 +102,40 @@ def test_nothing_faster_means_the_original_is_written(tmp_path):
     assert r.exit_code == 0
     assert "original model was written unchanged" in " ".join(r.stdout.split())
     assert out.read_bytes() == src.read_bytes()
+
+
+@pytest.mark.parametrize("spec", ["squeezenet", "bert:layers=1,seq=16,hidden=64,heads=4"])
+def test_optimize_for_torch_cpu_is_verified_and_reports_the_target(spec):
+    graph = graphsub.zoo.build(spec)
+    data, rep = optimize_model(graph, label=spec, time_limit=10, measure_seconds=0.5,
+                               target="torch-cpu", threads=1)
+    assert rep.target == "torch-cpu" and rep.device["target"] == "torch-cpu"
+    assert rep.device["torch"] and rep.latency_before_ms > 0
+    assert rep.verification["equivalent"] is True
+    specs = graph_input_specs(graph)
+    assert compare_models(graphsub.to_onnx(graph).SerializeToString(), data, specs,
+                          rtol=1e-3, atol=1e-4).equivalent
+
+
+def test_search_under_the_torch_target_merges_projections_that_share_an_input():
+    """On torch a split is a view, so merging the Q/K/V matmuls pays once the split is free:
+    the search finds the merges (under the analytic profile of the target's views)."""
+    graph = graphsub.zoo.build("bert:layers=1,seq=16,hidden=64,heads=4")
+    result = graphsub.optimize(graph, cost="analytic", target="torch-cpu", time_limit=20)
+    assert result.rules_used()["merge-matmuls-shared-input"] == 2
+    assert result.final_cost < result.initial_cost
+
+
+def test_cli_optimize_and_bench_with_a_target(tmp_path):
+    out = tmp_path / "sru.onnx"
+    r = runner.invoke(app, ["optimize", "sru", "-o", str(out), "--target", "torch-cpu",
+                            "--time-limit", "5", "--json", "--threads", "1"],
+                      catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["target"] == "torch-cpu" and data["device"]["name"]
+    r = runner.invoke(app, ["bench", "sru", str(out), "--target", "torch-cpu", "--seconds",
+                            "0.3", "--json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    bench = json.loads(r.stdout)
+    assert bench["target"] == "torch-cpu" and len(bench["models"]) == 2 and bench["speedup"] > 0

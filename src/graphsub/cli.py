@@ -38,7 +38,32 @@ InputShapeOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 ThreadsOpt = Annotated[Optional[int], typer.Option(
-    "--threads", "-t", help="onnxruntime intra-op threads (default: all cores).")]
+    "--threads", "-t", help="CPU threads of onnxruntime or torch (default: all cores).")]
+TargetOpt = Annotated[Optional[str], typer.Option(
+    "--target", help="Where the model will run, so what is measured: ort-cpu, ort-cuda, "
+                     "torch-cpu or torch-cuda (default: torch-cuda when torch sees a GPU, else "
+                     "ort-cpu). `graphsub info --targets` lists this machine's.")]
+CudaGraphsOpt = Annotated[bool, typer.Option(
+    "--cuda-graphs/--no-cuda-graphs",
+    help="torch-cuda: time and run CUDA-graph replays (default) or eager launches.")]
+Tf32Opt = Annotated[bool, typer.Option(
+    "--tf32", help="torch-cuda: allow TF32 matmuls and convolutions (off: fp32 results).")]
+
+
+def make_target(name: str | None, threads: int | None, cuda_graphs: bool = True,
+                tf32: bool = False):
+    from graphsub.backends import get_target
+
+    options: dict[str, Any] = {"threads": threads}
+    if name == "torch-cuda" or (name is None and _default_target() == "torch-cuda"):
+        options.update(cuda_graphs=cuda_graphs, allow_tf32=tf32)
+    return get_target(name, **options)
+
+
+def _default_target() -> str:
+    from graphsub.backends import default_target_name
+
+    return default_target_name()
 
 
 def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -104,11 +129,20 @@ def emit_json(data: Any) -> None:
 
 @app.command()
 @handle_errors
-def info(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")],
-         input_shape: InputShapeOpt = None, as_json: JsonOpt = False) -> None:
-    """Operators, parameters, FLOPs and bytes moved of a model."""
+def info(model: Annotated[Optional[str], typer.Argument(help="ONNX file or zoo model.")] = None,
+         input_shape: InputShapeOpt = None,
+         targets: Annotated[bool, typer.Option(
+             "--targets", help="List the execution targets and whether this machine has them.")] = False,
+         as_json: JsonOpt = False) -> None:
+    """Operators, parameters, FLOPs and bytes moved of a model (or, with --targets, the
+    execution targets this machine has)."""
     from graphsub.report.summary import human, summarize
 
+    if targets:
+        print_targets(as_json)
+        return
+    if model is None:
+        raise GraphsubError("name a model (ONNX file or zoo model), or pass --targets")
     loaded = LoadedModel(model, parse_input_shapes(input_shape))
     s = summarize(loaded.graph)
     if as_json:
@@ -132,6 +166,23 @@ def info(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")],
     head.add_row("hash", s.structural_hash)
     out.print(head)
     print_counts("operators", "op", "count", s.ops)
+
+
+def print_targets(as_json: bool) -> None:
+    from graphsub.backends import target_statuses
+
+    statuses = target_statuses()
+    if as_json:
+        emit_json([s.__dict__ for s in statuses])
+        return
+    table = Table(title="execution targets (--target)", title_justify="left")
+    for col in ("target", "available", "what it runs"):
+        table.add_column(col)
+    for st in statuses:
+        mark = "[green]yes[/]" + (" (default)" if st.default else "") if st.available else "[red]no[/]"
+        table.add_row(st.name, mark, st.description + ("" if st.available else
+                                                       f"\n[dim]why not: {st.reason}[/]"))
+    out.print(table)
 
 
 def print_counts(title: str, key: str, count: str, counts: dict[str, int]) -> None:
@@ -224,21 +275,25 @@ def check(a: Annotated[str, typer.Argument(help="Reference model (ONNX file or z
 def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo model).")],
           b: Annotated[Optional[str], typer.Argument(help="Second model, timed interleaved with A.")] = None,
           input_shape: InputShapeOpt = None, threads: ThreadsOpt = None,
+          target: TargetOpt = None, cuda_graphs: CudaGraphsOpt = True, tf32: Tf32Opt = False,
           seconds: Annotated[float, typer.Option(help="Minimum timing duration.")] = 3.0,
           as_json: JsonOpt = False) -> None:
-    """onnxruntime latency (all optimizations, default settings); two models side by side."""
-    from graphsub.runtime import random_feeds, time_models
+    """Latency on a target (onnxruntime with all optimizations by default); two models side
+    by side, interleaved."""
+    from graphsub.runtime import random_feeds, time_runnables
 
     shapes = parse_input_shapes(input_shape)
     models = [LoadedModel(a, shapes)] + ([LoadedModel(b, shapes)] if b else [])
     if b and models[0].input_specs() != models[1].input_specs():
         raise GraphsubError("the models have different inputs, so they cannot be timed on the "
                             "same data")
+    device = make_target(target, threads, cuda_graphs, tf32)
     feeds = random_feeds(models[0].input_specs())
-    with err.status("timing in onnxruntime (all optimizations on)..."):
-        timings = time_models([m.onnx for m in models], feeds, threads=threads,
-                              min_seconds=seconds)
-    result: dict[str, Any] = {"threads": threads or os.cpu_count(),
+    with err.status(f"timing on {device.name} ({device.device().describe()})..."):
+        runnables = [device.prepare(m.graph, m.onnx, m.label) for m in models]
+        timings = time_runnables(runnables, feeds, min_seconds=seconds)
+    result: dict[str, Any] = {"target": device.name, "device": device.device().as_dict(),
+                              "threads": threads or os.cpu_count(),
                               "models": [{"model": m.label, **t.as_dict()}
                                          for m, t in zip(models, timings)]}
     if b:
@@ -246,7 +301,7 @@ def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo
     if as_json:
         emit_json(result)
         return
-    table = Table(title=f"onnxruntime latency, {result['threads']} threads, side by side",
+    table = Table(title=f"latency on {device.name}: {device.device().describe()}, side by side",
                   title_justify="left")
     for col in ("model", "median ms", "q1-q3 ms", "min ms", "runs"):
         table.add_column(col, justify="right" if col != "model" else "left")
@@ -285,9 +340,10 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
              alpha: Annotated[float, typer.Option(help="Explore graphs up to alpha x the best cost (TASO/MetaFlow).")] = 1.05,
              budget: Annotated[int, typer.Option(help="Most graphs to expand.")] = 1000,
              time_limit: Annotated[float, typer.Option("--time-limit", help="Search time limit in seconds.")] = 60.0,
-             cost: Annotated[str, typer.Option(help="Cost model: measured (onnxruntime on this machine) or analytic.")] = "measured",
+             cost: Annotated[str, typer.Option(help="Cost model: measured (each operator timed on the target) or analytic (a roofline for the target's device).")] = "measured",
              rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Rule file (graphsub .rules or TASO .pb); repeatable. Default: the built-in library.")] = None,
              input_shape: InputShapeOpt = None, threads: ThreadsOpt = None,
+             target: TargetOpt = None, cuda_graphs: CudaGraphsOpt = True, tf32: Tf32Opt = False,
              report: Annotated[Optional[Path], typer.Option("--report", help="Write the full report as JSON.")] = None,
              candidates: Annotated[int, typer.Option(help="Best candidates to time end to end.")] = 3,
              as_json: JsonOpt = False) -> None:
@@ -298,15 +354,31 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
 
     loaded = LoadedModel(model, parse_input_shapes(input_shape))
     original = (Path(loaded.onnx).read_bytes() if isinstance(loaded.onnx, str) else loaded.onnx)
+    device = make_target(target, threads, cuda_graphs, tf32)
     with err.status("loading and checking rules..."):
         rule_list = load_rules(rules) if rules else builtin_rules()
     bar, update = _search_progress(time_limit, budget)
+    status = err.status("")
+    search_done = False
+
+    def stage(message: str) -> None:
+        nonlocal search_done
+        if not search_done:
+            bar.stop()
+            status.start()
+            search_done = True
+        status.update(message + "...")
+
     try:
         with bar:
-            data, rep = optimize_model(
-                loaded.graph, original, loaded.label, rule_list, algorithm=algorithm, alpha=alpha,
-                budget=budget, time_limit=time_limit, cost=cost, threads=threads,
-                measure_candidates=candidates, progress=update)
+            try:
+                data, rep = optimize_model(
+                    loaded.graph, original, loaded.label, rule_list, algorithm=algorithm,
+                    alpha=alpha, budget=budget, time_limit=time_limit, cost=cost,
+                    threads=threads, measure_candidates=candidates, progress=update,
+                    target=device, stage=stage)
+            finally:
+                status.stop()
     except VerificationError as exc:
         err.print(f"[bold red]verification failed:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
@@ -320,14 +392,15 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
 
 
 def _print_optimize_report(rep, output: Path) -> None:
-    table = Table(title=f"graphsub optimize: {rep.model}", title_justify="left")
+    table = Table(title=f"graphsub optimize: {rep.model} on {rep.target} "
+                        f"({rep.device['name']})", title_justify="left")
     for col in ("", "before", "after", "change"):
         table.add_column(col, justify="right" if col else "left")
     pb, pa = rep.predicted_cost_before * 1e3, rep.predicted_cost_after * 1e3
     table.add_row(f"predicted cost ({rep.settings['cost']}, ms)", f"{pb:.3f}", f"{pa:.3f}",
                   f"{pb / pa:.3f}x" if pa else "")
     if rep.latency_before_ms is not None:
-        table.add_row("measured latency (onnxruntime, ms, median)", f"{rep.latency_before_ms:.3f}",
+        table.add_row(f"measured latency ({rep.target}, ms, median)", f"{rep.latency_before_ms:.3f}",
                       f"{rep.latency_after_ms:.3f}", f"[bold]{rep.speedup:.3f}x[/]")
     table.add_row("nodes", str(rep.nodes_before), str(rep.nodes_after), "")
     s = rep.search
@@ -337,7 +410,7 @@ def _print_optimize_report(rep, output: Path) -> None:
     if rep.rules_used:
         print_counts("rules applied", "rule", "times", rep.rules_used)
     if rep.kept_original:
-        out.print("[yellow]No candidate ran faster than the original in onnxruntime, so the "
+        out.print(f"[yellow]No candidate ran faster than the original on {rep.target}, so the "
                   f"original model was written unchanged to {output}.[/]")
     else:
         out.print(f"[green]Verified against the original on random inputs; wrote {output}.[/]")

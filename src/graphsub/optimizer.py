@@ -1,29 +1,33 @@
-"""The optimizer end to end: search, measure, choose, verify.
+"""The optimizer end to end: search, measure, choose, verify, on the user's target.
 
-Search costs are predictions. So after the search, the original model and the few best
-candidates are timed end to end in onnxruntime (all its optimizations on, side by side); the
-fastest is then timed head to head against the original, round by round, and replaces it only
-if it is faster by MIN_GAIN in the median round and in most rounds. Otherwise the original is
-kept and the report says so. Whatever is chosen is checked against the original on random inputs
-before anything is written: a mismatch is an error, never a warning.
+The target (`graphsub.backends`) names where the model will run: onnxruntime on the CPU or a
+GPU, or graphsub's torch backend on the CPU or a GPU. Search costs are predictions (measured
+per operator on the target, or analytic). After the search, the original model and the few
+best candidates are timed end to end on the target, side by side; the fastest is then timed
+head to head against the original, round by round, and replaces it only if it is faster by
+MIN_GAIN in the median round and in most rounds. Otherwise the original is kept and the report
+says so. Whatever is chosen is checked against the original on random inputs before anything
+is written (in onnxruntime, on the ONNX bytes to be written, and on the target itself): a
+mismatch is an error, never a warning.
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from graphsub.backends import Target, get_target
 from graphsub.cost import CostModel, make_cost_model
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.onnx_io.exporter import to_onnx_bytes
 from graphsub.rules import Rule, builtin_rules
-from graphsub.runtime.compare import Comparison, compare_models
+from graphsub.runtime.compare import Comparison, compare_models, compare_runners
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
-from graphsub.runtime.ort import PairedComparison, compare_speed, time_models
+from graphsub.runtime.timing import PairedComparison, compare_runnables, time_runnables
 from graphsub.search import ALGORITHMS, Candidate, OptimizeResult
 from graphsub.search.backtracking import ProgressFn
 
@@ -46,16 +50,27 @@ class VerificationError(GraphsubError):
         self.comparison = comparison
 
 
+def resolve_target(target: str | Target | None, threads: int | None = None) -> Target:
+    """A Target from a name (None: this machine's default, torch-cuda with a GPU)."""
+    return target if isinstance(target, Target) else get_target(target, threads=threads)
+
+
 def optimize(graph: Graph, rules: Sequence[Rule] | None = None, algorithm: str = "backtracking",
              alpha: float = 1.05, budget: int = 1000, time_limit: float = 60.0,
              cost: str | CostModel = "measured", threads: int | None = None,
-             progress: ProgressFn | None = None, keep: int = 5) -> OptimizeResult:
-    """Search for a cheaper equivalent graph under a cost model (the search step alone)."""
+             progress: ProgressFn | None = None, keep: int = 5,
+             target: str | Target | None = None) -> OptimizeResult:
+    """Search for a cheaper equivalent graph under a cost model (the search step alone). A
+    cost model given by name is built for the target (measured there, or the analytic
+    profile that approximates it)."""
     if algorithm not in ALGORITHMS:
         raise GraphsubError(f"unknown algorithm {algorithm!r}; use {' or '.join(ALGORITHMS)}")
     if alpha < 1.0:
         raise GraphsubError(f"alpha must be at least 1 (got {alpha})")
-    model = make_cost_model(cost, threads) if isinstance(cost, str) else cost
+    if isinstance(cost, str):
+        model = make_cost_model(cost, threads, target=resolve_target(target, threads))
+    else:
+        model = cost
     rules = builtin_rules() if rules is None else list(rules)
     search = ALGORITHMS[algorithm]
     kwargs: dict[str, Any] = dict(budget=budget, time_limit=time_limit, progress=progress,
@@ -78,6 +93,8 @@ class OptimizeReport:
 
     model: str
     settings: dict[str, Any]
+    target: str
+    device: dict[str, Any]
     predicted_cost_before: float
     predicted_cost_after: float
     latency_before_ms: float | None
@@ -109,46 +126,82 @@ def _distinct(candidates: list[Candidate], original_hash: str, limit: int) -> li
     return out
 
 
+def _op_counts(model: bytes) -> Counter[str]:
+    import onnx
+
+    proto = onnx.load_from_string(model)
+    return Counter(n.op_type for n in proto.graph.node)
+
+
 def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str = "model",
                    rules: Sequence[Rule] | None = None, algorithm: str = "backtracking",
                    alpha: float = 1.05, budget: int = 1000, time_limit: float = 60.0,
                    cost: str = "measured", threads: int | None = None,
                    measure_candidates: int = 3, measure_seconds: float = 3.0,
-                   progress: ProgressFn | None = None) -> tuple[bytes, OptimizeReport]:
-    """Optimize, choose by measurement, verify. Returns the ONNX bytes to write (the original
-    model's when nothing beats it) and the report. Raises VerificationError on a mismatch."""
+                   progress: ProgressFn | None = None,
+                   target: str | Target | None = None,
+                   stage: Callable[[str], None] | None = None) -> tuple[bytes, OptimizeReport]:
+    """Optimize for a target, choose by measurement there, verify. Returns the ONNX bytes to
+    write (the original model's when nothing beats it) and the report. Raises
+    VerificationError on a mismatch. `stage` is told what is happening after the search
+    (timing, confirming, verifying), for progress displays."""
     threads = threads or os.cpu_count() or 1
+    say = stage or (lambda message: None)
+    device = resolve_target(target, threads)
     original = original_onnx if original_onnx is not None else to_onnx_bytes(graph)
-    result = optimize(graph, rules, algorithm, alpha, budget, time_limit, cost, threads, progress)
+    result = optimize(graph, rules, algorithm, alpha, budget, time_limit, cost, threads, progress,
+                      target=device)
     specs = graph_input_specs(graph)
     candidates = _distinct(result.candidates, graph.structural_hash(), measure_candidates)
     exported = [to_onnx_bytes(c.graph) for c in candidates]
+    if original_onnx is not None and device.name.startswith("ort-"):
+        # graphsub's own export of the unchanged graph (shape computations folded, dead and
+        # no-op nodes gone) is a candidate of its own where onnxruntime runs the file.
+        reexport = to_onnx_bytes(graph)
+        if _op_counts(reexport) != _op_counts(original):
+            candidates.insert(0, Candidate(graph, result.initial_cost, ()))
+            exported.insert(0, reexport)
 
     chosen_bytes, chosen = original, None
     before_ms = after_ms = None
     confirm: PairedComparison | None = None
     cand_reports: list[CandidateReport] = []
     feeds = random_feeds(specs)
+    chosen_runnable = None
     if candidates:
+        say(f"timing the original and {len(candidates)} candidate(s) on {device.name}")
+        runnables = [device.prepare(graph, original, "original")]
+        runnables += [device.prepare(c.graph, data, f"candidate {i}")
+                      for i, (c, data) in enumerate(zip(candidates, exported))]
         # Screen: the original and the candidates side by side; the fastest goes on.
-        timings = time_models([original, *exported], feeds, threads=threads,
-                              min_seconds=measure_seconds)
+        timings = time_runnables(runnables, feeds, min_seconds=measure_seconds)
         before_ms = after_ms = timings[0].median * 1e3
         for c, t in zip(candidates, timings[1:]):
             cand_reports.append(CandidateReport(c.cost, t.median * 1e3, [s.rule for s in c.trace]))
         best = min(range(len(candidates)), key=lambda i: timings[i + 1].median)
         if timings[best + 1].median < timings[0].median:
             # Confirm head to head, round by round: one lucky screening is not enough.
-            confirm = compare_speed(original, exported[best], feeds, threads,
-                                    min_seconds=max(measure_seconds, 4.0))
+            say(f"confirming the fastest candidate head to head on {device.name}")
+            confirm = compare_runnables(runnables[0], runnables[best + 1], feeds,
+                                        min_seconds=max(measure_seconds, 4.0))
             before_ms = confirm.before.median * 1e3
             after_ms = confirm.after.median * 1e3
             if confirm.speedup >= 1 / (1 - MIN_GAIN) and confirm.wins >= MIN_WINS:
                 chosen, chosen_bytes = candidates[best], exported[best]
             else:
                 after_ms = before_ms
+        chosen_runnable = runnables[best + 1] if chosen is not None else None
+        for r in runnables:
+            if r is not chosen_runnable:
+                r.close()
 
-    comparison = verify(original, chosen_bytes, specs, threads) if chosen is not None else None
+    comparison = None
+    if chosen is not None:
+        say("verifying the optimized model against the original")
+        comparison = verify(original, chosen_bytes, specs, threads)
+        if comparison.equivalent and not device.name.startswith("ort-"):
+            comparison = verify_on_target(original, chosen_runnable, specs, threads)
+        chosen_runnable.close()
     trace = [] if chosen is None else [asdict(s) for s in chosen.trace]
     if comparison is not None and not comparison.equivalent:
         worst = comparison.worst
@@ -162,6 +215,7 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
         model=label,
         settings=dict(algorithm=algorithm, alpha=alpha, budget=budget, time_limit=time_limit,
                       cost=cost, threads=threads, rules=len(rules) if rules is not None else "builtin"),
+        target=device.name, device=device.device().as_dict(),
         predicted_cost_before=result.initial_cost,
         predicted_cost_after=chosen.cost if chosen is not None else result.initial_cost,
         latency_before_ms=before_ms, latency_after_ms=after_ms,
@@ -189,3 +243,16 @@ def verify(a: bytes, b: bytes, specs, threads: int) -> Comparison:
     scale = max((float(abs(v).max()) for v in ref.values() if v.size), default=1.0)
     return compare_models(a, b, specs, rtol=RTOL, atol=ATOL_SCALE * scale, trials=2,
                           threads=threads)
+
+
+
+def verify_on_target(original: bytes, runnable, specs, threads: int) -> Comparison:
+    """Compare the chosen graph as the target runs it (torch) with the original model in
+    onnxruntime, with the tolerances of `verify`."""
+    from graphsub.runtime.ort import make_session, run
+
+    session = make_session(original, threads)
+    ref = run(session, random_feeds(specs, seed=0))
+    scale = max((float(abs(v).max()) for v in ref.values() if v.size), default=1.0)
+    return compare_runners(lambda feeds: run(session, feeds), runnable.run, specs, rtol=RTOL,
+                           atol=ATOL_SCALE * scale, trials=2)

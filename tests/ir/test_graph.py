@@ -150,3 +150,22 @@ def test_constant_is_immutable_and_compared_by_content():
         c.array[0] = 1
     assert Constant(np.arange(6, dtype=np.float32)) == c
     assert Constant(np.arange(6, dtype=np.int64)) != c
+
+
+def test_cse_merges_repeated_computations_and_equal_weights():
+    from graphsub.ir import GraphBuilder
+
+    b = GraphBuilder(seed=0)
+    x = b.input("x", (4, 8))
+    w = np.ones((8, 8), np.float32)
+    r1, r2 = b.reshape(x, shape=(32,)), b.reshape(x, shape=(32,))  # the same reshape twice
+    y1 = b.matmul(b.reshape(r1, shape=(4, 8)), b.weight(w))
+    y2 = b.matmul(b.reshape(r2, shape=(4, 8)), b.weight(w.copy()))  # equal content
+    b.output(b.add(y1, y2), "y")
+    g = b.build()
+    c = g.cse()
+    assert len(c) == len(g) - 4
+    assert len(c.nodes_by_op("reshape")) == 2 and len(c.nodes_by_op("weight")) == 1
+    feeds = {"x": np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)}
+    np.testing.assert_allclose(evaluate(c, feeds)["y"], evaluate(g, feeds)["y"])
+    assert c.cse() is c

@@ -1,11 +1,15 @@
 """Cost models: one protocol (`CostModel`), memoized by operator signature.
 
-- `MeasuredCostModel` (default): operators timed in onnxruntime on this machine, cached.
-- `AnalyticCostModel`: a roofline for a named device profile (cpu, a100, v100).
+- `MeasuredCostModel` (default): operators timed on the execution target, cached per device.
+- `AnalyticCostModel`: a roofline for a named device profile (cpu, a100, v100, h100).
 - `MultiObjectiveCostModel`: MetaFlow's weighted time/FLOPs/memory/launches, memory cap.
 
 Costs are predictions; graphsub measures the final candidates end to end before choosing.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from graphsub.cost.analytic import PROFILES, AnalyticCostModel, DeviceProfile
 from graphsub.cost.base import CostModel, OpSignature, node_signature
@@ -13,13 +17,21 @@ from graphsub.cost.measured import MeasuredCostModel
 from graphsub.cost.multi import MultiObjectiveCostModel, Weights
 from graphsub.errors import GraphsubError
 
+if TYPE_CHECKING:
+    from graphsub.backends.base import Target
 
-def make_cost_model(name: str, threads: int | None = None, device: str = "cpu") -> CostModel:
-    """A cost model by name: measured or analytic."""
+
+def make_cost_model(name: str, threads: int | None = None, device: str | None = None,
+                    target: Target | None = None) -> CostModel:
+    """A cost model by name: `measured` (timed on the target; onnxruntime's CPU provider when
+    none is given) or `analytic` (a roofline for the profile named by `device`, by default the
+    one that approximates the target, with the target's views free)."""
     if name == "measured":
-        return MeasuredCostModel(threads)
+        return MeasuredCostModel(threads, target=target)
     if name == "analytic":
-        return AnalyticCostModel(device)
+        if target is None:
+            return AnalyticCostModel(device or "cpu")
+        return AnalyticCostModel(device or target.analytic_profile, target.free_ops)
     raise GraphsubError(f"unknown cost model {name!r}; use measured or analytic")
 
 

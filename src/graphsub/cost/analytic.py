@@ -30,14 +30,19 @@ PROFILES = {
     "cpu": DeviceProfile("cpu", 2 * 32 * 2.5e9, 15e9, 4e-6, "a 2-core AVX2 server CPU"),
     "a100": DeviceProfile("a100", 19.5e12, 1.555e12, 5e-6, "NVIDIA A100 40 GB, FP32, HBM2"),
     "v100": DeviceProfile("v100", 15.7e12, 0.9e12, 5e-6, "NVIDIA V100 SXM2, FP32, HBM2"),
+    "h100": DeviceProfile("h100", 67e12, 3.35e12, 3e-6, "NVIDIA H100 SXM5 80 GB, FP32, HBM3"),
 }
 
 
 class AnalyticCostModel(CostModel):
     name = "analytic"
 
-    def __init__(self, profile: str | DeviceProfile = "cpu") -> None:
+    def __init__(self, profile: str | DeviceProfile = "cpu",
+                 free_ops: frozenset[str] = frozenset()) -> None:
+        """`free_ops` are the ops the target runs as views (no kernel at all): torch's
+        transpose, reshape and split, for instance; elsewhere they cost a launch."""
         super().__init__()
+        self.free_ops = free_ops
         if isinstance(profile, str):
             if profile not in PROFILES:
                 raise GraphsubError(f"unknown device profile {profile!r}; known: {', '.join(PROFILES)}")
@@ -46,6 +51,8 @@ class AnalyticCostModel(CostModel):
 
     def op_cost(self, sig: OpSignature) -> float:
         p = self.profile
+        if sig.op in self.free_ops:
+            return 0.0
         if sig.op in VIEW_OPS:
             return p.launch_overhead
         opdef = get_op(sig.op)

@@ -8,6 +8,7 @@ and weight-only nodes cost nothing: weight-only nodes are folded at export (TASO
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from graphsub.ir.graph import Graph
@@ -26,31 +27,47 @@ class OpSignature:
     inputs: tuple[TensorType, ...]
     constant_inputs: tuple[bool, ...]
     outputs: tuple[TensorType, ...]
+    #: Strides of inputs that arrive as non-contiguous views (None: contiguous), on targets
+    #: where operators read views (torch); None when every input is contiguous.
+    layouts: tuple[tuple[int, ...] | None, ...] | None = None
 
     def key(self) -> str:
         """A stable text key (the same across processes), for persistent caches."""
         ins = ",".join(f"{t}{'c' if c else ''}" for t, c in zip(self.inputs, self.constant_inputs))
-        return f"{self.op}|{attrs_key(self.attrs)}|{ins}"
+        key = f"{self.op}|{attrs_key(self.attrs)}|{ins}"
+        if self.layouts is not None:
+            key += "|strides=" + ";".join("" if s is None else ",".join(map(str, s))
+                                          for s in self.layouts)
+        return key
 
 
-def node_signature(graph: Graph, nid: int) -> OpSignature:
+LayoutFn = Callable[[Graph, int], "tuple[tuple[int, ...] | None, ...] | None"]
+
+
+def node_signature(graph: Graph, nid: int, layouts: LayoutFn | None = None) -> OpSignature:
     node = graph[nid]
     weight_only = graph.weight_only()
     return OpSignature(node.op, node.attrs, graph.input_types(nid),
-                       tuple(v.node in weight_only for v in node.inputs), node.outputs)
+                       tuple(v.node in weight_only for v in node.inputs), node.outputs,
+                       layouts(graph, nid) if layouts is not None else None)
 
 
 class CostModel(ABC):
-    """Prices graphs. Subclasses implement `op_cost`; lookups are memoized by signature."""
+    """Prices graphs. Subclasses implement `op_cost`; lookups are memoized by signature.
+
+    `layouts`, when set, gives the strides of each node's inputs on the target (views feed
+    operators directly on torch), so that a matmul reading a transposed view is priced as one.
+    """
 
     name = "cost"
     unit = "s"
+    layouts: LayoutFn | None = None
 
     def __init__(self) -> None:
         self._memo: dict[OpSignature, float] = {}
         # Per node object: graphs made by editing share most nodes, so their costs are found by
         # identity (the node is kept alive by the entry, so its id is not reused).
-        self._by_node: dict[int, tuple[object, tuple[bool, ...], float]] = {}
+        self._by_node: dict[int, tuple[object, tuple, float]] = {}
 
     @abstractmethod
     def op_cost(self, sig: OpSignature) -> float:
@@ -66,7 +83,7 @@ class CostModel(ABC):
     def node_cost(self, graph: Graph, nid: int) -> float:
         if graph[nid].op in FREE_OPS or nid in graph.weight_only():
             return 0.0
-        return self.signature_cost(node_signature(graph, nid))
+        return self.signature_cost(node_signature(graph, nid, self.layouts))
 
     def graph_cost(self, graph: Graph) -> float:
         weight_only = graph.weight_only()
@@ -74,10 +91,16 @@ class CostModel(ABC):
         for nid, node in graph.nodes.items():
             if node.op in FREE_OPS or nid in weight_only:
                 continue
-            consts = tuple(v.node in weight_only for v in node.inputs)
+            # The memo key: which inputs are constants and, where layouts matter, their
+            # strides (a node's producers may be re-pointed by an edit without the node
+            # itself changing).
+            consts: tuple = tuple(v.node in weight_only for v in node.inputs)
+            if self.layouts is not None:
+                consts = (consts, self.layouts(graph, nid))
             entry = self._by_node.get(id(node))
             if entry is None or entry[0] is not node or entry[1] != consts:
-                entry = (node, consts, self.signature_cost(node_signature(graph, nid)))
+                entry = (node, consts,
+                         self.signature_cost(node_signature(graph, nid, self.layouts)))
                 self._by_node[id(node)] = entry
             total += entry[2]
         return total

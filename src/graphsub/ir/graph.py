@@ -202,6 +202,36 @@ class Graph:
         g._parent = self._parent
         return g
 
+    def cse(self) -> Graph:
+        """A graph in which nodes computing the same thing (same op, attributes and inputs;
+        weights with equal content) are one node. Traced graphs repeat computations (one
+        reshape of an input per layer reading it), and rules that join on a shared input, such
+        as merging the projections that read it, only see the sharing once it is one node."""
+        from graphsub.ops import is_deterministic
+
+        canon: dict[int, int] = {}
+        seen: dict[tuple[Any, ...], int] = {}
+        for nid in self.topo_order():
+            node = self._nodes[nid]
+            ins = tuple(Value(canon[v.node], v.index) for v in node.inputs)
+            if node.op == "input" or not is_deterministic(node):
+                canon[nid] = nid
+                continue
+            key = (node.op, node.attrs, ins)
+            canon[nid] = seen.setdefault(key, nid)
+        if all(canon[n] == n for n in canon):
+            return self
+        nodes = {}
+        for nid, node in self._nodes.items():
+            if canon.get(nid, nid) != nid:
+                continue
+            ins = tuple(Value(canon.get(v.node, v.node), v.index) for v in node.inputs)
+            nodes[nid] = node if ins == node.inputs else Node(node.op, node.attrs, ins,
+                                                               node.outputs, node.name)
+        outputs = [Value(canon.get(v.node, v.node), v.index) for v in self.outputs]
+        return Graph(nodes, self.inputs, outputs, self.output_names, self.meta, self._next_id,
+                     check=False).dce()
+
     def __repr__(self) -> str:
         return f"<Graph {len(self._nodes)} nodes, inputs {self.input_names}, outputs {self.output_names}>"
 

@@ -21,7 +21,7 @@ from onnx import helper, numpy_helper
 from graphsub.errors import ExportError
 from graphsub.ir.graph import Graph, Value
 from graphsub.ops import get_op
-from graphsub.runtime.reference import evaluate
+from graphsub.runtime.reference import materialized_weights
 
 #: The opset written for graphs that did not come from an ONNX file.
 DEFAULT_OPSET = 17
@@ -105,17 +105,6 @@ def _value_info(name: str, t) -> onnx.ValueInfoProto:
         name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), list(t.shape))
 
 
-def _folded_values(graph: Graph, weight_only: set[int], needed: set[int]) -> dict[Value, np.ndarray]:
-    """Evaluate the weight-only nodes that the rest of the graph reads (TASO 7.3)."""
-    if not needed:
-        return {}
-    nodes = {nid: graph[nid] for nid in weight_only}
-    outputs = [Value(nid, i) for nid in sorted(needed) for i in range(len(graph[nid].outputs))]
-    sub = Graph(nodes, (), outputs, [f"v{i}" for i in range(len(outputs))], check=False)
-    results = evaluate(sub, {})
-    return {v: results[f"v{i}"] for i, v in enumerate(outputs)}
-
-
 def check_onnx(model: onnx.ModelProto | bytes) -> None:
     """Run onnx.checker with full checking (shape inference included); raise ExportError."""
     try:
@@ -137,13 +126,9 @@ def to_onnx(graph: Graph, opset: int | None = None, model_name: str = "graphsub"
     order = graph.topo_order()
     weight_only = graph.weight_only()
 
-    # Which weight-only nodes feed computation or outputs directly: they become initializers.
-    needed = {v.node for v in graph.outputs if v.node in weight_only}
-    for nid in order:
-        if nid not in weight_only:
-            needed.update(v.node for v in graph[nid].inputs if v.node in weight_only)
-    folded = _folded_values(graph, weight_only,
-                            {n for n in needed if graph[n].op != "weight"})
+    # The weight-only values computation or outputs read directly become initializers.
+    folded = materialized_weights(graph)
+    needed = {v.node for v in folded}
 
     names: dict[Value, str] = {}
     for nid in graph.inputs:
@@ -167,8 +152,7 @@ def to_onnx(graph: Graph, opset: int | None = None, model_name: str = "graphsub"
         for i in range(len(node.outputs)):
             v = Value(nid, i)
             names[v] = ctx.fresh(node.name or f"w{nid}" + (f"_{i}" if i else ""))
-            ctx.add_initializer(names[v], node.attrs["value"].array if node.op == "weight"
-                                else folded[v])
+            ctx.add_initializer(names[v], folded[v])
 
     for nid in order:
         node = graph[nid]

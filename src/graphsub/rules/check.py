@@ -125,7 +125,11 @@ def _default_attr(op: str, key: str, in_shapes: list[tuple[int, ...]], attrs: di
     if key == "perm" and in_shapes:
         return tuple(reversed(range(len(in_shapes[0]))))
     if key == "shape" and in_shapes:
-        return (math.prod(in_shapes[0]),)
+        # Flatten, or insert or drop a dimension of size 1 (what reshapes around batch-1
+        # models do), so that rules about unit reshapes have examples.
+        shape = in_shapes[0]
+        choices = [(math.prod(shape),), (1,) + shape, tuple(d for d in shape if d != 1)]
+        return choices[rng.integers(len(choices))]
     if key == "kernel" and op == "enlarge" and in_shapes:
         k = max(in_shapes[0][2:]) + 2
         return (k, k)

@@ -82,6 +82,28 @@ def _compose(p: tuple[int, ...], q: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(p[i] for i in q)
 
 
+def _non_unit(shape: tuple[int, ...]) -> list[int]:
+    return [d for d in shape if d != 1]
+
+
+def _unit_reshape(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether reshaping shape a to shape b only inserts or removes dimensions of size 1."""
+    return _non_unit(tuple(a)) == _non_unit(tuple(b))
+
+
+def _unit_perm(a: tuple[int, ...], b: tuple[int, ...], p: tuple[int, ...]) -> tuple[int, ...]:
+    """For a reshape from a to b that only moves size-1 dimensions, the permutation q of a
+    such that transpose(reshape(x, b), p) == reshape(transpose(x, q), permute(b, p)): the
+    non-unit axes of a in the order p puts b's non-unit axes, size-1 axes first."""
+    a, b = tuple(a), tuple(b)
+    if not _unit_reshape(a, b):
+        raise _NoValue()
+    a_axes = [i for i, d in enumerate(a) if d != 1]
+    b_rank = {axis: k for k, axis in enumerate(i for i, d in enumerate(b) if d != 1)}
+    order = [a_axes[b_rank[axis]] for axis in p if axis in b_rank]
+    return tuple([i for i, d in enumerate(a) if d == 1] + order)
+
+
 class _NoValue(Exception):
     """An expression has no value for this match (e.g. a dim out of range): no match."""
 
@@ -103,7 +125,8 @@ _TENSOR_FNS: dict[str, Callable[..., Any]] = {
 }
 
 FUNCTIONS = sorted(set(_ARITH) | set(_TENSOR_FNS) | {"and", "or", "not", "in", "identity-perm",
-                                                     "compose", "len", "neg", "at"})
+                                                     "compose", "len", "neg", "at", "permute",
+                                                     "unit-reshape", "unit-perm"})
 
 
 def evaluate(e: Expr, env: Env) -> Any:
@@ -141,6 +164,15 @@ def evaluate(e: Expr, env: Env) -> Any:
         return _compose(tuple(args[0]), tuple(args[1]))
     if fn == "len":
         return len(args[0])
+    if fn == "permute":
+        try:
+            return tuple(args[0][i] for i in args[1])
+        except (IndexError, TypeError):
+            raise _NoValue() from None
+    if fn == "unit-reshape":
+        return _unit_reshape(args[0], args[1])
+    if fn == "unit-perm":
+        return _unit_perm(args[0], args[1], args[2])
     if fn == "neg":
         return -args[0]
     if fn == "at":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,31 +88,42 @@ def compare_outputs(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.
     return diffs, problems
 
 
-def compare_models(a: Any, b: Any, specs: Sequence[InputSpec], rtol: float = 1e-4,
-                   atol: float = 1e-5, trials: int = 2, seed: int = 0,
-                   threads: int | None = None) -> Comparison:
-    """Run both ONNX models on `trials` sets of random inputs and compare every output.
+Runner = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
 
-    Model A is the reference. Outputs must match by name and shape; values must agree within
-    the tolerances.
-    """
-    sa, sb = make_session(a, threads), make_session(b, threads)
-    names_a = [o.name for o in sa.get_outputs()]
-    names_b = [o.name for o in sb.get_outputs()]
-    if names_a != names_b:
-        raise GraphsubError(f"the models have different outputs: {names_a} vs {names_b}")
+
+def compare_runners(a: Runner, b: Runner, specs: Sequence[InputSpec], rtol: float = 1e-4,
+                    atol: float = 1e-5, trials: int = 2, seed: int = 0) -> Comparison:
+    """Run two models (any callables from named inputs to named outputs) on `trials` sets of
+    random inputs and compare every output; A is the reference. Outputs must match by name
+    and shape; values must agree within the tolerances."""
     worst: dict[str, OutputDiff] = {}
     problems: list[str] = []
+    names: list[str] = []
     for t in range(trials):
         feeds = random_feeds(specs, seed + t)
-        ea = dict(zip(names_a, sa.run(names_a, feeds)))
-        eb = dict(zip(names_b, sb.run(names_b, feeds)))
+        ea, eb = a(feeds), b(feeds)
+        names = list(ea)
         diffs, probs = compare_outputs(ea, eb, rtol, atol)
         problems += probs
         for d in diffs:
             prev = worst.get(d.name)
             if prev is None or (prev.ok and not d.ok) or (prev.ok == d.ok and d.max_rel > prev.max_rel):
                 worst[d.name] = d
-    outputs = tuple(worst[n] for n in names_a if n in worst)
+    outputs = tuple(worst[n] for n in names if n in worst)
     ok = not problems and all(d.ok for d in outputs)
     return Comparison(ok, outputs, rtol, atol, trials, tuple(dict.fromkeys(problems)))
+
+
+def compare_models(a: Any, b: Any, specs: Sequence[InputSpec], rtol: float = 1e-4,
+                   atol: float = 1e-5, trials: int = 2, seed: int = 0,
+                   threads: int | None = None) -> Comparison:
+    """Run both ONNX models in onnxruntime on `trials` sets of random inputs and compare every
+    output (see `compare_runners`)."""
+    sa, sb = make_session(a, threads), make_session(b, threads)
+    names_a = [o.name for o in sa.get_outputs()]
+    names_b = [o.name for o in sb.get_outputs()]
+    if names_a != names_b:
+        raise GraphsubError(f"the models have different outputs: {names_a} vs {names_b}")
+    return compare_runners(lambda f: dict(zip(names_a, sa.run(names_a, dict(f)))),
+                           lambda f: dict(zip(names_b, sb.run(names_b, dict(f)))),
+                           specs, rtol, atol, trials, seed)

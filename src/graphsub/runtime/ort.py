@@ -1,21 +1,21 @@
-"""onnxruntime sessions, runs and interleaved timing.
+"""onnxruntime sessions, runs, and onnxruntime models as timed runnables.
 
-Timing follows one rule: models being compared are measured in the same process, interleaved
-round by round, and summarized by medians, so that drift on a shared machine hits all of them
-alike.
+The timing protocol itself (interleaved rounds, medians, paired comparisons) is target-neutral
+and lives in `runtime.timing`.
 """
 
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from graphsub.runtime.timing import (PairedComparison, Runnable, Timing, compare_runnables,
+                                     time_runnables)
 
 
 def _as_bytes(model: Any) -> bytes | str:
@@ -26,10 +26,11 @@ def _as_bytes(model: Any) -> bytes | str:
     return model.SerializeToString()
 
 
-def make_session(model: Any, threads: int | None = None, optimize: bool = True):
-    """An onnxruntime CPU session with onnxruntime's default settings, as users run it.
+def make_session(model: Any, threads: int | None = None, optimize: bool = True,
+                 providers: Sequence[str] = ()):
+    """An onnxruntime session with onnxruntime's default settings, as users run it.
     `optimize` turns on all of its graph optimizations (the baseline graphsub must beat);
-    threads defaults to the core count."""
+    threads defaults to the core count; providers default to the CPU provider alone."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -40,7 +41,7 @@ def make_session(model: Any, threads: int | None = None, optimize: bool = True):
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 3
     return ort.InferenceSession(_as_bytes(model), sess_options=opts,
-                                providers=["CPUExecutionProvider"])
+                                providers=list(providers) or ["CPUExecutionProvider"])
 
 
 def run(model: Any, feeds: Mapping[str, np.ndarray], threads: int | None = None,
@@ -51,106 +52,41 @@ def run(model: Any, feeds: Mapping[str, np.ndarray], threads: int | None = None,
     return dict(zip(names, sess.run(names, arrays)))
 
 
-@dataclass(frozen=True)
-class Timing:
-    """Latency samples of one model, in seconds, in the order taken (`block` per round)."""
+class OrtRunnable(Runnable):
+    """A model in an onnxruntime session. Timed runs call `session.run` with numpy inputs, as
+    users run it (copies included)."""
 
-    samples: tuple[float, ...]
-    block: int = 1
+    def __init__(self, model: Any, threads: int | None = None, providers: Sequence[str] = (),
+                 label: str = "") -> None:
+        self.session = make_session(model, threads, providers=providers)
+        self.label = label
+        self._feeds: dict[str, np.ndarray] = {}
 
-    def round_medians(self) -> list[float]:
-        return [statistics.median(self.samples[i:i + self.block])
-                for i in range(0, len(self.samples), self.block)]
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return run(self.session, feeds)
 
-    @property
-    def median(self) -> float:
-        return statistics.median(self.samples)
+    def bind(self, feeds: Mapping[str, np.ndarray]) -> None:
+        self._feeds = {k: np.asarray(v) for k, v in feeds.items()}
 
-    @property
-    def q1(self) -> float:
-        return float(np.percentile(self.samples, 25))
-
-    @property
-    def q3(self) -> float:
-        return float(np.percentile(self.samples, 75))
-
-    @property
-    def minimum(self) -> float:
-        return min(self.samples)
-
-    def as_dict(self) -> dict[str, float]:
-        return {"median_ms": self.median * 1e3, "q1_ms": self.q1 * 1e3, "q3_ms": self.q3 * 1e3,
-                "min_ms": self.minimum * 1e3, "runs": len(self.samples)}
+    def timed(self, n: int) -> list[float]:
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            self.session.run(None, self._feeds)
+            out.append(time.perf_counter() - t0)
+        return out
 
 
 def time_models(models: Sequence[Any], feeds: Mapping[str, np.ndarray],
-                threads: int | None = None, warmup: int = 3, rounds: int | None = None,
-                min_seconds: float = 2.0, max_rounds: int = 200, block: int = 5,
-                pause: float = 0.02, min_rounds: int = 3) -> list[Timing]:
-    """Time several models on the same inputs, side by side in one process, with onnxruntime's
-    default session settings.
-
-    Each round times a block of `block` runs of every model, in an order that rotates so none is
-    always first. Before each block the process sleeps `pause` seconds: onnxruntime's idle
-    worker threads spin for a while after a run, and without the pause the previous model's
-    spinning threads would steal the cores from the next (on 2 cores, tripling its latency).
-    Without `rounds`, rounds continue until `min_seconds` of runs (at least `min_rounds`, at
-    most `max_rounds`)."""
-    sessions = [make_session(m, threads) for m in models]
-    for sess in sessions:
-        for _ in range(warmup):
-            sess.run(None, dict(feeds))
-    samples: list[list[float]] = [[] for _ in sessions]
-    timed = 0.0
-    r = 0
-    while True:
-        if rounds is not None and r >= rounds:
-            break
-        if rounds is None and r >= min_rounds and (timed >= min_seconds or r >= max_rounds):
-            break
-        order = list(range(len(sessions)))
-        shift = r % len(order)
-        for i in order[shift:] + order[:shift]:
-            time.sleep(pause)
-            sessions[i].run(None, dict(feeds))  # wakes the thread pool up again
-            for _ in range(block):
-                t0 = time.perf_counter()
-                sessions[i].run(None, dict(feeds))
-                dt = time.perf_counter() - t0
-                samples[i].append(dt)
-                timed += dt
-        r += 1
-    return [Timing(tuple(s), block) for s in samples]
-
-
-@dataclass(frozen=True)
-class PairedComparison:
-    """A head-to-head timing of two models, round by round: drift on a shared machine moves
-    both models of a round alike, so per-round ratios are steadier than whole-run medians."""
-
-    before: Timing
-    after: Timing
-
-    @property
-    def ratios(self) -> list[float]:
-        return [b / a for b, a in zip(self.before.round_medians(), self.after.round_medians())]
-
-    @property
-    def speedup(self) -> float:
-        """Median over rounds of (time before / time after)."""
-        return statistics.median(self.ratios)
-
-    @property
-    def wins(self) -> float:
-        """The fraction of rounds in which the second model was faster."""
-        return sum(r > 1 for r in self.ratios) / len(self.ratios)
+                threads: int | None = None, **kwargs: Any) -> list[Timing]:
+    """Time several ONNX models on the same inputs in onnxruntime (CPU), side by side with
+    its default session settings (see `runtime.timing.time_runnables` for the protocol)."""
+    return time_runnables([OrtRunnable(m, threads) for m in models], feeds, **kwargs)
 
 
 def compare_speed(before: Any, after: Any, feeds: Mapping[str, np.ndarray],
                   threads: int | None = None, min_seconds: float = 4.0,
                   min_rounds: int = 10) -> PairedComparison:
-    """Time two models head to head (at least `min_rounds` rounds)."""
-    t_before, t_after = time_models([before, after], feeds, threads=threads,
-                                    min_seconds=min_seconds, rounds=None,
-                                    max_rounds=max(min_rounds, 200), min_rounds=min_rounds)
-    return PairedComparison(t_before, t_after)
+    """Time two ONNX models head to head in onnxruntime (at least `min_rounds` rounds)."""
+    return compare_runnables(OrtRunnable(before, threads), OrtRunnable(after, threads), feeds,
+                             min_seconds=min_seconds, min_rounds=min_rounds)

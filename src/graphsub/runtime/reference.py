@@ -43,3 +43,27 @@ def evaluate(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         for i, out in enumerate(outs):
             values[Value(nid, i)] = out
     return {name: values[v] for name, v in zip(graph.output_names, graph.outputs)}
+
+
+def materialized_weights(graph: Graph) -> dict[Value, np.ndarray]:
+    """The constant tensors a backend must hold to run the graph: the weight-only values that
+    computation or the outputs read directly, weights as they are and weight-only computations
+    evaluated once (TASO section 7.3). Weight-only nodes read only by other weight-only nodes
+    are not materialized."""
+    weight_only = graph.weight_only()
+    needed = {v.node for v in graph.outputs if v.node in weight_only}
+    for nid in graph.topo_order():
+        if nid not in weight_only:
+            needed.update(v.node for v in graph[nid].inputs if v.node in weight_only)
+    values: dict[Value, np.ndarray] = {}
+    computed = sorted(n for n in needed if graph[n].op != "weight")
+    if computed:
+        nodes = {nid: graph[nid] for nid in weight_only}
+        outputs = [Value(nid, i) for nid in computed for i in range(len(graph[nid].outputs))]
+        sub = Graph(nodes, (), outputs, [f"v{i}" for i in range(len(outputs))], check=False)
+        results = evaluate(sub, {})
+        values.update({v: results[f"v{i}"] for i, v in enumerate(outputs)})
+    for nid in needed:
+        if graph[nid].op == "weight":
+            values[Value(nid, 0)] = graph[nid].attrs["value"].array
+    return values

@@ -1,0 +1,159 @@
+"""What an execution target is: where a model will run, and so what graphsub measures.
+
+A target supplies three things, and the optimizer's measure/confirm/verify pipeline uses only
+these: a way to run a Graph (`prepare` -> a `Runnable`), a way to time one operator signature
+(`time_op`, which the measured cost model calls and caches), and a description of its device
+(`device`), which keys the cost cache and names the device in reports.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graphsub.cost.base import OpSignature
+from graphsub.errors import GraphsubError
+from graphsub.ir.builder import GraphBuilder
+from graphsub.ir.graph import Graph, Value
+from graphsub.ir.types import TensorType
+from graphsub.runtime.timing import Runnable
+
+
+class TargetUnavailableError(GraphsubError):
+    """The target the user named cannot run on this machine (the message says why)."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The device a target runs on, and every version that changes what a timing means."""
+
+    target: str
+    name: str
+    details: dict[str, str] = field(default_factory=dict)
+
+    def key(self) -> str:
+        """A stable text that changes whenever cached operator timings stop applying."""
+        extras = "|".join(f"{k}={v}" for k, v in sorted(self.details.items()))
+        return f"{self.target}|{self.name}|{extras}"
+
+    def describe(self) -> str:
+        extras = ", ".join(f"{k} {v}" for k, v in self.details.items())
+        return f"{self.name} ({extras})" if extras else self.name
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "name": self.name, **self.details}
+
+
+class Target(ABC):
+    """An execution target. Subclasses are registered by name in `graphsub.backends`."""
+
+    name: str = ""
+    #: Ops that run as views here (no kernel, no data moved): free in the analytic model.
+    free_ops: frozenset[str] = frozenset()
+    #: The analytic device profile that approximates this target.
+    analytic_profile: str = "cpu"
+    #: Where calibration figures persist (the measured cost model lends its cache).
+    cache: Any = None
+
+    def cached(self, key: str, compute: Callable[[], float]) -> float:
+        """A calibration figure from the cache, measured (and stored) when absent."""
+        value = self.cache.get(key) if self.cache is not None else None
+        if value is None:
+            value = compute()
+            if self.cache is not None:
+                self.cache.put(key, value)
+        return value
+
+    @classmethod
+    @abstractmethod
+    def unavailable_reason(cls) -> str | None:
+        """None when the target can run here; otherwise why not and what to do."""
+
+    @abstractmethod
+    def device(self) -> DeviceInfo:
+        """The device and the software versions its timings depend on."""
+
+    @abstractmethod
+    def prepare(self, graph: Graph | None, onnx: bytes | str | None = None,
+                label: str = "") -> Runnable:
+        """A runnable for a model given as a Graph, as ONNX, or both (a target uses the form
+        it runs: onnxruntime the ONNX bytes, torch the Graph)."""
+
+    @abstractmethod
+    def time_op(self, sig: OpSignature, cold_weights: bool = False) -> float:
+        """Seconds one application of the signature adds to a model run on this target; with
+        `cold_weights`, its constant inputs come from memory rather than from the caches
+        (a model whose weights exceed the caches reads each weight cold once per run)."""
+
+    def cache_bytes(self) -> int:
+        """The size of the device's last-level cache: the working set beyond which weights
+        are read cold."""
+        return last_level_cache_bytes()
+
+    def input_layouts(self, graph: Graph, nid: int) -> tuple[tuple[int, ...] | None, ...] | None:
+        """Strides of the node's inputs where they are not contiguous (views), or None when
+        this target always hands operators contiguous tensors."""
+        return None
+
+    def calibration(self) -> dict[str, float]:
+        """Calibrated per-operator overheads, in seconds, for reports."""
+        return {}
+
+
+def signature_graph(sig: OpSignature, replicas: int = 1,
+                    seed: int = 0) -> tuple[Graph, dict[str, np.ndarray]]:
+    """A graph applying the signature's operator `replicas` times to the same non-constant
+    inputs, each replica with constant inputs of its own (weights with different data), and
+    random inputs to feed it: what every target times to price one operator. Replicas let a
+    target price an operator whose weights come cold from memory, as a large model's weights
+    do: the marginal time of one more replica, once the replicas' weights together exceed
+    the caches."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder()
+
+    def data(i: int, t: TensorType) -> np.ndarray:
+        arr = (rng.standard_normal(t.shape).astype(t.dtype) if t.dtype.startswith("float")
+               else np.zeros(t.shape, t.dtype))
+        return np.abs(arr) + 1 if sig.op == "batch_norm" and i == 4 else arr  # a variance
+
+    feeds: dict[str, np.ndarray] = {}
+    shared: dict[int, Value] = {}
+    for i, (t, const) in enumerate(zip(sig.inputs, sig.constant_inputs)):
+        if not const:
+            shared[i] = b.input(f"in{i}", t.shape, t.dtype)
+            feeds[f"in{i}"] = data(i, t)
+    for r in range(replicas):
+        args = [shared[i] if i in shared else b.weight(data(i, t))
+                for i, t in enumerate(sig.inputs)]
+        outs = b.op(sig.op, *args, **dict(sig.attrs))
+        for k, v in enumerate((outs,) if isinstance(outs, Value) else outs):
+            b.output(v, f"out{r}_{k}")
+    return b.build(), feeds
+
+
+def cold_replicas(sig: OpSignature, cache_bytes: int) -> int:
+    """How many replicas of an operator make its weights together twice the cache size (at
+    least 3, so that a marginal time exists; at most 64)."""
+    weight_bytes = sum(t.nbytes for t, c in zip(sig.inputs, sig.constant_inputs) if c)
+    if weight_bytes == 0:
+        return 3
+    return max(3, min(64, -(-2 * cache_bytes // weight_bytes)))
+
+
+def last_level_cache_bytes() -> int:
+    """The CPU's largest cache (sysfs), or 32 MiB when it cannot be read."""
+    from pathlib import Path
+
+    best = 0
+    for size_file in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = size_file.read_text().strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        try:
+            best = max(best, int(text.rstrip("KMG")) * scale)
+        except ValueError:
+            continue
+    return best or 32 << 20

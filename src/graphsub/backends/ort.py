@@ -1,0 +1,258 @@
+"""onnxruntime targets: its CPU provider (`ort-cpu`) and its CUDA provider (`ort-cuda`).
+
+Models run as users run them: the ONNX bytes graphsub writes, in a session with all of
+onnxruntime's graph optimizations and its default settings. One operator is priced as a
+one-node model in the same kind of session (constant inputs as initializers, so onnxruntime
+may pre-pack them as it will in the real model), minus the time of an empty run, plus the
+calibrated cost of scheduling one more operator inside a model.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from graphsub.backends.base import (DeviceInfo, Target, TargetUnavailableError, cold_replicas,
+                                   signature_graph)
+from graphsub.cost.base import OpSignature
+from graphsub.ir.builder import GraphBuilder
+from graphsub.ir.graph import Graph
+from graphsub.runtime.ort import OrtRunnable, make_session
+
+#: Shape of the tensor used to calibrate the per-operator overhead: large enough that
+#: onnxruntime runs the operator on its thread pool, as it does the model's real operators.
+CALIBRATION_SHAPE = (1, 64, 56, 56)
+CUDA_PROVIDER = "CUDAExecutionProvider"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def time_session(sess, feeds: Mapping[str, np.ndarray], min_runs: int = 5,
+                 min_seconds: float = 0.02, max_runs: int = 200, device: str = "cpu") -> float:
+    """Median seconds of one run, after warm-up. Inputs are bound once and outputs stay in
+    onnxruntime (IOBinding, on the provider's device), so the time is the operators' and not
+    copies'."""
+    import onnxruntime as ort
+
+    binding = sess.io_binding()
+    for name, arr in feeds.items():
+        binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(arr, device, 0))
+    for out in sess.get_outputs():
+        binding.bind_output(out.name, device)
+    for _ in range(2):
+        sess.run_with_iobinding(binding)
+    samples: list[float] = []
+    start = time.perf_counter()
+    while len(samples) < min_runs or (time.perf_counter() - start < min_seconds
+                                      and len(samples) < max_runs):
+        t0 = time.perf_counter()
+        sess.run_with_iobinding(binding)
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+class OrtTarget(Target):
+    """Shared by both providers; subclasses name the provider."""
+
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    io_device = "cpu"
+    runnable: type[OrtRunnable] = OrtRunnable
+
+    def __init__(self, threads: int | None = None) -> None:
+        reason = self.unavailable_reason()
+        if reason is not None:
+            raise TargetUnavailableError(f"target {self.name} is not available: {reason}")
+        self.threads = threads or os.cpu_count() or 1
+        self._baseline: float | None = None
+        self._dispatch: float | None = None
+
+    def _session(self, model: Any):
+        return make_session(model, self.threads, providers=self.providers)
+
+    def prepare(self, graph: Graph | None, onnx: bytes | str | None = None,
+                label: str = "") -> OrtRunnable:
+        if onnx is None:
+            from graphsub.onnx_io.exporter import to_onnx_bytes
+
+            assert graph is not None
+            onnx = to_onnx_bytes(graph)
+        return self.runnable(onnx, self.threads, self.providers, label)
+
+    def baseline(self) -> float:
+        """The time of running a model that does nothing (one Identity on a scalar)."""
+        if self._baseline is None:
+            from onnx import TensorProto, helper
+
+            g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "empty",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+            m.ir_version = 8
+            sess = self._session(m.SerializeToString())
+            self._baseline = time_session(sess, {"x": np.zeros(1, np.float32)}, min_runs=20,
+                                          min_seconds=0.05, device=self.io_device)
+        return self._baseline
+
+    def dispatch_overhead(self) -> float:
+        """What one more operator costs inside a model beyond its one-node time: scheduling and
+        waking the thread pool. Measured as the marginal time of a relu in a chain of relus,
+        minus that relu's one-node time."""
+        if self._dispatch is None:
+            self._dispatch = self.cached("__dispatch__", self._calibrate_dispatch)
+        return self._dispatch
+
+    def _calibrate_dispatch(self) -> float:
+        from graphsub.onnx_io.exporter import to_onnx_bytes
+
+        def chain(n: int) -> float:
+            b = GraphBuilder()
+            x = b.input("x", CALIBRATION_SHAPE)
+            y = x
+            for _ in range(n):
+                y = b.relu(y)
+            b.output(y, "y")
+            sess = self._session(to_onnx_bytes(b.build()))
+            feeds = {"x": np.random.default_rng(0).standard_normal(CALIBRATION_SHAPE)
+                     .astype(np.float32)}
+            return time_session(sess, feeds, min_runs=20, min_seconds=0.2,
+                                device=self.io_device)
+
+        marginal = (chain(24) - chain(8)) / 16
+        single = max(chain(1) - self.baseline(), 0.0)
+        return max(marginal - single, 0.0)
+
+    def _time_replicas(self, sig: OpSignature, replicas: int) -> float:
+        from graphsub.onnx_io.exporter import to_onnx
+
+        graph, feeds = signature_graph(sig, replicas)
+        sess = self._session(to_onnx(graph, check=False).SerializeToString())
+        return time_session(sess, feeds, device=self.io_device)
+
+    def time_op(self, sig: OpSignature, cold_weights: bool = False) -> float:
+        if cold_weights:
+            # The marginal time of one more replica, each with weights of its own: once the
+            # replicas' weights exceed the caches, each replica reads its weights from memory.
+            r = cold_replicas(sig, self.cache_bytes())
+            return max((self._time_replicas(sig, r) - self._time_replicas(sig, 1)) / (r - 1), 0.0)
+        seconds = self._time_replicas(sig, 1) - self.baseline()
+        return max(seconds, 0.0) + self.dispatch_overhead()
+
+    def calibration(self) -> dict[str, float]:
+        return {"empty_run_s": self.baseline(), "per_op_overhead_s": self.dispatch_overhead()}
+
+
+class OrtCudaRunnable(OrtRunnable):
+    """Inputs and outputs stay on the GPU while timing (IOBinding), so a timed run is the
+    model's kernels and not host copies; `run` still takes and returns numpy arrays."""
+
+    def bind(self, feeds: Mapping[str, np.ndarray]) -> None:
+        import onnxruntime as ort
+
+        self._binding = self.session.io_binding()
+        for name, arr in feeds.items():
+            self._binding.bind_ortvalue_input(
+                name, ort.OrtValue.ortvalue_from_numpy(np.asarray(arr), "cuda", 0))
+        for out in self.session.get_outputs():
+            self._binding.bind_output(out.name, "cuda")
+
+    def timed(self, n: int) -> list[float]:
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            self.session.run_with_iobinding(self._binding)  # synchronizes the provider
+            out.append(time.perf_counter() - t0)
+        return out
+
+
+class OrtCpuTarget(OrtTarget):
+    name = "ort-cpu"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        return None  # onnxruntime is a dependency of graphsub
+
+    def device(self) -> DeviceInfo:
+        import onnxruntime as ort
+
+        return DeviceInfo(self.name, cpu_model(),
+                          {"onnxruntime": ort.__version__, "threads": str(self.threads),
+                           "optimization": "all"})
+
+
+class OrtCudaTarget(OrtTarget):
+    name = "ort-cuda"
+    providers = (CUDA_PROVIDER, "CPUExecutionProvider")
+    io_device = "cuda"
+    runnable = OrtCudaRunnable
+    analytic_profile = "h100"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        import onnxruntime as ort
+
+        have = ort.get_available_providers()
+        if CUDA_PROVIDER not in have:
+            return (f"onnxruntime {ort.__version__} has no CUDA provider (it has "
+                    f"{', '.join(have)}); install onnxruntime-gpu instead of onnxruntime "
+                    "(pip uninstall onnxruntime && pip install onnxruntime-gpu) on a machine "
+                    "with an NVIDIA GPU")
+        return _cuda_session_problem()
+
+    def device(self) -> DeviceInfo:
+        import onnxruntime as ort
+
+        details = {"onnxruntime": ort.__version__}
+        details.update(_nvidia_versions())
+        return DeviceInfo(self.name, details.pop("gpu", "NVIDIA GPU"), details)
+
+
+def _cuda_session_problem() -> str | None:
+    """Start a one-node session on the CUDA provider; say why it fell back, if it did."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    try:
+        sess = make_session(m.SerializeToString(), 1, providers=(CUDA_PROVIDER,))
+    except Exception as exc:  # onnxruntime raises its own exception types
+        return f"the CUDA provider could not start: {exc}"
+    if sess.get_providers()[0] != CUDA_PROVIDER:
+        return "the CUDA provider is installed but found no usable GPU"
+    return None
+
+
+def _nvidia_versions() -> dict[str, str]:
+    """GPU name and driver from nvidia-smi (empty when it is not there)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    if not out:
+        return {}
+    name, _, driver = out[0].partition(",")
+    return {"gpu": name.strip(), "driver": driver.strip()}
+
+
+__all__ = ["OrtCpuTarget", "OrtCudaTarget", "OrtTarget", "cpu_model", "time_session"]

@@ -1,0 +1,15 @@
+"""graphsub's torch backend: graphs lowered to FX programs of torch operations, run on the CPU
+or a GPU (optionally captured in CUDA graphs), and the `torch-cpu` / `torch-cuda` targets.
+
+    from graphsub.backends.torch import TorchProgram
+    program = TorchProgram(graph, "cuda")
+    outputs = program(*inputs)           # device tensors in, device tensors out
+    program.module                       # the torch.fx.GraphModule (hand it to inductor)
+"""
+
+from graphsub.backends.torch.lowering import LOWERINGS, VIEW_OPS, NoLoweringError, lowered_ops
+from graphsub.backends.torch.program import CudaGraphReplay, TorchProgram, TorchRunnable
+from graphsub.backends.torch.target import TorchCpuTarget, TorchCudaTarget, TorchTarget
+
+__all__ = ["LOWERINGS", "VIEW_OPS", "CudaGraphReplay", "NoLoweringError", "TorchCpuTarget",
+           "TorchCudaTarget", "TorchProgram", "TorchRunnable", "TorchTarget", "lowered_ops"]

@@ -1,0 +1,186 @@
+"""A graphsub Graph as a torch program: an FX GraphModule with its weights on the device.
+
+Building the program lowers every computing node (see `lowering`) into one FX graph, whose
+generated Python calls torch operations directly and frees each intermediate after its last
+use. Weights, and weight-only subgraphs evaluated once (TASO section 7.3), are buffers of the
+module on the device, so a run moves no weights. The same module runs eagerly, is captured
+in a CUDA graph (`TorchRunnable(cuda_graphs=True)`), or is handed to inductor.
+"""
+
+from __future__ import annotations
+
+import keyword
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx as fx
+from torch.fx.proxy import GraphAppendingTracer
+
+from graphsub.backends.torch.lowering import LowerContext, lower, torch_dtype
+from graphsub.ir.graph import Graph, Value
+from graphsub.runtime.reference import materialized_weights
+from graphsub.runtime.timing import Runnable
+
+
+def _identifier(name: str, used: set[str]) -> str:
+    base = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "x"
+    if base[0].isdigit() or keyword.iskeyword(base):
+        base = "_" + base
+    out, k = base, 1
+    while out in used:
+        out = f"{base}_{k}"
+        k += 1
+    used.add(out)
+    return out
+
+
+def to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A device tensor holding a copy of the array (weights are read-only numpy arrays)."""
+    return torch.tensor(np.require(array, requirements="C"), device=device)
+
+
+class TorchProgram:
+    """`program(*inputs)` returns the graph's outputs, in order, as device tensors."""
+
+    def __init__(self, graph: Graph, device: str | torch.device = "cpu",
+                 fused_conv_relu: Any = None) -> None:
+        self.graph = graph
+        self.device = torch.device(device)
+        self.input_names = list(graph.input_names)
+        self.output_names = list(graph.output_names)
+        self.input_types = [graph[i].type for i in graph.inputs]
+        self.module = self._build(fused_conv_relu)
+
+    def _build(self, fused_conv_relu: Any) -> fx.GraphModule:
+        graph = self.graph
+        fx_graph = fx.Graph()
+        tracer = GraphAppendingTracer(fx_graph)
+        root = torch.nn.Module()
+        used: set[str] = set()
+        env: dict[Value, Any] = {}
+
+        def const(array: np.ndarray) -> fx.Proxy:
+            name = _identifier(f"c{len(used)}", used)
+            root.register_buffer(name, to_tensor(array, self.device))
+            return fx.Proxy(fx_graph.get_attr(name), tracer)
+
+        def leaf(fn: Any, *args: Any) -> fx.Proxy:
+            return tracer.create_proxy("call_function", fn, args, {})
+
+        ctx = LowerContext(self.device, const, leaf)
+        ctx.fused_conv_relu = fused_conv_relu  # type: ignore[attr-defined]
+        for nid in graph.inputs:
+            env[Value(nid, 0)] = fx.Proxy(
+                fx_graph.placeholder(_identifier(graph[nid].attrs["name"], used)), tracer)
+        for v, array in materialized_weights(graph).items():
+            env[v] = const(array)
+        weight_only = graph.weight_only()
+        for nid in graph.topo_order():
+            node = graph[nid]
+            if node.op == "input" or nid in weight_only:
+                continue
+            fn = lower(ctx, node.op, node.attrs, graph.input_types(nid), node.outputs)
+            results = fn(*(env[v] for v in node.inputs))
+            for i in range(len(node.outputs)):
+                env[Value(nid, i)] = results[i]
+        fx_graph.output(tuple(env[v].node for v in graph.outputs))
+        return fx.GraphModule(root, fx_graph, class_name="GraphsubProgram")
+
+    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.module(*inputs)
+
+    def inputs_from(self, feeds: Mapping[str, np.ndarray]) -> list[torch.Tensor]:
+        missing = [n for n in self.input_names if n not in feeds]
+        if missing:
+            from graphsub.errors import GraphsubError
+
+            raise GraphsubError(f"no value given for graph input(s): {', '.join(missing)}")
+        out = []
+        for name, t in zip(self.input_names, self.input_types):
+            arr = np.asarray(feeds[name])
+            tensor = torch.from_numpy(np.require(arr, requirements="C")).to(self.device)
+            out.append(tensor.to(torch_dtype(t.dtype)))
+        return out
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Numpy in, numpy out."""
+        with torch.inference_mode():
+            outs = self(*self.inputs_from(feeds))
+        return {name: to_numpy(t) for name, t in zip(self.output_names, outs)}
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to("cpu").contiguous().numpy()
+
+
+class CudaGraphReplay:
+    """A program captured in a CUDA graph over fixed input buffers: one replay launches every
+    kernel of the model with no Python or dispatcher work in between."""
+
+    def __init__(self, fn: Any, inputs: Sequence[torch.Tensor], warmup: int = 3) -> None:
+        self.inputs = list(inputs)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), torch.inference_mode():
+            for _ in range(warmup):  # cuDNN autotuning and allocations happen here
+                fn(*self.inputs)
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(self.graph):
+            self.outputs = fn(*self.inputs)
+
+    def replay(self) -> tuple[torch.Tensor, ...]:
+        self.graph.replay()
+        return self.outputs
+
+
+class TorchRunnable(Runnable):
+    """A program on its device, timed the way the device runs it: wall clock around a call on
+    the CPU; CUDA events around a CUDA-graph replay (or an eager call) on a GPU, each run
+    synchronized, so a sample is one inference's latency."""
+
+    def __init__(self, program: TorchProgram, cuda_graphs: bool = True, label: str = "") -> None:
+        self.program = program
+        self.label = label
+        self.cuda = program.device.type == "cuda"
+        self.cuda_graphs = cuda_graphs and self.cuda
+        self._inputs: list[torch.Tensor] = []
+        self._replay: CudaGraphReplay | None = None
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.program.run(feeds)
+
+    def bind(self, feeds: Mapping[str, np.ndarray]) -> None:
+        self._inputs = self.program.inputs_from(feeds)
+        self._replay = None
+        if self.cuda_graphs:
+            self._replay = CudaGraphReplay(self.program, self._inputs)
+
+    def timed(self, n: int) -> list[float]:
+        if not self.cuda:
+            out = []
+            with torch.inference_mode():
+                for _ in range(n):
+                    t0 = time.perf_counter()
+                    self.program(*self._inputs)
+                    out.append(time.perf_counter() - t0)
+            return out
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(n)]
+        with torch.inference_mode():
+            for start, end in events:
+                start.record()
+                if self._replay is not None:
+                    self._replay.replay()
+                else:
+                    self.program(*self._inputs)
+                end.record()
+                end.synchronize()
+        return [start.elapsed_time(end) / 1e3 for start, end in events]
+
+    def close(self) -> None:
+        self._replay = None
+        self._inputs = []

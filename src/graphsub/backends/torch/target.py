@@ -1,0 +1,296 @@
+"""The torch targets: graphsub's torch backend on the CPU (`torch-cpu`) and on a GPU
+(`torch-cuda`, CUDA-graph replays by default).
+
+Pricing one operator: a one-node program with the operator's inputs in the layouts they have
+in the model (a transposed view stays a view), timed the way the target runs models. On the
+CPU, the median of single calls minus the median of an empty call. On a GPU, the operator is
+repeated k1 and k2 times inside a CUDA graph (or eagerly, without graphs), each replay timed
+with CUDA events, and the cost is the marginal time per repetition: a replay's fixed overhead
+cancels, and what remains is the operator's kernels plus the gap the GPU leaves between
+kernels, the launch overhead that fewer, larger operators save. cuDNN's autotuner is on, and
+TF32 is off unless asked for (it changes results).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from graphsub.backends.base import (DeviceInfo, Target, TargetUnavailableError, cold_replicas,
+                                   signature_graph)
+from graphsub.backends.torch.lowering import VIEW_OPS, LowerContext, lower, torch_dtype
+from graphsub.backends.torch.program import TorchProgram, TorchRunnable, to_tensor
+from graphsub.cost.base import OpSignature
+from graphsub.ir.builder import GraphBuilder
+from graphsub.ir.graph import Graph, Node, Value
+
+Strides = tuple[int, ...]
+
+
+class TorchTarget(Target):
+    device_type = "cpu"
+    free_ops = VIEW_OPS
+
+    def __init__(self, threads: int | None = None, cuda_graphs: bool = True,
+                 allow_tf32: bool = False) -> None:
+        reason = self.unavailable_reason()
+        if reason is not None:
+            raise TargetUnavailableError(f"target {self.name} is not available: {reason}")
+        if threads:
+            torch.set_num_threads(threads)
+        self.threads = torch.get_num_threads()
+        self.cuda_graphs = cuda_graphs and self.device_type == "cuda"
+        self.allow_tf32 = allow_tf32
+        self.torch_device = torch.device(self.device_type)
+        self._strides: dict[tuple[Node, int, Strides | None], Strides | None] = {}
+        self._meta = LowerContext(torch.device("meta"))
+        self._empty: float | None = None
+        self._configure()
+
+    def _configure(self) -> None:
+        """Settings the target's timings depend on (the GPU target's)."""
+
+    # ---- running models ----------------------------------------------------------------
+    def program(self, graph: Graph) -> TorchProgram:
+        return TorchProgram(graph, self.torch_device)
+
+    def prepare(self, graph: Graph | None, onnx: bytes | str | None = None,
+                label: str = "") -> TorchRunnable:
+        if graph is None:
+            from graphsub.onnx_io import load
+
+            assert onnx is not None
+            graph = load(onnx)
+        return TorchRunnable(self.program(graph), self.cuda_graphs, label)
+
+    # ---- layouts -------------------------------------------------------------------------
+    def input_layouts(self, graph: Graph, nid: int) -> tuple[Strides | None, ...] | None:
+        strides = tuple(self.strides_of(graph, v) for v in graph[nid].inputs)
+        return strides if any(s is not None for s in strides) else None
+
+    def strides_of(self, graph: Graph, value: Value) -> Strides | None:
+        """The strides of a value as this backend produces it, None when contiguous. Only
+        views make non-contiguous values; they are followed up to the tensor they view, and
+        their strides computed by running the lowering on a meta tensor (no data)."""
+        producer = graph[value.node]
+        if producer.op not in VIEW_OPS or value.node in graph.weight_only():
+            return None
+        source = producer.inputs[0]
+        in_strides = self.strides_of(graph, source)
+        key = (producer, value.index, in_strides)
+        if key not in self._strides:
+            t = graph.type_of(source)
+            base = (torch.empty_strided(t.shape, in_strides, dtype=torch_dtype(t.dtype),
+                                        device="meta") if in_strides is not None
+                    else torch.empty(t.shape, dtype=torch_dtype(t.dtype), device="meta"))
+            fn = lower(self._meta, producer.op, producer.attrs, (t,), producer.outputs)
+            out = fn(base)[value.index]
+            self._strides[key] = None if out.is_contiguous() else tuple(out.stride())
+        return self._strides[key]
+
+    # ---- pricing one operator ------------------------------------------------------------
+    def _signature_program(self, sig: OpSignature,
+                           replicas: int = 1) -> tuple[TorchProgram, list[torch.Tensor]]:
+        graph, feeds = signature_graph(sig, replicas)
+        program = self.program(graph)
+        layouts = sig.layouts or (None,) * len(sig.inputs)
+        inputs = []
+        for i, (const, strides) in enumerate(zip(sig.constant_inputs, layouts)):
+            if const:
+                continue
+            t = to_tensor(feeds[f"in{i}"], self.torch_device)
+            if strides is not None:
+                strided = torch.empty_strided(t.shape, strides, dtype=t.dtype,
+                                              device=self.torch_device)
+                strided.copy_(t)
+                t = strided
+            inputs.append(t)
+        return program, inputs
+
+    def time_op(self, sig: OpSignature, cold_weights: bool = False) -> float:
+        if cold_weights:
+            r = cold_replicas(sig, self.cache_bytes())
+            many, one = self._signature_program(sig, r), self._signature_program(sig, 1)
+            return max((self._time_call(many[0].module, many[1])
+                        - self._time_call(one[0].module, one[1])) / (r - 1), 0.0)
+        program, inputs = self._signature_program(sig)
+        return max(self._time_call(program.module, inputs) - self.empty_call(), 0.0)
+
+    def _time_call(self, fn: Callable[..., Any], inputs: list[torch.Tensor]) -> float:
+        """Median seconds of one call on the CPU."""
+        samples: list[float] = []
+        with torch.inference_mode():
+            for _ in range(2):
+                fn(*inputs)
+            start = time.perf_counter()
+            while len(samples) < 5 or (time.perf_counter() - start < 0.02 and len(samples) < 200):
+                t0 = time.perf_counter()
+                fn(*inputs)
+                samples.append(time.perf_counter() - t0)
+        return statistics.median(samples)
+
+    def empty_call(self) -> float:
+        """The time of calling a program that computes nothing (returns its input)."""
+        if self._empty is None:
+            b = GraphBuilder()
+            b.output(b.input("x", (1,)), "y")
+            program = self.program(b.build())
+            x = torch.zeros(1, device=self.torch_device)
+            self._empty = self.cached("__empty_call__", lambda: self._time_call(program.module, [x]))
+        return self._empty
+
+    def calibration(self) -> dict[str, float]:
+        return {"empty_call_s": self.empty_call(), "per_op_overhead_s": self.launch_overhead()}
+
+    def launch_overhead(self) -> float:
+        """What an operator costs at the least: a relu on one element."""
+        b = GraphBuilder()
+        x = b.input("x", (1,))
+        b.output(b.relu(x), "y")
+        g = b.build()
+        nid = g.outputs[0].node
+        sig = OpSignature("relu", g[nid].attrs, g.input_types(nid), (False,), g[nid].outputs)
+        return self.cached("__launch__", lambda: self.time_op(sig))
+
+    def device(self) -> DeviceInfo:
+        from graphsub.backends.ort import cpu_model
+
+        return DeviceInfo(self.name, cpu_model(),
+                          {"torch": torch.__version__, "threads": str(self.threads)})
+
+
+class TorchCpuTarget(TorchTarget):
+    name = "torch-cpu"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        return None  # torch imported, so it is there
+
+
+class TorchCudaTarget(TorchTarget):
+    name = "torch-cuda"
+    device_type = "cuda"
+    analytic_profile = "h100"
+    #: Repetitions of one operator per timed replay: the cost is the marginal time of the
+    #: extra ones.
+    REPEATS = (2, 10)
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        if not torch.cuda.is_available():
+            build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+            return (f"torch {torch.__version__} ({build}) sees no CUDA device; run on a machine "
+                    "with an NVIDIA GPU and a CUDA build of torch, or use --target torch-cpu")
+        return None
+
+    def _configure(self) -> None:
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = self.allow_tf32
+        torch.backends.cudnn.allow_tf32 = self.allow_tf32
+        self._fused_conv_relu = _probe_fused_conv_relu()
+
+    def program(self, graph: Graph) -> TorchProgram:
+        return TorchProgram(graph, self.torch_device, self._fused_conv_relu)
+
+    def device(self) -> DeviceInfo:
+        from graphsub.backends.ort import _nvidia_versions
+
+        props = torch.cuda.get_device_properties(0)
+        details = {"torch": torch.__version__, "cuda": str(torch.version.cuda),
+                   "cudnn": str(torch.backends.cudnn.version()),
+                   "capability": f"{props.major}.{props.minor}",
+                   "cuda_graphs": "on" if self.cuda_graphs else "off",
+                   "tf32": "on" if self.allow_tf32 else "off"}
+        nvidia = _nvidia_versions()
+        if "driver" in nvidia:
+            details["driver"] = nvidia["driver"]
+        return DeviceInfo(self.name, torch.cuda.get_device_name(0), details)
+
+    def time_op(self, sig: OpSignature, cold_weights: bool = False) -> float:
+        program, inputs = self._signature_program(sig)
+        if self.cuda_graphs and sig.op in VIEW_OPS and _is_view(program, inputs):
+            return 0.0  # no kernel: nothing to replay
+        if cold_weights:
+            r = cold_replicas(sig, self.cache_bytes())
+            many = self._signature_program(sig, r)
+            t1 = self._time_repeated(program, inputs, 1)
+            return max((self._time_repeated(*many, 1) - t1) / (r - 1), 0.0)
+        k1, k2 = self.REPEATS
+        t1, t2 = self._time_repeated(program, inputs, k1), self._time_repeated(program, inputs, k2)
+        return max((t2 - t1) / (k2 - k1), 0.0)
+
+    def cache_bytes(self) -> int:
+        return int(torch.cuda.get_device_properties(0).L2_cache_size)
+
+    def _time_repeated(self, program: TorchProgram, inputs: list[torch.Tensor], k: int) -> float:
+        """Median seconds of k back-to-back calls, by CUDA events around each replay (or each
+        eager batch of calls)."""
+        from graphsub.backends.torch.program import CudaGraphReplay
+
+        def repeated(*xs: torch.Tensor) -> Any:
+            out = None
+            for _ in range(k):
+                out = program.module(*xs)
+            return out
+
+        if self.cuda_graphs:
+            go: Callable[[], Any] = CudaGraphReplay(repeated, inputs).replay
+        else:
+            def go() -> Any:
+                return repeated(*inputs)
+        samples = []
+        with torch.inference_mode():
+            for _ in range(3):
+                go()
+            torch.cuda.synchronize()
+            for _ in range(15):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                go()
+                end.record()
+                end.synchronize()
+                samples.append(start.elapsed_time(end) / 1e3)
+        return statistics.median(samples)
+
+    def empty_call(self) -> float:
+        return 0.0  # the marginal timing above has no fixed part to subtract
+
+
+def _is_view(program: TorchProgram, inputs: list[torch.Tensor]) -> bool:
+    """Whether every output of the one-node program shares memory with an input."""
+    with torch.inference_mode():
+        outs = program(*inputs)
+    ptrs = {t.untyped_storage().data_ptr() for t in inputs}
+    return all(o.untyped_storage().data_ptr() in ptrs for o in outs)
+
+
+def _probe_fused_conv_relu() -> Any:
+    """cuDNN's fused convolution + relu, when this torch build has it and it agrees with the
+    unfused pair on a small case; None otherwise (the backend then runs two kernels)."""
+    op = getattr(torch.ops.aten, "cudnn_convolution_relu", None)
+    if op is None:
+        return None
+    try:
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(1, 4, 6, 6, generator=gen).cuda()
+        w = torch.randn(8, 4, 3, 3, generator=gen).cuda()
+        b = torch.randn(8, generator=gen).cuda()
+        fused = op(x, w, b, (1, 1), (1, 1), (1, 1), 1)
+        ref = torch.relu(torch.nn.functional.conv2d(x, w, b, 1, 1))
+        ok = torch.allclose(fused, ref, rtol=1e-3, atol=1e-3)
+    except (RuntimeError, NotImplementedError):
+        return None
+
+    def fused_conv_relu(x_: Any, w_: Any, b_: Any, stride: Any, padding: Any, dilation: Any,
+                        groups: int) -> Any:
+        return op(x_, w_, b_, list(stride), list(padding), list(dilation), groups)
+
+    return fused_conv_relu if ok else None
+
+
+__all__ = ["TorchCpuTarget", "TorchCudaTarget", "TorchTarget"]

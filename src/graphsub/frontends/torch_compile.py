@@ -1,0 +1,327 @@
+"""`torch.compile(model, backend="graphsub")`: graphsub as a torch.compile backend.
+
+For each graph torch.compile captures, the backend
+1. traces it to ATen operators (views functionalized, shapes recorded) with the example inputs;
+2. splits it into the parts graphsub can express and the rest (`fx_import.supported`): the
+   rest stays as torch code, the parts become graphsub Graphs, parameters and buffers as
+   weights (graphsub optimizes inference: like inductor's freezing, it assumes they do not
+   change after compilation);
+3. optimizes each part for the device the inputs are on (`torch-cuda` or `torch-cpu`) within
+   the time limit, under the measured cost of that device;
+4. checks each optimized part against the original part on the example inputs and on random
+   ones; a part that disagrees, or that fails anywhere on the way, stays as it was;
+5. returns the module that runs the optimized parts with graphsub's torch backend and the
+   rest as before; with `options={"inductor": True}` it hands that module on to inductor.
+
+Nothing here ever fails the user's model: a graph graphsub cannot handle runs unchanged (with
+a warning saying why).
+
+    import torch, graphsub.frontends.torch_compile  # the entry point makes the import optional
+    fast = torch.compile(model, backend="graphsub", options={"time_limit": 20})
+    with torch.no_grad():
+        fast(x)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx as fx
+
+from graphsub.errors import GraphsubError
+from graphsub.frontends.fx_import import ConversionError, convert_graph, unsupported_reason
+
+log = logging.getLogger("graphsub.torch_compile")
+
+
+class GraphsubWarning(UserWarning):
+    """graphsub left (part of) a graph unoptimized; the message says why."""
+
+
+@dataclass
+class BackendOptions:
+    """What `options=` may hold."""
+
+    time_limit: float = 10.0            # seconds of search per captured graph, over its parts
+    target: str | None = None           # default: torch-cuda for CUDA inputs, else torch-cpu
+    cost: str = "measured"              # or "analytic"
+    algorithm: str = "backtracking"
+    inductor: bool = False              # hand the optimized graph to inductor
+    rules: Sequence[str] | None = None  # rule files; default: the built-in library
+    rtol: float = 1e-3                  # verification tolerance (relative; absolute scales)
+
+    @classmethod
+    def parse(cls, options: dict[str, Any] | None) -> BackendOptions:
+        options = dict(options or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise GraphsubError(f"unknown graphsub backend option(s) {', '.join(unknown)}; "
+                                f"known: {', '.join(sorted(known))}")
+        return cls(**options)
+
+
+@dataclass
+class PartReport:
+    nodes: int
+    rules_used: dict[str, int]
+    predicted_before: float
+    predicted_after: float
+    search_seconds: float
+    kept: str = ""  # why the original part was kept, if it was
+
+
+@dataclass
+class CompileReport:
+    """What the backend did to one captured graph (`graphsub.frontends.torch_compile.reports()`)."""
+
+    target: str
+    parts: list[PartReport] = field(default_factory=list)
+    left_in_torch: dict[str, int] = field(default_factory=dict)  # unconverted ops, by name
+    seconds: float = 0.0
+    fallback: str = ""  # why the whole graph ran unchanged, if it did
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_REPORTS: list[CompileReport] = []
+
+
+def reports() -> list[CompileReport]:
+    """Reports of the graphs compiled in this process, oldest first."""
+    return list(_REPORTS)
+
+
+def graphsub_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
+                     options: dict[str, Any] | None = None, mode: str | None = None) -> Callable:
+    """The torch.compile backend (registered as "graphsub" through torch's entry point)."""
+    opts = BackendOptions.parse(options)
+    start = time.perf_counter()
+    try:
+        with _global_state_kept():
+            compiled, report = _compile(gm, list(example_inputs), opts)
+    except Exception as exc:  # noqa: BLE001 - the user's model must run whatever happened here
+        report = CompileReport(opts.target or "", fallback=str(exc) or type(exc).__name__)
+        warnings.warn(f"graphsub: this graph runs unoptimized: {report.fallback}", GraphsubWarning,
+                      stacklevel=2)
+        compiled = _inductor(gm, example_inputs) if opts.inductor else gm.forward
+    report.seconds = time.perf_counter() - start
+    _REPORTS.append(report)
+    log.info("graphsub compiled a graph: %s", report.as_dict())
+    return compiled
+
+
+@contextlib.contextmanager
+def _global_state_kept() -> Iterator[None]:
+    """torch's global settings as they were: timing on a target sets threads, cuDNN's
+    autotuner and TF32, and torch.compile requires a backend to leave them unchanged."""
+    threads = torch.get_num_threads()
+    flags = (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
+             torch.backends.cudnn.allow_tf32)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
+         torch.backends.cudnn.allow_tf32) = flags
+
+
+def _inductor(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(gm, list(example_inputs))
+
+
+def _compile(gm: fx.GraphModule, example_inputs: list[Any],
+             opts: BackendOptions) -> tuple[Callable, CompileReport]:
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    if any(not isinstance(t, torch.Tensor) for t in example_inputs):
+        raise GraphsubError("graphsub needs static shapes; compile with dynamic=False")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in example_inputs):
+        raise GraphsubError("graphsub optimizes inference: call the compiled model under "
+                            "torch.no_grad() or torch.inference_mode()")
+    devices = {t.device.type for t in example_inputs}
+    target_name = opts.target or ("torch-cuda" if "cuda" in devices else "torch-cpu")
+    report = CompileReport(target_name)
+
+    constants = _constant_positions(gm, example_inputs)
+    with torch.no_grad():
+        aten_gm = make_fx(torch.func.functionalize(gm, remove="mutations_and_views"),
+                          decomposition_table={})(*example_inputs)
+        aten_gm.graph.eliminate_dead_code()  # unused outputs: batch norm's statistics, ...
+        aten_gm.recompile()
+        ShapeProp(aten_gm).propagate(*example_inputs)
+    # Constant values by node name (partitioning rebuilds the graph; names survive it).
+    placeholders = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
+    known: dict[str, torch.Tensor] = {placeholders[i].name: example_inputs[i] for i in constants}
+    for node in aten_gm.graph.nodes:
+        if node.op == "get_attr":
+            value = getattr(aten_gm, node.target)
+            if isinstance(value, torch.Tensor):
+                known[node.name] = value
+
+    parent = _partition(aten_gm)
+    for node in parent.graph.nodes:
+        if node.op == "call_function":
+            report.left_in_torch[str(node.target)] = report.left_in_torch.get(str(node.target), 0) + 1
+    parts = [n for n in parent.graph.nodes if n.op == "call_module"
+             and n.target.startswith("fused_")]
+    if not parts:
+        raise GraphsubError("no operator of this graph is one graphsub models")
+    captured = _capture_part_inputs(parent, example_inputs, {p.target for p in parts})
+
+    from graphsub.backends import get_target
+
+    target = get_target(target_name)
+    sizes = {p.target: sum(1 for n in getattr(parent, p.target).graph.nodes
+                           if n.op == "call_function") for p in parts}
+    total = max(sum(sizes.values()), 1)
+    for part in parts:
+        sub: fx.GraphModule = getattr(parent, part.target)
+        part_constants = {}
+        sub_placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+        for ph, arg in zip(sub_placeholders, part.args):
+            if isinstance(arg, fx.Node) and arg.op in ("placeholder", "get_attr") \
+                    and arg.name in known:
+                part_constants[ph] = known[arg.name]
+        budget = opts.time_limit * sizes[part.target] / total
+        replacement, part_report = _optimize_part(sub, captured[part.target], part_constants,
+                                                  sub_placeholders, target, budget, opts)
+        report.parts.append(part_report)
+        if replacement is not None:
+            setattr(parent, part.target, replacement)
+    parent.recompile()
+    compiled = _inductor(parent, example_inputs) if opts.inductor else parent
+    return compiled, report
+
+
+def _constant_positions(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> list[int]:
+    """Which inputs are the module's parameters and buffers (dynamo passes them as inputs,
+    naming them after where they live)."""
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    out = []
+    for i, (name, t) in enumerate(zip(names, example_inputs)):
+        if isinstance(t, torch.nn.Parameter) or "_parameters_" in name or "_buffers_" in name:
+            out.append(i)
+    return out
+
+
+class _Support:
+    """The partitioner's question: can graphsub express this node?"""
+
+    def is_node_supported(self, submodules: Any, node: fx.Node) -> bool:
+        return unsupported_reason(node) is None
+
+
+def _partition(gm: fx.GraphModule) -> fx.GraphModule:
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+
+    partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
+    return partitioner.fuse_partitions(partitioner.propose_partitions())
+
+
+def _capture_part_inputs(parent: fx.GraphModule, example_inputs: Sequence[torch.Tensor],
+                         names: set[str]) -> dict[str, list[Any]]:
+    """The real arguments each part receives when the graph runs on the example inputs."""
+    captured: dict[str, list[Any]] = {}
+
+    class Recorder(fx.Interpreter):
+        def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
+            if target in names:
+                captured[target] = list(args)
+            return super().call_module(target, args, kwargs)
+
+    with torch.no_grad():
+        Recorder(parent).run(*example_inputs)
+    return captured
+
+
+class GraphsubPart(torch.nn.Module):
+    """An optimized part: takes the part's arguments, feeds the non-constant ones to the
+    graphsub program (parameters are baked into it), returns what the part returned."""
+
+    def __init__(self, program: Any, positions: Sequence[int], single: bool) -> None:
+        super().__init__()
+        self.program = program.module
+        self.positions = list(positions)
+        self.single = single
+
+    def forward(self, *args: Any) -> Any:
+        outs = self.program(*(args[i] for i in self.positions))
+        return outs[0] if self.single else tuple(outs)
+
+
+def _optimize_part(sub: fx.GraphModule, args: list[Any], constants: dict[fx.Node, torch.Tensor],
+                   placeholders: list[fx.Node], target: Any, budget: float,
+                   opts: BackendOptions) -> tuple[GraphsubPart | None, PartReport]:
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    import graphsub
+    from graphsub.backends.torch import TorchProgram
+    from graphsub.rules import builtin_rules, load_rules
+
+    with torch.no_grad():
+        ShapeProp(sub).propagate(*args)
+    try:
+        graph, inputs = convert_graph(sub.graph, constants)
+    except ConversionError as exc:
+        return None, PartReport(0, {}, 0.0, 0.0, 0.0, kept=f"conversion: {exc}")
+    rules = load_rules(list(opts.rules)) if opts.rules else builtin_rules()
+    result = graphsub.optimize(graph, rules, algorithm=opts.algorithm, time_limit=budget,
+                               cost=opts.cost, target=target)
+    report = PartReport(len(graph), dict(result.rules_used()), result.initial_cost,
+                        result.final_cost, result.stats.seconds)
+    program = TorchProgram(result.graph, target.torch_device, getattr(target, "_fused_conv_relu", None))
+    positions = [placeholders.index(n) for n in inputs]
+    output = next(n for n in sub.graph.nodes if n.op == "output")
+    single = not isinstance(output.args[0], (tuple, list))
+    part = GraphsubPart(program, positions, single)
+    problem = _disagreement(sub, part, args, positions, opts.rtol)
+    if problem is not None:
+        report.kept = f"verification: {problem}"
+        warnings.warn(f"graphsub: kept a part of the graph as it was: {problem}", GraphsubWarning,
+                      stacklevel=3)
+        return None, report
+    return part, report
+
+
+def _disagreement(original: fx.GraphModule, optimized: GraphsubPart, args: list[Any],
+                  positions: Sequence[int], rtol: float, trials: int = 2) -> str | None:
+    """Where the optimized part's outputs differ from the original's (None: they agree), on
+    the example arguments and on random ones of the same shapes."""
+    from graphsub.runtime.compare import diff_arrays
+
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(trials + 1):
+        run_args = list(args)
+        if trial:
+            for i in positions:
+                a = args[i]
+                if isinstance(a, torch.Tensor) and a.is_floating_point():
+                    run_args[i] = torch.randn(a.shape, generator=gen, dtype=a.dtype).to(a.device)
+        with torch.no_grad():
+            want = original(*run_args)
+            got = optimized(*run_args)
+        want = want if isinstance(want, (tuple, list)) else (want,)
+        got = got if isinstance(got, (tuple, list)) else (got,)
+        for k, (w, g) in enumerate(zip(want, got)):
+            w_np = w.detach().cpu().numpy()
+            g_np = g.detach().cpu().numpy()
+            if w_np.shape != g_np.shape:
+                return f"output {k} has shape {g_np.shape}, expected {w_np.shape}"
+            scale = float(np.abs(w_np).max()) if w_np.size else 1.0
+            d = diff_arrays(f"output {k}", w_np, g_np, rtol, 1e-4 * max(scale, 1e-6))
+            if not d.ok:
+                return d.describe()
+    return None

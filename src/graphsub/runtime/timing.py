@@ -1,0 +1,144 @@
+"""Interleaved, side-by-side timing of several runnables, whatever runs them.
+
+Timing follows one rule on every target: models being compared are measured in the same
+process, interleaved round by round, and summarized by medians, so that drift on a shared
+machine (or a GPU's clock changes) hits all of them alike. A target supplies `Runnable`s;
+this module decides the order and keeps the books.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class Runnable(ABC):
+    """One model prepared on one target, ready to be run and timed.
+
+    `bind` places a set of inputs where the model reads them (once, before timing), `timed`
+    runs the model `n` times on the bound inputs and returns each run's seconds, measured the
+    way the target measures (wall clock around a call on a CPU; CUDA events around a replay
+    on a GPU). `run` is the plain numpy-in, numpy-out call used for checking results.
+    """
+
+    label: str = ""
+
+    @abstractmethod
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Outputs by name, as numpy arrays on the host."""
+
+    @abstractmethod
+    def bind(self, feeds: Mapping[str, np.ndarray]) -> None:
+        """Make these inputs the ones `timed` runs on."""
+
+    @abstractmethod
+    def timed(self, n: int) -> list[float]:
+        """Run n times on the bound inputs; seconds per run."""
+
+    def close(self) -> None:
+        """Release what the runnable holds (sessions, device memory)."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Latency samples of one model, in seconds, in the order taken (`block` per round)."""
+
+    samples: tuple[float, ...]
+    block: int = 1
+
+    def round_medians(self) -> list[float]:
+        return [statistics.median(self.samples[i:i + self.block])
+                for i in range(0, len(self.samples), self.block)]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def q1(self) -> float:
+        return float(np.percentile(self.samples, 25))
+
+    @property
+    def q3(self) -> float:
+        return float(np.percentile(self.samples, 75))
+
+    @property
+    def minimum(self) -> float:
+        return min(self.samples)
+
+    def as_dict(self) -> dict[str, float]:
+        return {"median_ms": self.median * 1e3, "q1_ms": self.q1 * 1e3, "q3_ms": self.q3 * 1e3,
+                "min_ms": self.minimum * 1e3, "runs": len(self.samples)}
+
+
+def time_runnables(runnables: Sequence[Runnable], feeds: Mapping[str, np.ndarray],
+                   warmup: int = 3, rounds: int | None = None, min_seconds: float = 2.0,
+                   max_rounds: int = 200, block: int = 5, pause: float = 0.02,
+                   min_rounds: int = 3) -> list[Timing]:
+    """Time several runnables on the same inputs, side by side.
+
+    Each round times a block of `block` runs of every runnable, in an order that rotates so
+    none is always first. Before each block the process sleeps `pause` seconds and runs the
+    model once untimed: onnxruntime's idle worker threads spin for a while after a run, and
+    without the pause the previous model's spinning threads would steal the cores from the
+    next (on 2 cores, tripling its latency); the untimed run wakes the model's own threads
+    (or caches) up again. Without `rounds`, rounds continue until `min_seconds` of runs (at
+    least `min_rounds`, at most `max_rounds`)."""
+    for r in runnables:
+        r.bind(feeds)
+        r.timed(warmup)
+    samples: list[list[float]] = [[] for _ in runnables]
+    timed = 0.0
+    done = 0
+    while True:
+        if rounds is not None and done >= rounds:
+            break
+        if rounds is None and done >= min_rounds and (timed >= min_seconds or done >= max_rounds):
+            break
+        order = list(range(len(runnables)))
+        shift = done % len(order)
+        for i in order[shift:] + order[:shift]:
+            time.sleep(pause)
+            runnables[i].timed(1)
+            block_times = runnables[i].timed(block)
+            samples[i].extend(block_times)
+            timed += sum(block_times)
+        done += 1
+    return [Timing(tuple(s), block) for s in samples]
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """A head-to-head timing of two models, round by round: drift on a shared machine moves
+    both models of a round alike, so per-round ratios are steadier than whole-run medians."""
+
+    before: Timing
+    after: Timing
+
+    @property
+    def ratios(self) -> list[float]:
+        return [b / a for b, a in zip(self.before.round_medians(), self.after.round_medians())]
+
+    @property
+    def speedup(self) -> float:
+        """Median over rounds of (time before / time after)."""
+        return statistics.median(self.ratios)
+
+    @property
+    def wins(self) -> float:
+        """The fraction of rounds in which the second model was faster."""
+        return sum(r > 1 for r in self.ratios) / len(self.ratios)
+
+
+def compare_runnables(before: Runnable, after: Runnable, feeds: Mapping[str, np.ndarray],
+                      min_seconds: float = 4.0, min_rounds: int = 10) -> PairedComparison:
+    """Time two runnables head to head (at least `min_rounds` rounds)."""
+    t_before, t_after = time_runnables([before, after], feeds, min_seconds=min_seconds,
+                                       rounds=None, max_rounds=max(min_rounds, 200),
+                                       min_rounds=min_rounds)
+    return PairedComparison(t_before, t_after)

@@ -1,0 +1,157 @@
+"""torch.compile(model, backend="graphsub") on small torch.nn models: outputs equal eager,
+parts graphsub understands are optimized (batch norm folded, convolutions merged), the rest
+stays in torch, and nothing the backend cannot handle ever fails the user's model."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is an optional extra (pip install graphsub[torch])")
+nn = torch.nn
+F = torch.nn.functional
+
+from graphsub.errors import GraphsubError  # noqa: E402
+from graphsub.frontends import torch_compile  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def fresh(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHSUB_CACHE_DIR", str(tmp_path / "cache"))
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(32, 64), nn.Linear(64, 64), nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.c(F.relu(self.b(F.relu(self.a(x)))))
+
+
+class BranchyConvNet(nn.Module):
+    """A stem with batch norm, then two branches of one input (1x1 and 3x3) concatenated and
+    added to a shortcut, pooling and a classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.bn = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
+        self.b1, self.b2 = nn.Conv2d(16, 8, 1), nn.Conv2d(16, 8, 3, padding=1)
+        self.fc = nn.Linear(16, 10)
+        with torch.no_grad():  # non-trivial running statistics
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn(self.stem(x))), 2)
+        y = torch.cat([F.relu(self.b1(x)), F.relu(self.b2(x))], 1) + x
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm self-attention (PyTorch's fused attention, which stays in torch) and a GELU
+    feed-forward, with separate Q, K and V projections."""
+
+    def __init__(self, d: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.ff1, self.ff2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h = self.ln1(x)
+        q, k, v = (p(h).view(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for p in (self.q, self.k, self.v))
+        a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.o(a)
+        return x + self.ff2(F.gelu(self.ff1(self.ln2(x))))
+
+
+CASES = [(MLP, (8, 32)), (BranchyConvNet, (2, 3, 16, 16)), (TransformerBlock, (2, 16, 64))]
+
+
+def compiled_outputs(model, x, **options):
+    compiled = torch.compile(model, backend="graphsub", options=options or None)
+    with torch.no_grad():
+        return model(x), compiled(x), compiled(x + 1)
+
+
+@pytest.mark.parametrize("cls, shape", CASES, ids=[c.__name__ for c, _ in CASES])
+def test_compiled_model_equals_eager(cls, shape):
+    model = cls().eval()
+    x = torch.randn(shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", torch_compile.GraphsubWarning)
+        want, got, got_shifted = compiled_outputs(model, x, time_limit=5)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        torch.testing.assert_close(got_shifted, model(x + 1), rtol=1e-4, atol=1e-5)
+    report = torch_compile.reports()[-1]
+    assert report.target == "torch-cpu" and not report.fallback
+    assert report.parts and all(not p.kept for p in report.parts)
+
+
+def test_graphsub_rewrites_the_convnet_and_keeps_only_what_it_cannot_model():
+    model = BranchyConvNet().eval()
+    compiled_outputs(model, torch.randn(2, 3, 16, 16), time_limit=5, cost="analytic")
+    report = torch_compile.reports()[-1]
+    (part,) = report.parts
+    assert part.rules_used.get("conv-bias-batchnorm") == 1  # batch norm folded
+    assert part.predicted_after < part.predicted_before
+    assert report.left_in_torch == {}
+
+
+def test_the_transformer_attention_stays_in_torch():
+    model = TransformerBlock().eval()
+    compiled_outputs(model, torch.randn(2, 16, 64), time_limit=5, cost="analytic")
+    report = torch_compile.reports()[-1]
+    assert any("scaled_dot_product" in op for op in report.left_in_torch)
+    assert len(report.parts) == 2  # before and after the attention
+    assert report.parts[0].rules_used.get("merge-linears-shared-input", 0) == 2  # Q, K, V
+
+
+def test_unsupported_ops_stay_in_torch_and_results_stay_right():
+    class Sorts(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(16, 16)
+
+        def forward(self, x):
+            y = torch.sort(F.relu(self.fc(x)), dim=-1).values  # no graphsub equivalent
+            return torch.where(y > 0.1, y, -y) + self.fc(y)
+
+    model = Sorts().eval()
+    x = torch.randn(4, 16)
+    want, got, _ = compiled_outputs(model, x, time_limit=2, cost="analytic")
+    torch.testing.assert_close(got, want)
+    report = torch_compile.reports()[-1]
+    assert report.parts and report.left_in_torch
+
+
+def test_grad_mode_falls_back_with_a_warning_and_the_right_result():
+    model = MLP().eval()
+    x = torch.randn(8, 32)
+    compiled = torch.compile(model, backend="graphsub", options={"time_limit": 1})
+    with pytest.warns(torch_compile.GraphsubWarning, match="inference.*no_grad"):
+        got = compiled(x)
+    torch.testing.assert_close(got, model(x))
+    assert "no_grad" in torch_compile.reports()[-1].fallback
+
+
+def test_unknown_options_are_a_clear_error():
+    with pytest.raises(GraphsubError, match="unknown graphsub backend option.*time_limt"):
+        torch_compile.BackendOptions.parse({"time_limt": 3})
+
+
+@pytest.mark.slow
+def test_inductor_option_compiles_the_optimized_graph():
+    model = MLP().eval()
+    x = torch.randn(8, 32)
+    want, got, _ = compiled_outputs(model, x, time_limit=2, cost="analytic", inductor=True)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert not torch_compile.reports()[-1].fallback
