@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 DEMO_MODEL ?= nasrnn
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast bench bench-generate clean
+.PHONY: demo test test-fast bench bench-generate bench-targets bench-cpu clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,16 @@ bench: $(VENV)/.test-installed
 bench-generate: $(VENV)/.test-installed
 	$(BIN)/python bench/bench_generate.py gen --max-ops 3 --ops matmul,ewadd,ewmul,conv,concat,split,relu --variables 2
 	$(BIN)/python bench/bench_generate.py taso-verify
+
+bench-targets: $(VENV)/.test-installed
+	$(BIN)/python bench/bench_targets.py
+
+$(VENV)/.bench-installed: $(VENV)/.test-installed
+	$(BIN)/python -m pip install -q -e '.[bench]'
+	touch $@
+
+bench-cpu: $(VENV)/.bench-installed
+	$(BIN)/python bench/bench_cpu_wins.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build src/*.egg-info

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from tables import markdown, rules_text, save_rows  # noqa: E402
 os.environ.setdefault("GRAPHSUB_CACHE_DIR", str(Path("out/cache").resolve()))
 
 import torch  # noqa: E402
@@ -159,23 +160,20 @@ def main() -> None:
         row = measure(name, args)
         rows.append(row)
         print(json.dumps(row, default=str), flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     meta = {"target": args.target, "date": date.today().isoformat(), "host": platform.node(),
             "device": rows[0]["device"] if rows else {}, "torch": torch.__version__,
             "time_limit": args.time_limit, "command": " ".join(sys.argv)}
-    Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, default=str))
+    save_rows(args.out, meta, rows)
 
     main_ratio = "graphs_ratio" if args.target == "torch-cuda" else "eager_ratio"
     print(f"\n{meta['device']} -- {meta['date']} -- `{meta['command']}`\n")
-    print("| model | search s | rules applied | confirmed | ratio (main) | eager ratio | "
-          "inductor orig ms | inductor opt ms | inductor ratio | analytic-search ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        rules = ", ".join(f"{k} x{v}" for k, v in r["rules"].items()) or "(original kept)"
-        print(f"| {r['model']} | {fmt(r['search_s'], 1)} | {rules} | {fmt(r['confirmed_ratio'])} | "
-              f"{fmt(r.get(main_ratio))} | {fmt(r['eager_ratio'])} | {fmt(r.get('inductor_ms'))} | "
-              f"{fmt(r.get('inductor_opt_ms'))} | {fmt(r.get('inductor_ratio'))} | "
-              f"{fmt(r['analytic_ratio'])} |")
+    headers = ["model", "search s", "rules applied", "confirmed", "ratio (main)", "eager ratio",
+               "inductor orig ms", "inductor opt ms", "inductor ratio", "analytic-search ratio"]
+    print(markdown(headers, [
+        [r["model"], fmt(r["search_s"], 1), rules_text(r["rules"]), fmt(r["confirmed_ratio"]),
+         fmt(r.get(main_ratio)), fmt(r["eager_ratio"]), fmt(r.get("inductor_ms")),
+         fmt(r.get("inductor_opt_ms")), fmt(r.get("inductor_ratio")), fmt(r["analytic_ratio"])]
+        for r in rows]))
     ratios = [r[main_ratio] for r in rows if r.get(main_ratio)]
     print(f"\ngeometric mean of the main ratio: {geomean(ratios):.3f} over {len(ratios)} models; "
           f"slowest {min(ratios):.3f}")

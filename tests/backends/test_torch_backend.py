@@ -115,3 +115,78 @@ def test_torch_runnable_times_and_runs():
     times = runnable.timed(4)
     assert len(times) == 4 and all(t > 0 for t in times)
     assert_close(graphsub.runtime.evaluate(graph, feeds), runnable.run(feeds))
+
+
+def one_case_per_operator():
+    """A small graph for every lowered operator (the hypothesis cases of tests/ops cover the
+    CPU; these run where a GPU is)."""
+    rng = np.random.default_rng(0)
+    cases = []
+    for op in sorted(set(LOWERINGS) - {"opaque"}):
+        b = GraphBuilder(1)
+        x4 = b.input("x", (2, 4, 6, 6))
+        if op in ("conv2d",):
+            y = b.conv2d(x4, b.he_weight((8, 2, 3, 3)), stride=2, padding=(0, 1, 1, 0),
+                         activation="relu")
+        elif op == "enlarge":
+            y = b.conv2d(x4, b.enlarge(b.input("w", (4, 4, 1, 3)), kernel=(3, 3)))
+        elif op in ("max_pool2d", "avg_pool2d"):
+            y = b.op(op, x4, kernel=(3, 2), stride=(2, 1), padding=(1, 0, 0, 1))
+        elif op == "matmul":
+            y = b.matmul(b.transpose(x4, perm=(0, 1, 3, 2)), b.input("m", (2, 4, 6, 5)))
+        elif op in ("add", "sub", "mul", "div", "pow"):
+            y = b.op(op, b.op("sigmoid", x4), b.uniform_weight((6,), 0.5, 1.5))
+        elif op == "smul":
+            y = b.smul(x4, b.weight(np.array(0.5, np.float32)))
+        elif op == "concat":
+            y = b.concat(x4, b.input("c", (2, 3, 6, 6)), axis=1)
+        elif op == "split":
+            y = b.split(x4, axis=1, sizes=(1, 3))[1]
+        elif op == "transpose":
+            y = b.transpose(x4, perm=(3, 1, 2, 0))
+        elif op in ("reshape", "flatten", "squeeze", "unsqueeze"):
+            y = {"reshape": lambda: b.reshape(x4, shape=(8, 36)),
+                 "flatten": lambda: b.flatten(x4, axis=2),
+                 "squeeze": lambda: b.squeeze(b.reshape(x4, shape=(2, 1, 144)), axes=(1,)),
+                 "unsqueeze": lambda: b.unsqueeze(x4, axes=(0,))}[op]()
+        elif op == "slice":
+            y = b.slice(x4, starts=(5, 0), ends=(-7, 6), axes=(2, 3), steps=(-2, 3))
+        elif op == "pad":
+            y = b.pad(x4, pads=(0, 1, 0, 2, 0, 0, 1, -1), mode="reflect")
+        elif op in ("reduce_sum", "reduce_mean", "reduce_max"):
+            y = b.op(op, x4, axes=(1, 3), keepdims=False)
+        elif op in ("softmax",):
+            y = b.softmax(x4, axis=1)
+        elif op == "layer_norm":
+            y = b.layer_norm(x4, b.uniform_weight((6,), 0.5, 1.5), b.uniform_weight((6,)), axis=-1)
+        elif op == "batch_norm":
+            y = b.batch_norm(x4, *(b.uniform_weight((4,), 0.5, 1.5) for _ in range(4)))
+        elif op == "global_avg_pool":
+            y = b.global_avg_pool(x4)
+        elif op == "cast":
+            y = b.cast(b.cast(x4, to="int32"), to="float32")
+        elif op == "clip":
+            y = b.clip(x4, min=-0.5, max=0.25)
+        elif op in ("sqrt", "log", "reciprocal"):
+            y = b.op(op, b.sigmoid(x4))
+        else:
+            y = b.op(op, x4)
+        b.output(y, "y")
+        g = b.build()
+        feeds = {name: rng.standard_normal(t.shape).astype(np.float32)
+                 for name, t in graph_input_specs(g)}
+        cases.append(pytest.param(g, feeds, id=op))
+    return cases
+
+
+@needs_cuda
+@pytest.mark.parametrize("graph, feeds", one_case_per_operator())
+def test_operators_on_cuda_match_the_reference(graph, feeds):
+    assert_close(graphsub.runtime.evaluate(graph, feeds), TorchProgram(graph, "cuda").run(feeds),
+                 rtol=1e-4, atol_scale=1e-5)
+
+
+@pytest.mark.parametrize("graph, feeds", one_case_per_operator())
+def test_operators_on_cpu_match_the_reference(graph, feeds):
+    assert_close(graphsub.runtime.evaluate(graph, feeds), TorchProgram(graph, "cpu").run(feeds),
+                 rtol=1e-4, atol_scale=1e-5)

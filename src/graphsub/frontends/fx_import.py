@@ -316,17 +316,21 @@ def _out_shape(node: fx.Node) -> tuple[int, ...]:
     return tuple(int(d) for d in tensor_meta(node).shape)
 
 
+def _same_numel(node: fx.Node, a: dict[str, Any]) -> str | None:
+    """A view or expand that keeps the element count is a reshape; one that broadcasts is not."""
+    source = tensor_meta(a["self"])
+    if source is None or math.prod(source.shape) != math.prod(_out_shape(node)):
+        return "an expand that broadcasts"
+    return None
+
+
 @converts(aten.view.default, _overload(aten.view_copy), aten._unsafe_view.default,
           aten.reshape.default, _overload(aten.squeeze_copy, "dim"),
           _overload(aten.squeeze_copy, "dims"), _overload(aten.unsqueeze_copy),
           aten.squeeze.dim, aten.unsqueeze.default, aten.flatten.using_ints,
-          _overload(aten.expand_copy), aten.expand.default)
+          _overload(aten.expand_copy), aten.expand.default, check=_same_numel)
 def _reshape(c: Converter, node: fx.Node, a: dict[str, Any]) -> Any:
-    x = c.value(a["self"])
-    shape = _out_shape(node)
-    if math.prod(shape) != math.prod(c.shape(x)):
-        raise ConversionError("an expand that broadcasts is not a reshape")
-    return c.op("reshape", x, shape=shape)
+    return c.op("reshape", c.value(a["self"]), shape=_out_shape(node))
 
 
 @converts(aten.t.default, _overload(aten.t_copy))
