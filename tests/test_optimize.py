@@ -139,3 +139,29 @@ def test_cli_optimize_and_bench_with_a_target(tmp_path):
     assert r.exit_code == 0, r.output
     bench = json.loads(r.stdout)
     assert bench["target"] == "torch-cpu" and len(bench["models"]) == 2 and bench["speedup"] > 0
+
+
+@pytest.mark.parametrize("algorithm", ["pruning", "dpp", "sampling"])
+def test_every_algorithm_runs_end_to_end_from_the_cli(tmp_path, algorithm):
+    """One interface: the OCGGS algorithms behind `optimize --algorithm`, verified like the
+    others, with their statistics in the JSON report."""
+    out = tmp_path / "m.onnx"
+    r = runner.invoke(app, ["optimize", "resnet_blocks:n=1", "-o", str(out), "--algorithm",
+                            algorithm, "--k", "2", "--cost", "analytic", "--time-limit", "20",
+                            "--json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert report["settings"]["algorithm"] == algorithm
+    assert report["search"]["stopped_by"] == "exhausted" or algorithm == "sampling"
+    onnx.checker.check_model(onnx.load(out))
+
+
+def test_unknown_algorithm_and_bad_k_are_clear_errors():
+    g = GraphBuilder()
+    x = g.input("x", (4,))
+    g.output(g.relu(x), "y")
+    graph = g.build()
+    with pytest.raises(graphsub.GraphsubError, match="unknown algorithm 'annealing'"):
+        graphsub.optimize(graph, algorithm="annealing", cost="analytic")
+    with pytest.raises(graphsub.GraphsubError, match="k must be at least 1"):
+        graphsub.optimize(graph, algorithm="dpp", cost="analytic", k=0)

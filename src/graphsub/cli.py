@@ -336,9 +336,10 @@ def _search_progress(time_limit: float, budget: int):
 @handle_errors
 def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")],
              output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the optimized ONNX model.")],
-             algorithm: Annotated[str, typer.Option(help="backtracking or greedy (alpha = 1).")] = "backtracking",
+             algorithm: Annotated[str, typer.Option(help="backtracking (TASO/MetaFlow), greedy (alpha = 1), or OCGGS's pruning, dpp, sampling (sequences of at most --k rewrites).")] = "backtracking",
              alpha: Annotated[float, typer.Option(help="Explore graphs up to alpha x the best cost (TASO/MetaFlow).")] = 1.05,
-             budget: Annotated[int, typer.Option(help="Most graphs to expand.")] = 1000,
+             budget: Annotated[int, typer.Option(help="Most graphs to expand (backtracking, greedy).")] = 1000,
+             k: Annotated[int, typer.Option("--k", help="Longest rewrite sequence for pruning, dpp and sampling (OCGGS's K).")] = 10,
              time_limit: Annotated[float, typer.Option("--time-limit", help="Search time limit in seconds.")] = 60.0,
              cost: Annotated[str, typer.Option(help="Cost model: measured (each operator timed on the target) or analytic (a roofline for the target's device).")] = "measured",
              rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Rule file (graphsub .rules or TASO .pb); repeatable. Default: the built-in library.")] = None,
@@ -374,7 +375,7 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
             try:
                 data, rep = optimize_model(
                     loaded.graph, original, loaded.label, rule_list, algorithm=algorithm,
-                    alpha=alpha, budget=budget, time_limit=time_limit, cost=cost,
+                    alpha=alpha, budget=budget, k=k, time_limit=time_limit, cost=cost,
                     threads=threads, measure_candidates=candidates, progress=update,
                     target=device, stage=stage)
             finally:

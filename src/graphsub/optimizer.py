@@ -28,7 +28,7 @@ from graphsub.rules import Rule, builtin_rules
 from graphsub.runtime.compare import Comparison, compare_models, compare_runners
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
 from graphsub.runtime.timing import PairedComparison, compare_runnables, time_runnables
-from graphsub.search import ALGORITHMS, Candidate, OptimizeResult
+from graphsub.search import ALGORITHMS, LENGTH_BOUNDED, Candidate, OptimizeResult
 from graphsub.search.backtracking import ProgressFn
 
 #: Tolerances for "computes the same function": rewrites reassociate float32 sums, so the
@@ -59,12 +59,15 @@ def optimize(graph: Graph, rules: Sequence[Rule] | None = None, algorithm: str =
              alpha: float = 1.05, budget: int = 1000, time_limit: float = 60.0,
              cost: str | CostModel = "measured", threads: int | None = None,
              progress: ProgressFn | None = None, keep: int = 5,
-             target: str | Target | None = None) -> OptimizeResult:
+             target: str | Target | None = None, k: int = 10) -> OptimizeResult:
     """Search for a cheaper equivalent graph under a cost model (the search step alone). A
     cost model given by name is built for the target (measured there, or the analytic
-    profile that approximates it)."""
+    profile that approximates it). `k` bounds the sequence length of the OCGGS algorithms
+    (pruning, dpp, sampling, enumeration)."""
     if algorithm not in ALGORITHMS:
-        raise GraphsubError(f"unknown algorithm {algorithm!r}; use {' or '.join(ALGORITHMS)}")
+        raise GraphsubError(f"unknown algorithm {algorithm!r}; use one of {', '.join(ALGORITHMS)}")
+    if k < 1:
+        raise GraphsubError(f"the sequence length bound k must be at least 1 (got {k})")
     if alpha < 1.0:
         raise GraphsubError(f"alpha must be at least 1 (got {alpha})")
     if isinstance(cost, str):
@@ -73,8 +76,11 @@ def optimize(graph: Graph, rules: Sequence[Rule] | None = None, algorithm: str =
         model = cost
     rules = builtin_rules() if rules is None else list(rules)
     search = ALGORITHMS[algorithm]
-    kwargs: dict[str, Any] = dict(budget=budget, time_limit=time_limit, progress=progress,
-                                  keep=keep)
+    kwargs: dict[str, Any] = dict(time_limit=time_limit, progress=progress, keep=keep)
+    if algorithm in LENGTH_BOUNDED:
+        kwargs["k"] = k  # bounded by length and time: expansions are not comparable units
+    else:
+        kwargs["budget"] = budget
     if algorithm == "backtracking":
         kwargs["alpha"] = alpha
     return search(graph, rules, model, **kwargs)
@@ -140,7 +146,8 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
                    measure_candidates: int = 3, measure_seconds: float = 3.0,
                    progress: ProgressFn | None = None,
                    target: str | Target | None = None,
-                   stage: Callable[[str], None] | None = None) -> tuple[bytes, OptimizeReport]:
+                   stage: Callable[[str], None] | None = None,
+                   k: int = 10) -> tuple[bytes, OptimizeReport]:
     """Optimize for a target, choose by measurement there, verify. Returns the ONNX bytes to
     write (the original model's when nothing beats it) and the report. Raises
     VerificationError on a mismatch. `stage` is told what is happening after the search
@@ -150,7 +157,7 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
     device = resolve_target(target, threads)
     original = original_onnx if original_onnx is not None else to_onnx_bytes(graph)
     result = optimize(graph, rules, algorithm, alpha, budget, time_limit, cost, threads, progress,
-                      target=device)
+                      target=device, k=k)
     specs = graph_input_specs(graph)
     candidates = _distinct(result.candidates, graph.structural_hash(), measure_candidates)
     exported = [to_onnx_bytes(c.graph) for c in candidates]

@@ -54,6 +54,8 @@ class Target(ABC):
     name: str = ""
     #: Ops that run as views here (no kernel, no data moved): free in the analytic model.
     free_ops: frozenset[str] = frozenset()
+    #: Ops whose outputs are views with their input's layout: a layout change flows through.
+    view_ops: frozenset[str] = frozenset()
     #: The analytic device profile that approximates this target.
     analytic_profile: str = "cpu"
     #: Where calibration figures persist (the measured cost model lends its cache).

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from graphsub.ir.graph import Graph
+from graphsub.ir.incremental import GraphDelta
 from graphsub.ir.hashing import attrs_key
 from graphsub.ir.types import Attrs, TensorType
 
@@ -85,25 +86,71 @@ class CostModel(ABC):
             return 0.0
         return self.signature_cost(node_signature(graph, nid, self.layouts))
 
+    #: Ops whose output strides follow their input's (views), through which a change of
+    #: layout travels to readers further down; only read when `layouts` is set.
+    layout_ops: frozenset[str] = frozenset()
+
     def graph_cost(self, graph: Graph) -> float:
+        """The sum of node costs. A graph edited from one already priced is priced from its
+        parent: only nodes the edit can have changed the price of are looked at."""
+        return self._priced(graph)[0]
+
+    def _priced(self, graph: Graph) -> tuple[float, dict[int, float]]:
+        entry = graph.memo.get(self)
+        if entry is None:
+            delta = graph.delta
+            if delta is not None:
+                entry = self._priced_from_parent(graph, delta, self._priced(delta.parent))
+            else:
+                costs = {nid: self._priced_node(graph, nid) for nid in graph.nodes}
+                entry = (sum(costs.values()), costs)
+            graph.memo[self] = entry
+        return entry
+
+    def _priced_from_parent(self, graph: Graph, delta: GraphDelta,
+                            parent_entry: tuple[float, dict[int, float]]) -> tuple[float, dict[int, float]]:
+        parent = delta.parent
+        total, parent_costs = parent_entry
+        flipped = graph.weight_only() ^ parent.weight_only()
+        seeds = (delta.changed | flipped) - delta.removed
+        dirty = set(seeds)
+        users = graph.users()
+        if self.layouts is None:
+            for nid in seeds:
+                dirty.update(u for u, _ in users[nid])
+        else:  # a changed view changes the strides every reader further down sees
+            stack, seen = list(seeds), set(seeds)
+            while stack:
+                for u, _ in users[stack.pop()]:
+                    dirty.add(u)
+                    if graph[u].op in self.layout_ops and u not in seen:
+                        seen.add(u)
+                        stack.append(u)
+        costs = dict(parent_costs)
+        for nid in delta.removed:
+            total -= costs.pop(nid)
+        for nid in dirty:
+            old = costs.get(nid, 0.0)
+            new = self._priced_node(graph, nid)
+            costs[nid] = new
+            total += new - old
+        return total, costs
+
+    def _priced_node(self, graph: Graph, nid: int) -> float:
+        node = graph[nid]
         weight_only = graph.weight_only()
-        total = 0.0
-        for nid, node in graph.nodes.items():
-            if node.op in FREE_OPS or nid in weight_only:
-                continue
-            # The memo key: which inputs are constants and, where layouts matter, their
-            # strides (a node's producers may be re-pointed by an edit without the node
-            # itself changing).
-            consts: tuple = tuple(v.node in weight_only for v in node.inputs)
-            if self.layouts is not None:
-                consts = (consts, self.layouts(graph, nid))
-            entry = self._by_node.get(id(node))
-            if entry is None or entry[0] is not node or entry[1] != consts:
-                entry = (node, consts,
-                         self.signature_cost(node_signature(graph, nid, self.layouts)))
-                self._by_node[id(node)] = entry
-            total += entry[2]
-        return total
+        if node.op in FREE_OPS or nid in weight_only:
+            return 0.0
+        # The memo key: which inputs are constants and, where layouts matter, their strides
+        # (a node's producers may be re-pointed by an edit without the node itself changing).
+        consts: tuple = tuple(v.node in weight_only for v in node.inputs)
+        if self.layouts is not None:
+            consts = (consts, self.layouts(graph, nid))
+        entry = self._by_node.get(id(node))
+        if entry is None or entry[0] is not node or entry[1] != consts:
+            entry = (node, consts, self.signature_cost(node_signature(graph, nid, self.layouts)))
+            self._by_node[id(node)] = entry
+        return entry[2]
 
     def breakdown(self, graph: Graph) -> dict[str, float]:
         """Cost per op type: where the predicted time goes."""

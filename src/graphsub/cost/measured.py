@@ -115,6 +115,7 @@ class MeasuredCostModel(CostModel):
             target = get_target("ort-cpu", threads=threads)
         self.target = target
         self.layouts = target.input_layouts if _has_layouts(target) else None
+        self.layout_ops = target.view_ops
         context = f"v{CACHE_VERSION}|{target.device().key()}"
         self.cache = CostCache(cache_dir() / "op_costs.sqlite", context) if cache else None
         target.cache = self.cache

@@ -8,11 +8,12 @@ still find the same nodes in a child.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from graphsub.errors import CycleError, GraphsubError, ShapeError
+from graphsub.ir.incremental import GraphDelta
 from graphsub.ir.types import Attrs, Constant, TensorType
 
 
@@ -65,7 +66,8 @@ class Graph:
     """
 
     __slots__ = ("_nodes", "inputs", "outputs", "output_names", "meta", "_next_id",
-                 "_topo", "_users", "_hash", "_weight_only", "_by_op", "_digests", "_parent")
+                 "_topo", "_users", "_hash", "_weight_only", "_by_op", "_digests", "_parent",
+                 "delta", "_positions", "_fingerprints", "memo")
 
     def __init__(self, nodes: Mapping[int, Node], inputs: Sequence[int],
                  outputs: Sequence[Value], output_names: Sequence[str],
@@ -85,6 +87,12 @@ class Graph:
         self._digests: dict[int, bytes] | None = None
         #: The graph this one was edited from, until this one's digests are computed from it.
         self._parent: Graph | None = None
+        #: What changed since the graph this one was edited from (None for a fresh graph).
+        self.delta: GraphDelta | None = None
+        self._positions: dict[int, int] | None = None
+        self._fingerprints: dict[int, int] | None = None
+        #: Facts other modules derive from this graph (costs, matches), keyed by their owner.
+        self.memo: dict[Any, Any] = {}
         if check:
             self.validate()
 
@@ -143,8 +151,18 @@ class Graph:
             self._topo = _topological_order(self._nodes, self.inputs, self.outputs)
         return self._topo
 
+    def positions(self) -> dict[int, int]:
+        """Each node's index in the topological order."""
+        if self._positions is None:
+            self._positions = {nid: i for i, nid in enumerate(self.topo_order())}
+        return self._positions
+
     def users(self) -> Mapping[int, list[tuple[int, int]]]:
         """For each node id, the (user node id, input position) pairs that read its outputs."""
+        if self._users is None and self.delta is not None:
+            from graphsub.ir.incremental import incremental_users
+
+            self._users = incremental_users(self, self.delta)
         if self._users is None:
             users: dict[int, list[tuple[int, int]]] = {nid: [] for nid in self._nodes}
             for nid, node in self._nodes.items():
@@ -173,19 +191,34 @@ class Graph:
     def weight_only(self) -> frozenset[int]:
         """Ids of nodes whose value depends on weights alone (TASO section 7.3): they are folded
         into constants at export and cost nothing at inference."""
-        if self._weight_only is None:
-            from graphsub.ops import is_deterministic
+        if self._weight_only is None and self.delta is not None:
+            from graphsub.ir.incremental import incremental_weight_only
 
+            self._weight_only = incremental_weight_only(self, self.delta, _is_weight_only)
+        if self._weight_only is None:
             result: set[int] = set()
             for nid in self.topo_order():
-                node = self._nodes[nid]
-                if node.op == "weight" or (
-                    node.inputs and is_deterministic(node)
-                    and all(v.node in result for v in node.inputs)
-                ):
+                if _is_weight_only(self._nodes[nid], result):
                     result.add(nid)
             self._weight_only = frozenset(result)
         return self._weight_only
+
+    def fingerprints(self) -> dict[int, int]:
+        """Process-local integer digests of every node (see `fingerprint`)."""
+        if self._fingerprints is None:
+            from graphsub.ir.hashing import _commutative_ops
+            from graphsub.ir.incremental import node_fingerprints
+
+            self._fingerprints = node_fingerprints(self, _commutative_ops())
+        return self._fingerprints
+
+    def fingerprint(self) -> int:
+        """An integer equal for graphs that differ only in node ids, valid within one process:
+        what a search deduplicates with. Computed from the parent's where the graph was edited
+        from one, so it costs work proportional to what the edit changed downstream."""
+        fps = self.fingerprints()
+        return hash((tuple(fps[i] for i in self.inputs),
+                     tuple((fps[v.node], v.index) for v in self.outputs), self.output_names))
 
     def edit(self) -> GraphEditor:
         return GraphEditor(self)
@@ -249,6 +282,13 @@ class Graph:
         return "\n".join(lines)
 
 
+def _is_weight_only(node: Node, weight_only: set[int] | frozenset[int]) -> bool:
+    from graphsub.ops import is_deterministic
+
+    return node.op == "weight" or bool(
+        node.inputs and is_deterministic(node) and all(v.node in weight_only for v in node.inputs))
+
+
 def _topological_order(nodes: Mapping[int, Node], inputs: Sequence[int],
                        outputs: Sequence[Value]) -> list[int]:
     order: list[int] = list(inputs)
@@ -294,6 +334,9 @@ class GraphEditor:
         self._next_id = base.next_id
         # Readers gained during this edit, which the base graph's user index does not know.
         self._new_readers: dict[int, set[int]] = {}
+        self._added: list[int] = []       # new node ids, in creation order
+        self._repointed: set[int] = set()  # existing nodes whose inputs were redirected
+        self._replaced: list[int] = []    # nodes whose values lost readers
 
     def type_of(self, value: Value) -> TensorType:
         return self._nodes[value.node].outputs[value.index]
@@ -311,6 +354,7 @@ class GraphEditor:
         nid = self._next_id
         self._next_id += 1
         self._nodes[nid] = node
+        self._added.append(nid)
         for v in node.inputs:
             self._new_readers.setdefault(v.node, set()).add(nid)
         return tuple(Value(nid, i) for i in range(len(node.outputs)))
@@ -332,16 +376,119 @@ class GraphEditor:
             ins = tuple(new if v == old else v for v in node.inputs)
             self._nodes[nid] = Node(node.op, node.attrs, ins, node.outputs, node.name)
             self._new_readers.setdefault(new.node, set()).add(nid)
+            self._repointed.add(nid)
         self._outputs = [new if v == old else v for v in self._outputs]
+        self._replaced.append(old.node)
 
     def set_outputs(self, outputs: Sequence[Value]) -> None:
+        self._replaced.extend(v.node for v in self._outputs)
         self._outputs = list(outputs)
 
     def finish(self) -> Graph:
-        """The edited graph, without dead nodes; raises CycleError if an edit made a cycle."""
-        g = Graph(self._nodes, self._base.inputs, self._outputs, self._base.output_names,
-                  self._base.meta, self._next_id, check=False)
-        g.topo_order()  # cycle check
-        g._parent = self._base  # lets the hash reuse the digests of unchanged nodes
-        return g.dce()
+        """The edited graph, without dead nodes; raises CycleError if an edit made a cycle.
 
+        When the base graph is free of dead nodes (every graph a search makes is), dead nodes
+        are found from the edit outwards and acyclicity is proved from the base's topological
+        positions; the rare edit that the positions cannot prove acyclic takes the full path.
+        """
+        base = self._base
+        if len(base.topo_order()) == len(base):
+            g = self._finish_locally()
+            if g is not None:
+                return g
+        return self._finish_fully()
+
+    def _finish_fully(self) -> Graph:
+        base = self._base
+        g = Graph(self._nodes, base.inputs, self._outputs, base.output_names,
+                  base.meta, self._next_id, check=False)
+        g.topo_order()  # cycle check
+        g._parent = base  # lets the hash reuse the digests of unchanged nodes
+        g = g.dce()
+        changed = frozenset(nid for nid, node in g.nodes.items() if base.nodes.get(nid) is not node)
+        removed = frozenset(nid for nid in base.nodes if nid not in g.nodes)
+        positions = g.positions()
+        g.delta = GraphDelta(base, changed, removed,
+                             {nid: float(p) for nid, p in positions.items()})
+        return g
+
+    def _finish_locally(self) -> Graph | None:
+        base, nodes = self._base, self._nodes
+        removed = self._remove_dead()
+        changed = frozenset(n for n in (*self._added, *self._repointed) if n in nodes)
+        # Positions for new nodes, strictly between their latest input and the next integer.
+        old_pos = base.positions()
+        step = 1.0 / (len(self._added) + 1)
+        new_pos: dict[int, float] = {}
+
+        def pos(nid: int) -> float:
+            p = new_pos.get(nid)
+            return p if p is not None else old_pos[nid]
+
+        for nid in self._added:
+            if nid in nodes:
+                new_pos[nid] = max((pos(v.node) for v in nodes[nid].inputs), default=-1.0) + step
+        # Every edge must go up in position; only edges into changed nodes can be new. An
+        # existing node that now reads something placed after it has that something's
+        # ancestors moved in front of it (Pearce and Kelly's reordering); a cycle, or an order
+        # the moves cannot repair, is left to the full check.
+        for nid in changed:
+            for v in nodes[nid].inputs:
+                if pos(v.node) >= pos(nid) and not self._move_before(nid, v.node, pos, new_pos):
+                    return None
+        for nid in changed:
+            if any(pos(v.node) >= pos(nid) for v in nodes[nid].inputs):
+                return None
+        g = Graph(nodes, base.inputs, self._outputs, base.output_names, base.meta,
+                  self._next_id, check=False)
+        g._parent = base
+        g.delta = GraphDelta(base, changed, frozenset(removed), new_pos)
+        return g
+
+    def _move_before(self, reader: int, source: int, pos: Callable[[int], float],
+                     new_pos: dict[int, float]) -> bool:
+        """Give `source` and its ancestors placed after `reader` positions just before it,
+        above everything they read; False if `reader` is among them (a cycle)."""
+        limit = pos(reader)
+        moved, stack = set(), [source]
+        while stack:
+            nid = stack.pop()
+            if nid in moved or pos(nid) <= limit:
+                continue
+            if nid == reader:
+                return False
+            moved.add(nid)
+            stack.extend(v.node for v in self._nodes[nid].inputs)
+        floor = max((pos(v.node) for nid in moved for v in self._nodes[nid].inputs
+                     if v.node not in moved), default=limit - 1)
+        if floor >= limit:
+            return False
+        ordered = sorted(moved, key=pos)
+        for i, nid in enumerate(ordered):
+            new_pos[nid] = floor + (limit - floor) * (i + 1) / (len(ordered) + 1)
+        return True
+
+    def _remove_dead(self) -> set[int]:
+        """Delete nodes that lost their last reader in this edit, and, transitively, inputs
+        that lose theirs with them."""
+        nodes, base_users = self._nodes, self._base.users()
+        keep = {v.node for v in self._outputs} | set(self._base.inputs)
+
+        def read(nid: int) -> bool:
+            if nid in keep:
+                return True
+            for user in (*(u for u, _ in base_users.get(nid, ())), *self._new_readers.get(nid, ())):
+                node = nodes.get(user)
+                if node is not None and any(v.node == nid for v in node.inputs):
+                    return True
+            return False
+
+        removed: set[int] = set()
+        work = [*self._replaced, *self._added]
+        while work:
+            nid = work.pop()
+            if nid in nodes and not read(nid):
+                removed.add(nid)
+                work.extend(v.node for v in nodes.pop(nid).inputs)
+        # A node made and dropped within this edit is not a removal from the base.
+        return {nid for nid in removed if nid in self._base.nodes}

@@ -8,7 +8,7 @@ value where the root reads one directly.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -175,8 +175,10 @@ def _symmetric(rule: Rule) -> bool:
     return len({shape(s) for s in rule.sources}) == 1
 
 
-def find_matches(graph: Graph, rule: Rule, limit: int | None = None) -> list[Match]:
-    """All matches of the rule in the graph (conditions checked), up to `limit`."""
+def find_matches(graph: Graph, rule: Rule, limit: int | None = None,
+                 first_roots: Iterable[int] | None = None) -> list[Match]:
+    """All matches of the rule in the graph (conditions checked), up to `limit`; with
+    `first_roots`, only those whose first source root is one of these nodes."""
     out: list[Match] = []
     symmetric = _symmetric(rule)
 
@@ -191,7 +193,14 @@ def find_matches(graph: Graph, rule: Rule, limit: int | None = None) -> list[Mat
                     return
             out.append(Match(rule, roots, dict(st.tensors), dict(st.attrs), frozenset(st.nodes)))
             return
-        for cand in _root_candidates(graph, rule.sources[k], st):
+        if k == 0 and first_roots is not None:
+            source = rule.sources[0]
+            assert isinstance(source, OpTerm)
+            candidates: Iterable[Value] = (Value(n, source.index) for n in first_roots
+                                           if graph[n].op == source.op)
+        else:
+            candidates = _root_candidates(graph, rule.sources[k], st)
+        for cand in candidates:
             if cand in roots or cand.index >= len(graph[cand.node].outputs):
                 continue
             if symmetric and roots and cand.node <= roots[-1].node:

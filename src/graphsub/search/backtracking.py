@@ -4,7 +4,7 @@ Candidate graphs wait in a priority queue ordered by cost. Each dequeued graph i
 applying every rule at every match; a new graph becomes the best if it is cheaper, and is
 queued if its cost is below alpha times the best cost. alpha = 1 is greedy (only
 improvements are explored); alpha > 1 allows relaxed substitutions that raise cost on the way
-to a better graph. Graphs are deduplicated by structural hash, and graphs with more than
+to a better graph. Graphs are deduplicated by fingerprint when dequeued, and graphs with more than
 `max_node_factor` times the original number of nodes are dropped.
 """
 
@@ -19,7 +19,8 @@ from graphsub.cost.base import CostModel
 from graphsub.ir.graph import Graph
 from graphsub.rules.applier import REJECTIONS, apply_match
 from graphsub.rules.ast import Rule
-from graphsub.rules.matcher import find_matches
+from graphsub.rules.incremental import IncrementalMatcher
+from graphsub.rules.matcher import Match
 from graphsub.search.result import Candidate, OptimizeResult, SearchStats, Step
 
 ProgressFn = Callable[[SearchStats, float], None]
@@ -36,15 +37,22 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
     rejected_before = REJECTIONS.copy()
     initial_cost = cost_model.graph_cost(graph)
     node_cap = max_node_factor * len(graph)
-    seen = {graph.structural_hash()}
+    matcher = IncrementalMatcher(rules)
+    seen: set[int] = set()
     counter = itertools.count()
-    queue: list[tuple[float, int, Graph, tuple[Step, ...]]] = [(initial_cost, next(counter), graph, ())]
+    # A queued graph is kept as (parent, match) and rebuilt when dequeued: holding thousands
+    # of child graphs would cost O(nodes) memory each, rebuilding one costs one rewrite.
+    queue: list[tuple[float, int, Graph | tuple[Graph, Match], tuple[Step, ...]]] = [
+        (initial_cost, next(counter), graph, ())]
     best: list[Candidate] = [Candidate(graph, initial_cost, ())]
 
     def best_cost() -> float:
         return best[0].cost
 
     def record(g: Graph, cost: float, trace: tuple[Step, ...]) -> None:
+        fp = g.fingerprint()
+        if any(c.graph.fingerprint() == fp for c in best):
+            return
         best.append(Candidate(g, cost, trace))
         best.sort(key=lambda c: c.cost)
         del best[keep:]
@@ -57,29 +65,31 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
             if time.perf_counter() - start > time_limit:
                 stats.stopped_by = "time"
                 break
-            cost, _, g, trace = heapq.heappop(queue)
+            cost, _, entry, trace = heapq.heappop(queue)
+            g = entry if isinstance(entry, Graph) else apply_match(*entry)
+            assert g is not None  # it was built once before
+            fp = g.fingerprint()
+            if fp in seen:  # reached before along another sequence of rewrites
+                stats.duplicates += 1
+                continue
+            seen.add(fp)
             stats.explored += 1
-            for rule in rules:
-                for match in find_matches(g, rule):
+            for matches in matcher.matches(g):
+                for match in matches:
                     stats.matches += 1
                     new = apply_match(g, match)
                     if new is None:
                         continue
-                    h = new.structural_hash()
-                    if h in seen:
-                        stats.duplicates += 1
-                        continue
-                    seen.add(h)
                     stats.generated += 1
                     if len(new) > node_cap:
                         stats.pruned += 1
                         continue
                     new_cost = cost_model.graph_cost(new)
-                    new_trace = trace + (Step(rule.name, new_cost),)
+                    new_trace = trace + (Step(match.rule.name, new_cost),)
                     if new_cost < best_cost() or len(best) < keep:
                         record(new, new_cost, new_trace)
                     if new_cost < alpha * best_cost():
-                        heapq.heappush(queue, (new_cost, next(counter), new, new_trace))
+                        heapq.heappush(queue, (new_cost, next(counter), (g, match), new_trace))
                     else:
                         stats.pruned += 1
                 if time.perf_counter() - start > time_limit:
@@ -91,6 +101,8 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
         stats.stopped_by = "interrupt"
     stats.seconds = time.perf_counter() - start
     stats.rejected = REJECTIONS - rejected_before
+    stats.matches_computed = matcher.counts.computed
+    stats.matches_reused = matcher.counts.reused
     top = best[0]
     return OptimizeResult(top.graph, top.trace, stats, initial_cost, top.cost, list(best))
 

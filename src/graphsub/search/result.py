@@ -30,7 +30,9 @@ class SearchStats:
     generated: int = 0         # new graphs produced by applying a rule
     duplicates: int = 0        # produced graphs already seen (same structural hash)
     pruned: int = 0            # produced graphs worse than alpha x best, or over the node cap
-    matches: int = 0
+    matches: int = 0           # matches tried (rewrites attempted)
+    matches_computed: int = 0  # matches found by a matching run
+    matches_reused: int = 0    # matches carried over from the parent graph (incremental)
     rejected: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
     stopped_by: str = "exhausted"  # exhausted | budget | time | interrupt
@@ -38,6 +40,8 @@ class SearchStats:
     def as_dict(self) -> dict[str, Any]:
         return {"explored": self.explored, "generated": self.generated,
                 "duplicates": self.duplicates, "pruned": self.pruned, "matches": self.matches,
+                "matches_computed": self.matches_computed,
+                "matches_reused": self.matches_reused,
                 "rejected": dict(self.rejected), "seconds": round(self.seconds, 3),
                 "stopped_by": self.stopped_by}
 

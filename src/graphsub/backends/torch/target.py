@@ -34,6 +34,7 @@ Strides = tuple[int, ...]
 class TorchTarget(Target):
     device_type = "cpu"
     free_ops = VIEW_OPS
+    view_ops = VIEW_OPS
 
     def __init__(self, threads: int | None = None, cuda_graphs: bool = True,
                  allow_tf32: bool = False) -> None:
@@ -127,7 +128,7 @@ class TorchTarget(Target):
             for _ in range(2):
                 fn(*inputs)
             start = time.perf_counter()
-            while len(samples) < 5 or (time.perf_counter() - start < 0.02 and len(samples) < 200):
+            while len(samples) < 10 or (time.perf_counter() - start < 0.05 and len(samples) < 200):
                 t0 = time.perf_counter()
                 fn(*inputs)
                 samples.append(time.perf_counter() - t0)

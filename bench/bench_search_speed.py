@@ -1,0 +1,81 @@
+"""Expansions per second of the backtracking search, for two source trees side by side.
+
+    python bench/bench_search_speed.py --before /tmp/before/src --seconds 30
+
+runs the same search (backtracking, alpha 1.05, the built-in rules, the deterministic
+analytic a100 profile) for the same time on each model with the source tree given as
+--before (a checkout of an older commit) and with this checkout's, in separate processes,
+one after the other, and prints graphs expanded and generated per second and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tables import markdown, save_rows  # noqa: E402
+
+HERE = Path(__file__).resolve().parents[1] / "src"
+
+CHILD = """
+import json, sys
+from graphsub import zoo
+from graphsub.cost import AnalyticCostModel
+from graphsub.rules import builtin_rules
+from graphsub.search import backtracking_search
+g = zoo.build(sys.argv[1])
+r = backtracking_search(g, builtin_rules(), AnalyticCostModel("a100"), time_limit=float(sys.argv[2]),
+                        budget=10**9)
+print(json.dumps({"nodes": len(g), **r.stats.as_dict(), "initial": r.initial_cost,
+                  "final": r.final_cost}))
+"""
+
+
+def run(src: Path, model: str, seconds: float) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, model, str(seconds)], check=True,
+                         capture_output=True, text=True, env={"PYTHONPATH": str(src),
+                                                              "PATH": "/usr/bin:/bin"})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--before", required=True, help="src/ of the older checkout")
+    parser.add_argument("--models", default="nasnet_a,bert,nasrnn,inception_v3")
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--out", default="out/bench/search_speed.json")
+    args = parser.parse_args()
+    rows = []
+    for model in args.models.split(","):
+        before, now = run(Path(args.before), model, args.seconds), run(HERE, model, args.seconds)
+        row = {"model": model, "nodes": now["nodes"], "before": before, "now": now}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    meta = {"date": date.today().isoformat(), "command": " ".join(sys.argv),
+            "seconds": args.seconds}
+    save_rows(args.out, meta, rows)
+
+    def rate(s: dict, key: str) -> float:
+        return s[key] / s["seconds"]
+
+    lines = []
+    for r in rows:
+        b, n = r["before"], r["now"]
+        lines.append([r["model"], str(r["nodes"]), f"{rate(b, 'explored'):.2f}",
+                      f"{rate(n, 'explored'):.2f}", f"{rate(n, 'explored') / rate(b, 'explored'):.1f}x",
+                      f"{rate(b, 'generated'):.0f}", f"{rate(n, 'generated'):.0f}",
+                      f"{n.get('matches_reused', 0)} / {n.get('matches_computed', 0)}",
+                      f"{b['final'] / b['initial']:.4f}", f"{n['final'] / n['initial']:.4f}"])
+    print(f"\n{meta}\n")
+    print(markdown(["model", "nodes", "expanded/s before", "expanded/s now", "ratio",
+                    "generated/s before", "generated/s now", "matches reused / computed",
+                    "cost ratio before", "cost ratio now"], lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,315 @@
+"""OCGGS (ocggs-pvldb20.txt): the best substitution sequence of length at most K.
+
+Three algorithms over the same notions:
+
+- node labels (Definition 6): a node of the initial graph is labelled (N, its id); a node a
+  substitution creates is labelled (that substitution, the index of the target node that made
+  it). graphsub's applier creates target nodes in a fixed order with consecutive fresh ids, so
+  that index is `id - parent.next_id`;
+- dependence (Definition 7): a substitution depends on the substitutions that created the
+  nodes it replaces (its match's nodes);
+- the order (Definition 8): compare the latest substitutions two substitutions depend on,
+  and when those are the same, the largest label index among the nodes replaced that the
+  latest one created.
+
+**Pruning** (Algorithm 1) is a depth-first search over sequences that only extends an ordered
+sequence with a substitution that keeps it ordered (Corollary 1: every other sequence has an
+ordered one with the same result, Theorem 4). **DPP** (Algorithm 2) is the same search with
+a sequence's child substitutions taken from its father's (Theorem 6): those that did not touch
+what the last substitution changed are reused, only the neighbourhood of the change is matched
+again. **Sampling** (Algorithm 3) grows sequences one substitution a round, keeping Q/2 of the
+cheapest and Q/2 of those reached through cost-increasing "further exploration" steps, chosen
+by their potential (Definition 12), with at most eta such steps in a row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from graphsub.cost.base import CostModel
+from graphsub.ir.graph import Graph
+from graphsub.rules.applier import REJECTIONS, apply_match
+from graphsub.rules.ast import Rule
+from graphsub.rules.incremental import IncrementalMatcher
+from graphsub.rules.matcher import Match, find_matches
+from graphsub.search.result import Candidate, OptimizeResult, SearchStats, Step
+
+ProgressFn = Callable[[SearchStats, float], None]
+
+#: The dummy substitution N of the paper: every initial node is "generated" by it.
+N = 0
+
+
+@dataclass(frozen=True)
+class Substitution:
+    """One substitution of a sequence: its match, where it sits (1-based) in the sequence, and
+    what the order needs: the latest substitution it depends on and the alpha of Def. 8."""
+
+    match: Match
+    position: int
+    depends_on: frozenset[int]  # positions of the substitutions it depends on (N = 0)
+    latest: int
+    alpha: int
+
+
+@dataclass
+class Sequence_:
+    """A substitution sequence and the graph it produces, with the labels of that graph's
+    nodes: node id -> (position of the generating substitution, label index)."""
+
+    graph: Graph
+    cost: float
+    subs: tuple[Substitution, ...] = ()
+    labels: dict[int, tuple[int, int]] = field(default_factory=dict)
+    costs: tuple[float, ...] = ()  # the cost after each substitution
+
+    def steps(self) -> tuple[Step, ...]:
+        return tuple(Step(s.match.rule.name, c) for s, c in zip(self.subs, self.costs))
+
+
+def initial_sequence(graph: Graph, cost: float) -> Sequence_:
+    return Sequence_(graph, cost, (), {nid: (N, nid) for nid in graph.nodes}, ())
+
+
+def substitution(seq: Sequence_, match: Match) -> Substitution:
+    """The substitution `match` would be as the next element of `seq`."""
+    labels = [seq.labels[n] for n in match.nodes]
+    depends = frozenset(p for p, _ in labels)
+    latest = max(depends) if depends else N
+    alpha = max((j for p, j in labels if p == latest), default=-1)
+    return Substitution(match, len(seq.subs) + 1, depends, latest, alpha)
+
+
+def in_order(first: Substitution, second: Substitution) -> bool:
+    """first <= second (Definition 8) for two substitutions of one ordered sequence, where
+    the earlier of any two is the smaller, so the latest dependencies compare by position."""
+    return first.latest < second.latest or (
+        first.latest == second.latest and first.alpha <= second.alpha)
+
+
+def extend(seq: Sequence_, sub: Substitution, cost_model: CostModel) -> Sequence_ | None:
+    """`seq` followed by `sub`, or None when the rewrite is not allowed."""
+    parent = seq.graph
+    child = apply_match(parent, sub.match)
+    if child is None:
+        return None
+    labels = {nid: lab for nid, lab in seq.labels.items() if nid in child.nodes}
+    for nid in child.nodes:
+        if nid >= parent.next_id:
+            labels[nid] = (sub.position, nid - parent.next_id)
+    cost = cost_model.graph_cost(child)
+    return Sequence_(child, cost, seq.subs + (sub,), labels, seq.costs + (cost,))
+
+
+class _Search:
+    """What the three algorithms share: limits, statistics and the best few results."""
+
+    def __init__(self, graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
+                 time_limit: float, budget: int, keep: int, progress: ProgressFn | None,
+                 reuse: bool) -> None:
+        self.rules, self.cost_model = list(rules), cost_model
+        self.time_limit, self.budget, self.keep, self.progress = time_limit, budget, keep, progress
+        self.start = time.perf_counter()
+        self.stats = SearchStats()
+        self.rejected_before = REJECTIONS.copy()
+        self.root = initial_sequence(graph, cost_model.graph_cost(graph))
+        self.best: list[Sequence_] = [self.root]
+        self.seen_best = {graph.fingerprint()}
+        self.matcher = IncrementalMatcher(self.rules) if reuse else None
+        self.ordered_checks = 0
+
+    def out_of_time(self) -> bool:
+        if self.stats.explored >= self.budget:
+            self.stats.stopped_by = "budget"
+            return True
+        if time.perf_counter() - self.start > self.time_limit:
+            self.stats.stopped_by = "time"
+            return True
+        return False
+
+    def matches(self, graph: Graph) -> Iterator[Match]:
+        if self.matcher is not None:
+            for ms in self.matcher.matches(graph):
+                yield from ms
+        else:
+            for rule in self.rules:
+                found = find_matches(graph, rule)
+                self.stats.matches_computed += len(found)
+                yield from found
+
+    def children(self, seq: Sequence_, ordered: bool) -> Iterator[Sequence_]:
+        """Every child sequence of `seq` (only those that stay ordered, if `ordered`)."""
+        self.stats.explored += 1
+        last = seq.subs[-1] if seq.subs else None
+        for match in self.matches(seq.graph):
+            self.stats.matches += 1
+            sub = substitution(seq, match)
+            if ordered and last is not None and not in_order(last, sub):
+                self.stats.pruned += 1
+                continue
+            child = extend(seq, sub, self.cost_model)
+            if child is None:
+                continue
+            self.stats.generated += 1
+            self.consider(child)
+            yield child
+
+    def consider(self, seq: Sequence_) -> None:
+        if len(self.best) >= self.keep and seq.cost >= self.best[-1].cost:
+            return
+        fp = seq.graph.fingerprint()
+        if fp in self.seen_best:
+            return
+        self.seen_best.add(fp)
+        self.best.append(seq)
+        self.best.sort(key=lambda s: s.cost)
+        if len(self.best) > self.keep:
+            dropped = self.best.pop()
+            self.seen_best.discard(dropped.graph.fingerprint())
+
+    def report(self) -> None:
+        if self.progress is not None:
+            self.stats.seconds = time.perf_counter() - self.start
+            self.progress(self.stats, self.best[0].cost)
+
+    def result(self) -> OptimizeResult:
+        self.stats.seconds = time.perf_counter() - self.start
+        self.stats.rejected = REJECTIONS - self.rejected_before
+        if self.matcher is not None:
+            self.stats.matches_computed = self.matcher.counts.computed
+            self.stats.matches_reused = self.matcher.counts.reused
+        top = self.best[0]
+        return OptimizeResult(top.graph, top.steps(), self.stats, self.root.cost, top.cost,
+                              [Candidate(s.graph, s.cost, s.steps()) for s in self.best])
+
+
+def _exact_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int,
+                  reuse: bool, ordered: bool, time_limit: float, budget: int, keep: int,
+                  progress: ProgressFn | None) -> OptimizeResult:
+    search = _Search(graph, rules, cost_model, time_limit, budget, keep, progress, reuse)
+
+    def descend(seq: Sequence_) -> None:
+        if len(seq.subs) == k or search.out_of_time():
+            return
+        for child in list(search.children(seq, ordered)):
+            descend(child)
+            if search.stats.stopped_by != "exhausted":
+                return
+        search.report()
+
+    try:
+        descend(search.root)
+    except KeyboardInterrupt:
+        search.stats.stopped_by = "interrupt"
+    return search.result()
+
+
+def pruning_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int = 10,
+                   time_limit: float = 60.0, budget: int = 10**9, keep: int = 5,
+                   progress: ProgressFn | None = None, **_: object) -> OptimizeResult:
+    """OCGGS Algorithm 1: every ordered sequence of length <= k, each graph matched anew.
+    Exact for k when it finishes (stats.stopped_by == "exhausted")."""
+    return _exact_search(graph, rules, cost_model, k, False, True, time_limit, budget, keep,
+                         progress)
+
+
+def dpp_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int = 10,
+               time_limit: float = 60.0, budget: int = 10**9, keep: int = 5,
+               progress: ProgressFn | None = None, **_: object) -> OptimizeResult:
+    """OCGGS Algorithm 2: Pruning with each sequence's child substitutions reused from its
+    father's (Theorem 6); the statistics count matches reused and computed."""
+    return _exact_search(graph, rules, cost_model, k, True, True, time_limit, budget, keep,
+                         progress)
+
+
+def enumeration_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
+                       k: int = 3, time_limit: float = 60.0, budget: int = 10**9,
+                       keep: int = 5, progress: ProgressFn | None = None,
+                       **_: object) -> OptimizeResult:
+    """The brute force the paper compares against (ENU): every sequence of length <= k."""
+    return _exact_search(graph, rules, cost_model, k, True, False, time_limit, budget, keep,
+                         progress)
+
+
+def sampling_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int = 10,
+                    q: int = 20, eta: int = 1, time_limit: float = 60.0, budget: int = 10**9,
+                    keep: int = 5, progress: ProgressFn | None = None,
+                    **_: object) -> OptimizeResult:
+    """OCGGS Algorithm 3 with sample size `q` and at most `eta` cost-increasing substitutions
+    in a row (the paper's settings: q = 20, eta = 1, k = 10)."""
+    search = _Search(graph, rules, cost_model, time_limit, budget, keep, progress, reuse=True)
+    root_cost = search.root.cost
+    half = max(1, q // 2)
+
+    def trailing_increases(seq: Sequence_) -> int:
+        costs = (root_cost, *seq.costs)
+        count = 0
+        for before, after in zip(reversed(costs[:-1]), reversed(costs[1:])):
+            if after <= before:
+                break
+            count += 1
+        return count
+
+    def further(seq: Sequence_) -> bool:
+        """A further exploration sequence: it ends with a cost increase, and has at most eta
+        of them in a row."""
+        n = trailing_increases(seq)
+        return 0 < n <= eta
+
+    def potential(seq: Sequence_) -> float:
+        """Definition 12: the lowest cost reachable by descendants that each depend on the
+        substitution before them, through further exploration sequences, ending with a
+        decrease (infinite when there is none within the length bound)."""
+        best = float("inf")
+        if len(seq.subs) >= k or search.out_of_time():
+            return best
+        last = len(seq.subs)
+        for child in search.children(seq, ordered=False):
+            if last not in child.subs[-1].depends_on:
+                continue
+            if child.cost < seq.cost:
+                best = min(best, child.cost)
+            elif further(child):
+                best = min(best, potential(child))
+        return best
+
+    def distinct(seqs: list[Sequence_]) -> list[Sequence_]:
+        """One sequence per resulting graph: sequences that reach the same graph have the
+        same descendants, so sampling more than one of them wastes the sample."""
+        out, seen = [], set()
+        for s in seqs:
+            fp = s.graph.fingerprint()
+            if fp not in seen:
+                seen.add(fp)
+                out.append(s)
+        return out
+
+    def grow(seqs: list[Sequence_]) -> list[Sequence_]:
+        out: list[Sequence_] = []
+        for s in seqs:
+            if len(s.subs) < k and not search.out_of_time():
+                out.extend(search.children(s, ordered=False))
+        return distinct(out)
+
+    current = [search.root]
+    try:
+        while current and not search.out_of_time():
+            tmp = grow(current)                                    # line 4
+            inc = [s for s in tmp if further(s)]                   # line 6
+            des = [s for s in tmp if not further(s)]               # line 7
+            frontier = list(inc)
+            while frontier and not search.out_of_time():           # lines 8-12
+                frontier.sort(key=potential)
+                frontier = grow(frontier[:half])
+                inc.extend(frontier)
+                frontier = [s for s in frontier if further(s)]
+            inc = [s for s in inc if trailing_increases(s) == 0]   # line 13
+            des.sort(key=lambda s: s.cost)                         # line 14
+            inc.sort(key=lambda s: s.cost)
+            current = distinct(des[:half] + inc[:half])
+            search.report()
+    except KeyboardInterrupt:
+        search.stats.stopped_by = "interrupt"
+    return search.result()
