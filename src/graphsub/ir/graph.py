@@ -66,8 +66,8 @@ class Graph:
     """
 
     __slots__ = ("_nodes", "inputs", "outputs", "output_names", "meta", "_next_id",
-                 "_topo", "_users", "_hash", "_weight_only", "_by_op", "_digests", "_parent",
-                 "delta", "_positions", "_fingerprints", "memo")
+                 "_topo", "_users", "_hash", "_weight_only", "_by_op", "_digests", "delta",
+                 "_positions", "_fingerprints", "memo")
 
     def __init__(self, nodes: Mapping[int, Node], inputs: Sequence[int],
                  outputs: Sequence[Value], output_names: Sequence[str],
@@ -85,9 +85,8 @@ class Graph:
         self._weight_only: frozenset[int] | None = None
         self._by_op: dict[str, list[int]] | None = None
         self._digests: dict[int, bytes] | None = None
-        #: The graph this one was edited from, until this one's digests are computed from it.
-        self._parent: Graph | None = None
-        #: What changed since the graph this one was edited from (None for a fresh graph).
+        #: What changed since the graph this one was edited from (None for a fresh graph); the
+        #: hash, users, weight-only set, fingerprints and costs are derived from the parent's.
         self.delta: GraphDelta | None = None
         self._positions: dict[int, int] | None = None
         self._fingerprints: dict[int, int] | None = None
@@ -232,7 +231,6 @@ class Graph:
         g = Graph(nodes, self.inputs, self.outputs, self.output_names, self.meta,
                   self._next_id, check=False)
         g._topo = order
-        g._parent = self._parent
         return g
 
     def cse(self) -> Graph:
@@ -403,7 +401,6 @@ class GraphEditor:
         g = Graph(self._nodes, base.inputs, self._outputs, base.output_names,
                   base.meta, self._next_id, check=False)
         g.topo_order()  # cycle check
-        g._parent = base  # lets the hash reuse the digests of unchanged nodes
         g = g.dce()
         changed = frozenset(nid for nid, node in g.nodes.items() if base.nodes.get(nid) is not node)
         removed = frozenset(nid for nid in base.nodes if nid not in g.nodes)
@@ -441,7 +438,6 @@ class GraphEditor:
                 return None
         g = Graph(nodes, base.inputs, self._outputs, base.output_names, base.meta,
                   self._next_id, check=False)
-        g._parent = base
         g.delta = GraphDelta(base, changed, frozenset(removed), new_pos)
         return g
 

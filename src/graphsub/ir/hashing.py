@@ -68,7 +68,7 @@ def node_digests(graph: Graph) -> dict[int, bytes]:
     """
     if graph._digests is not None:
         return graph._digests
-    parent = graph._parent
+    parent = graph.delta.parent if graph.delta is not None else None
     old = node_digests(parent) if parent is not None else {}
     old_nodes = parent.nodes if parent is not None else {}
     digests: dict[int, bytes] = {}
@@ -81,7 +81,6 @@ def node_digests(graph: Graph) -> dict[int, bytes]:
         else:
             digests[nid] = node_digest(node, [digests[v.node] for v in node.inputs])
     graph._digests = digests
-    graph._parent = None
     return digests
 
 

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import OpTerm, Rule, Term, Var
-from graphsub.rules.expr import Env, try_evaluate
-from graphsub.rules.matcher import Match, find_matches
+from graphsub.rules.matcher import Match, conditions_hold, find_matches
 
 
 def rule_radius(rule: Rule) -> int | None:
@@ -91,15 +90,14 @@ class IncrementalMatcher:
     def _from_parent(self, graph: Graph, parent: list[list[Match]], changed: frozenset[int],
                      gone: frozenset[int]) -> list[list[Match]]:
         near = _distances(graph, changed, self.max_radius)
+        within = {r: [n for n, d in near.items() if d <= r] for r in set(self.radii) if r is not None}
         out = []
         for rule, radius, old in zip(self.rules, self.radii, parent):
-            kept = [m for m in old if m.nodes.isdisjoint(gone) and _conditions_hold(graph, m)]
-            if radius is None:
-                fresh = [m for m in find_matches(graph, rule) if not m.nodes.isdisjoint(changed)]
-            else:
-                roots = [n for n, d in near.items() if d <= radius]
-                fresh = [m for m in find_matches(graph, rule, first_roots=roots)
-                         if not m.nodes.isdisjoint(changed)]
+            kept = [m for m in old if m.nodes.isdisjoint(gone)
+                    and conditions_hold(graph, rule, m.tensors, m.attrs, m.roots)]
+            # a rule whose pattern is not connected (no radius) is matched everywhere
+            fresh = [m for m in find_matches(graph, rule, first_roots=within.get(radius))
+                     if not m.nodes.isdisjoint(changed)]
             self.counts.reused += len(kept)
             self.counts.computed += len(fresh)
             out.append(kept + fresh)
@@ -122,11 +120,3 @@ def _distances(graph: Graph, sources: frozenset[int], limit: int) -> dict[int, i
                 queue.append(other)
     return dict(sorted(distance.items()))
 
-
-def _conditions_hold(graph: Graph, match: Match) -> bool:
-    env = Env(graph, match.tensors, match.attrs, match.roots)
-    for cond in match.rule.conditions:
-        ok, value = try_evaluate(cond, env)
-        if not ok or not value:
-            return False
-    return True

@@ -175,6 +175,17 @@ def _symmetric(rule: Rule) -> bool:
     return len({shape(s) for s in rule.sources}) == 1
 
 
+def conditions_hold(graph: Graph, rule: Rule, tensors: dict[str, Value], attrs: dict[str, Any],
+                    roots: tuple[Value, ...]) -> bool:
+    """Whether the rule's `where` conditions hold for these bindings."""
+    env = Env(graph, tensors, attrs, roots)
+    for cond in rule.conditions:
+        ok, value = try_evaluate(cond, env)
+        if not ok or not value:
+            return False
+    return True
+
+
 def find_matches(graph: Graph, rule: Rule, limit: int | None = None,
                  first_roots: Iterable[int] | None = None) -> list[Match]:
     """All matches of the rule in the graph (conditions checked), up to `limit`; with
@@ -186,11 +197,8 @@ def find_matches(graph: Graph, rule: Rule, limit: int | None = None,
         if limit is not None and len(out) >= limit:
             return
         if k == len(rule.sources):
-            env = Env(graph, st.tensors, st.attrs, roots)
-            for cond in rule.conditions:
-                ok, value = try_evaluate(cond, env)
-                if not ok or not value:
-                    return
+            if not conditions_hold(graph, rule, st.tensors, st.attrs, roots):
+                return
             out.append(Match(rule, roots, dict(st.tensors), dict(st.attrs), frozenset(st.nodes)))
             return
         if k == 0 and first_roots is not None:

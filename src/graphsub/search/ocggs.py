@@ -55,7 +55,7 @@ class Substitution:
 
 
 @dataclass
-class Sequence_:
+class SubstitutionSequence:
     """A substitution sequence and the graph it produces, with the labels of that graph's
     nodes: node id -> (position of the generating substitution, label index)."""
 
@@ -64,16 +64,19 @@ class Sequence_:
     subs: tuple[Substitution, ...] = ()
     labels: dict[int, tuple[int, int]] = field(default_factory=dict)
     costs: tuple[float, ...] = ()  # the cost after each substitution
+    #: Every child sequence, once Sampling has made them (its potential and its growth step
+    #: both need them).
+    children: list[SubstitutionSequence] | None = field(default=None, repr=False)
 
     def steps(self) -> tuple[Step, ...]:
         return tuple(Step(s.match.rule.name, c) for s, c in zip(self.subs, self.costs))
 
 
-def initial_sequence(graph: Graph, cost: float) -> Sequence_:
-    return Sequence_(graph, cost, (), {nid: (N, nid) for nid in graph.nodes}, ())
+def initial_sequence(graph: Graph, cost: float) -> SubstitutionSequence:
+    return SubstitutionSequence(graph, cost, (), {nid: (N, nid) for nid in graph.nodes}, ())
 
 
-def substitution(seq: Sequence_, match: Match) -> Substitution:
+def substitution(seq: SubstitutionSequence, match: Match) -> Substitution:
     """The substitution `match` would be as the next element of `seq`."""
     labels = [seq.labels[n] for n in match.nodes]
     depends = frozenset(p for p, _ in labels)
@@ -89,7 +92,7 @@ def in_order(first: Substitution, second: Substitution) -> bool:
         first.latest == second.latest and first.alpha <= second.alpha)
 
 
-def extend(seq: Sequence_, sub: Substitution, cost_model: CostModel) -> Sequence_ | None:
+def extend(seq: SubstitutionSequence, sub: Substitution, cost_model: CostModel) -> SubstitutionSequence | None:
     """`seq` followed by `sub`, or None when the rewrite is not allowed."""
     parent = seq.graph
     child = apply_match(parent, sub.match)
@@ -100,7 +103,7 @@ def extend(seq: Sequence_, sub: Substitution, cost_model: CostModel) -> Sequence
         if nid >= parent.next_id:
             labels[nid] = (sub.position, nid - parent.next_id)
     cost = cost_model.graph_cost(child)
-    return Sequence_(child, cost, seq.subs + (sub,), labels, seq.costs + (cost,))
+    return SubstitutionSequence(child, cost, seq.subs + (sub,), labels, seq.costs + (cost,))
 
 
 class _Search:
@@ -115,7 +118,7 @@ class _Search:
         self.stats = SearchStats()
         self.rejected_before = REJECTIONS.copy()
         self.root = initial_sequence(graph, cost_model.graph_cost(graph))
-        self.best: list[Sequence_] = [self.root]
+        self.best: list[SubstitutionSequence] = [self.root]
         self.seen_best = {graph.fingerprint()}
         self.matcher = IncrementalMatcher(self.rules) if reuse else None
         self.ordered_checks = 0
@@ -139,7 +142,7 @@ class _Search:
                 self.stats.matches_computed += len(found)
                 yield from found
 
-    def children(self, seq: Sequence_, ordered: bool) -> Iterator[Sequence_]:
+    def children(self, seq: SubstitutionSequence, ordered: bool) -> Iterator[SubstitutionSequence]:
         """Every child sequence of `seq` (only those that stay ordered, if `ordered`)."""
         self.stats.explored += 1
         last = seq.subs[-1] if seq.subs else None
@@ -156,7 +159,7 @@ class _Search:
             self.consider(child)
             yield child
 
-    def consider(self, seq: Sequence_) -> None:
+    def consider(self, seq: SubstitutionSequence) -> None:
         if len(self.best) >= self.keep and seq.cost >= self.best[-1].cost:
             return
         fp = seq.graph.fingerprint()
@@ -190,7 +193,7 @@ def _exact_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k:
                   progress: ProgressFn | None) -> OptimizeResult:
     search = _Search(graph, rules, cost_model, time_limit, budget, keep, progress, reuse)
 
-    def descend(seq: Sequence_) -> None:
+    def descend(seq: SubstitutionSequence) -> None:
         if len(seq.subs) == k or search.out_of_time():
             return
         for child in list(search.children(seq, ordered)):
@@ -243,7 +246,7 @@ def sampling_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, 
     root_cost = search.root.cost
     half = max(1, q // 2)
 
-    def trailing_increases(seq: Sequence_) -> int:
+    def trailing_increases(seq: SubstitutionSequence) -> int:
         costs = (root_cost, *seq.costs)
         count = 0
         for before, after in zip(reversed(costs[:-1]), reversed(costs[1:])):
@@ -252,13 +255,13 @@ def sampling_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, 
             count += 1
         return count
 
-    def further(seq: Sequence_) -> bool:
+    def further(seq: SubstitutionSequence) -> bool:
         """A further exploration sequence: it ends with a cost increase, and has at most eta
         of them in a row."""
         n = trailing_increases(seq)
         return 0 < n <= eta
 
-    def potential(seq: Sequence_) -> float:
+    def potential(seq: SubstitutionSequence) -> float:
         """Definition 12: the lowest cost reachable by descendants that each depend on the
         substitution before them, through further exploration sequences, ending with a
         decrease (infinite when there is none within the length bound)."""
@@ -266,7 +269,7 @@ def sampling_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, 
         if len(seq.subs) >= k or search.out_of_time():
             return best
         last = len(seq.subs)
-        for child in search.children(seq, ordered=False):
+        for child in all_children(seq):
             if last not in child.subs[-1].depends_on:
                 continue
             if child.cost < seq.cost:
@@ -275,7 +278,7 @@ def sampling_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, 
                 best = min(best, potential(child))
         return best
 
-    def distinct(seqs: list[Sequence_]) -> list[Sequence_]:
+    def distinct(seqs: list[SubstitutionSequence]) -> list[SubstitutionSequence]:
         """One sequence per resulting graph: sequences that reach the same graph have the
         same descendants, so sampling more than one of them wastes the sample."""
         out, seen = [], set()
@@ -286,11 +289,16 @@ def sampling_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, 
                 out.append(s)
         return out
 
-    def grow(seqs: list[Sequence_]) -> list[Sequence_]:
-        out: list[Sequence_] = []
+    def all_children(seq: SubstitutionSequence) -> list[SubstitutionSequence]:
+        if seq.children is None:
+            seq.children = list(search.children(seq, ordered=False))
+        return seq.children
+
+    def grow(seqs: list[SubstitutionSequence]) -> list[SubstitutionSequence]:
+        out: list[SubstitutionSequence] = []
         for s in seqs:
             if len(s.subs) < k and not search.out_of_time():
-                out.extend(search.children(s, ordered=False))
+                out.extend(all_children(s))
         return distinct(out)
 
     current = [search.root]
