@@ -115,6 +115,71 @@ def test_the_transformer_attention_stays_in_torch():
     assert report.parts[0].rules_used.get("merge-linears-shared-input", 0) == 2  # Q, K, V
 
 
+def force_rewrites(monkeypatch, rule_names):
+    """Make the search return its input with the first match of each named rule applied (where
+    one matches), whatever the cost model says: what the search picks depends on the machine's
+    timings, and these tests need the layouts those rewrites produce on every machine."""
+    import dataclasses
+
+    import graphsub
+    from graphsub.rules import builtin_rules
+    from graphsub.rules.applier import apply_match
+    from graphsub.rules.matcher import find_matches
+
+    search, applied = graphsub.optimize, []
+    rules = {r.name: r for r in builtin_rules()}
+
+    def rewrite(graph, rule_list, **kwargs):
+        result = search(graph, rule_list, **{**kwargs, "time_limit": 0.01, "cost": "analytic"})
+        for name in rule_names:
+            for match in find_matches(graph, rules[name]):
+                rewritten = apply_match(graph, match)
+                if rewritten is not None:
+                    graph = rewritten
+                    applied.append(name)
+                    break
+        return dataclasses.replace(result, graph=graph)
+
+    monkeypatch.setattr(graphsub, "optimize", rewrite)
+    return applied
+
+
+REWRITES_THAT_CHANGE_LAYOUT = ["merge-linears-shared-input", "matmul-as-transposed-product"]
+
+
+def test_rewritten_parts_hand_on_outputs_in_the_original_layout(monkeypatch):
+    # Merged Q/K/V projections hand out slices of one product, a transposed product a
+    # transposed view; the CPU flash attention left in torch reads its operands' strides
+    # unchecked and computed wrong values from such outputs before they were re-laid out.
+    applied = force_rewrites(monkeypatch, REWRITES_THAT_CHANGE_LAYOUT)
+    model = TransformerBlock().eval()
+    x = torch.randn(2, 16, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", torch_compile.GraphsubWarning)
+        want, got, got_shifted = compiled_outputs(model, x, time_limit=1)
+    assert set(applied) == set(REWRITES_THAT_CHANGE_LAYOUT)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        torch.testing.assert_close(got_shifted, model(x + 1), rtol=1e-4, atol=1e-5)
+    assert all(not p.kept for p in torch_compile.reports()[-1].parts)
+
+
+def test_parts_that_break_the_whole_graph_are_put_back(monkeypatch):
+    # Without the re-layout, every part passes its own check and the assembled graph is
+    # wrong: the end-to-end check must catch it and put original parts back.
+    force_rewrites(monkeypatch, REWRITES_THAT_CHANGE_LAYOUT)
+    monkeypatch.setattr(torch_compile, "_restrided", lambda t, stride: t)
+    model = TransformerBlock().eval()
+    x = torch.randn(2, 16, 64)
+    with pytest.warns(torch_compile.GraphsubWarning, match="whole graph disagreed"):
+        want, got, got_shifted = compiled_outputs(model, x, time_limit=1)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():
+        torch.testing.assert_close(got_shifted, model(x + 1), rtol=1e-4, atol=1e-5)
+    kept = [p.kept for p in torch_compile.reports()[-1].parts]
+    assert any(k.startswith("end-to-end verification") for k in kept)
+
+
 def test_unsupported_ops_stay_in_torch_and_results_stay_right():
     class Sorts(nn.Module):
         def __init__(self) -> None:

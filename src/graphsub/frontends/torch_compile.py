@@ -10,7 +10,11 @@ For each graph torch.compile captures, the backend
    the time limit, under the measured cost of that device;
 4. checks each optimized part against the original part on the example inputs and on random
    ones; a part that disagrees, or that fails anywhere on the way, stays as it was;
-5. returns the module that runs the optimized parts with graphsub's torch backend and the
+5. hands each optimized part's outputs on in the memory layout the original part gave them
+   (the torch code between parts may call kernels, such as the CPU's fused attention, that
+   read their operands' strides without checking them), and checks the whole assembled graph
+   against the original, putting original parts back (the last first) until it agrees;
+6. returns the module that runs the optimized parts with graphsub's torch backend and the
    rest as before; with `options={"inductor": True}` it hands that module on to inductor.
 
 Nothing here ever fails the user's model: a graph graphsub cannot handle runs unchanged (with
@@ -25,6 +29,7 @@ a warning saying why).
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import time
 import warnings
@@ -187,6 +192,10 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     sizes = {p.target: sum(1 for n in getattr(parent, p.target).graph.nodes
                            if n.op == "call_function") for p in parts}
     total = max(sum(sizes.values()), 1)
+    # The optimized graph shares the original's weights and parts until a part is replaced;
+    # the original stays whole as the reference for the end-to-end check.
+    optimized = fx.GraphModule(parent, copy.deepcopy(parent.graph))
+    replaced: list[tuple[str, PartReport]] = []
     for part in parts:
         sub: fx.GraphModule = getattr(parent, part.target)
         part_constants = {}
@@ -200,10 +209,30 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
                                                   sub_placeholders, target, budget, opts)
         report.parts.append(part_report)
         if replacement is not None:
-            setattr(parent, part.target, replacement)
-    parent.recompile()
-    compiled = _inductor(parent, example_inputs) if opts.inductor else parent
+            setattr(optimized, part.target, replacement)
+            replaced.append((part.target, part_report))
+    optimized.recompile()
+    _undo_until_equal(parent, optimized, replaced, example_inputs, constants, opts.rtol)
+    compiled = _inductor(optimized, example_inputs) if opts.inductor else optimized
     return compiled, report
+
+
+def _undo_until_equal(original: fx.GraphModule, optimized: fx.GraphModule,
+                      replaced: list[tuple[str, PartReport]], example_inputs: Sequence[Any],
+                      constants: Sequence[int], rtol: float) -> None:
+    """Check the assembled graph end to end, since each part was checked alone and the torch
+    code between parts sees only their outputs' values; put original parts back, the last
+    first, until it agrees with the original."""
+    varied = [i for i in range(len(example_inputs)) if i not in set(constants)]
+    problem = _disagreement(original, optimized, example_inputs, varied, rtol)
+    while problem is not None and replaced:
+        name, part_report = replaced.pop()
+        part_report.kept = f"end-to-end verification: {problem}"
+        warnings.warn(f"graphsub: kept a part of the graph as it was: with it, the whole graph "
+                      f"disagreed with the original ({problem})", GraphsubWarning, stacklevel=4)
+        setattr(optimized, name, getattr(original, name))
+        optimized.recompile()
+        problem = _disagreement(original, optimized, example_inputs, varied, rtol)
 
 
 def _constant_positions(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> list[int]:
@@ -249,17 +278,49 @@ def _capture_part_inputs(parent: fx.GraphModule, example_inputs: Sequence[torch.
 
 class GraphsubPart(torch.nn.Module):
     """An optimized part: takes the part's arguments, feeds the non-constant ones to the
-    graphsub program (parameters are baked into it), returns what the part returned."""
+    graphsub program (parameters are baked into it), returns what the part returned, laid out
+    as the original part laid it out.
 
-    def __init__(self, program: Any, positions: Sequence[int], single: bool) -> None:
+    The layout matters because a rewrite changes it (a merged Q/K/V projection hands out
+    slices of one product, a transposed product hands out a transposed view) while the ATen
+    operators left in torch are the ones the dispatcher picked for the original layout: the
+    CPU's flash attention, for one, computes garbage from operands whose last dimension is not
+    contiguous instead of failing."""
+
+    def __init__(self, program: Any, positions: Sequence[int], single: bool,
+                 strides: Sequence[tuple[int, ...] | None]) -> None:
         super().__init__()
         self.program = program.module
         self.positions = list(positions)
         self.single = single
+        self.strides = list(strides)
 
     def forward(self, *args: Any) -> Any:
         outs = self.program(*(args[i] for i in self.positions))
+        outs = [_restrided(o, s) for o, s in zip(outs, self.strides)]
         return outs[0] if self.single else tuple(outs)
+
+
+def _restrided(t: Any, stride: tuple[int, ...] | None) -> Any:
+    """`t` with the given strides (a copy only where they differ)."""
+    if stride is None or not isinstance(t, torch.Tensor) or t.stride() == stride:
+        return t
+    out = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
+    return out.copy_(t)
+
+
+def _output_strides(sub: fx.GraphModule, args: list[Any]) -> list[tuple[int, ...] | None]:
+    """The strides of what the original part returns on the example arguments (None where an
+    output is not a tensor or is broadcast, which a fresh tensor cannot reproduce)."""
+    with torch.no_grad():
+        outs = sub(*args)
+    outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+    strides: list[tuple[int, ...] | None] = []
+    for o in outs:
+        broadcast = not isinstance(o, torch.Tensor) or any(
+            step == 0 and n > 1 for n, step in zip(o.shape, o.stride()))
+        strides.append(None if broadcast else tuple(o.stride()))
+    return strides
 
 
 def _optimize_part(sub: fx.GraphModule, args: list[Any], constants: dict[fx.Node, torch.Tensor],
@@ -286,7 +347,7 @@ def _optimize_part(sub: fx.GraphModule, args: list[Any], constants: dict[fx.Node
     positions = [placeholders.index(n) for n in inputs]
     output = next(n for n in sub.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))
-    part = GraphsubPart(program, positions, single)
+    part = GraphsubPart(program, positions, single, _output_strides(sub, args))
     problem = _disagreement(sub, part, args, positions, opts.rtol)
     if problem is not None:
         report.kept = f"verification: {problem}"
@@ -296,10 +357,10 @@ def _optimize_part(sub: fx.GraphModule, args: list[Any], constants: dict[fx.Node
     return part, report
 
 
-def _disagreement(original: fx.GraphModule, optimized: GraphsubPart, args: list[Any],
+def _disagreement(original: Callable, optimized: Callable, args: Sequence[Any],
                   positions: Sequence[int], rtol: float, trials: int = 2) -> str | None:
-    """Where the optimized part's outputs differ from the original's (None: they agree), on
-    the example arguments and on random ones of the same shapes."""
+    """Where the optimized module's outputs differ from the original's (None: they agree), on
+    the example arguments and on random ones of the same shapes in `positions`."""
     from graphsub.runtime.compare import diff_arrays
 
     gen = torch.Generator().manual_seed(0)
