@@ -36,6 +36,7 @@ PROFILES = {
 
 class AnalyticCostModel(CostModel):
     name = "analytic"
+    parallel_safe = True
 
     def __init__(self, profile: str | DeviceProfile = "cpu",
                  free_ops: frozenset[str] = frozenset()) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from graphsub.ir.graph import Graph
 from graphsub.ir.incremental import GraphDelta
@@ -63,12 +64,22 @@ class CostModel(ABC):
     name = "cost"
     unit = "s"
     layouts: LayoutFn | None = None
+    #: Whether searches in several processes may price graphs at once: true for models that
+    #: compute, false for those that time operators on this machine (concurrent timings skew).
+    parallel_safe = False
 
     def __init__(self) -> None:
         self._memo: dict[OpSignature, float] = {}
         # Per node object: graphs made by editing share most nodes, so their costs are found by
         # identity (the node is kept alive by the entry, so its id is not reused).
         self._by_node: dict[int, tuple[object, tuple, float]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy for another process (a split search's workers) leaves the caches behind:
+        they can be large, and identities mean nothing there."""
+        state = dict(self.__dict__)
+        state["_memo"], state["_by_node"] = {}, {}
+        return state
 
     @abstractmethod
     def op_cost(self, sig: OpSignature) -> float:

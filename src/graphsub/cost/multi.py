@@ -29,6 +29,7 @@ class MultiObjectiveCostModel(CostModel):
         self.time_model = time_model
         self.weights = weights
         self.memory_cap = memory_cap
+        self.parallel_safe = time_model.parallel_safe
 
     def op_cost(self, sig: OpSignature) -> float:
         w = self.weights
