@@ -30,6 +30,7 @@ from graphsub.runtime.inputs import graph_input_specs, random_feeds
 from graphsub.runtime.timing import PairedComparison, compare_runnables, time_runnables
 from graphsub.search import ALGORITHMS, LENGTH_BOUNDED, Candidate, OptimizeResult
 from graphsub.search.backtracking import ProgressFn
+from graphsub.search.split import split_search
 
 #: Tolerances for "computes the same function": rewrites reassociate float32 sums, so the
 #: absolute tolerance scales with each output's magnitude.
@@ -59,17 +60,22 @@ def optimize(graph: Graph, rules: Sequence[Rule] | None = None, algorithm: str =
              alpha: float = 1.05, budget: int = 1000, time_limit: float = 60.0,
              cost: str | CostModel = "measured", threads: int | None = None,
              progress: ProgressFn | None = None, keep: int = 5,
-             target: str | Target | None = None, k: int = 10) -> OptimizeResult:
+             target: str | Target | None = None, k: int = 10, split: int | None = None,
+             executor: str = "process") -> OptimizeResult:
     """Search for a cheaper equivalent graph under a cost model (the search step alone). A
     cost model given by name is built for the target (measured there, or the analytic
     profile that approximates it). `k` bounds the sequence length of the OCGGS algorithms
-    (pruning, dpp, sampling, enumeration)."""
+    (pruning, dpp, sampling, enumeration). `split` cuts graphs of more operators than that
+    into parts searched separately (MetaFlow's graph split; `executor` runs the parts:
+    process, dask or serial); the budget and k then apply per part."""
     if algorithm not in ALGORITHMS:
         raise GraphsubError(f"unknown algorithm {algorithm!r}; use one of {', '.join(ALGORITHMS)}")
     if k < 1:
         raise GraphsubError(f"the sequence length bound k must be at least 1 (got {k})")
     if alpha < 1.0:
         raise GraphsubError(f"alpha must be at least 1 (got {alpha})")
+    if split is not None and split < 2:
+        raise GraphsubError(f"--split needs a part size of at least 2 operators (got {split})")
     if isinstance(cost, str):
         model = make_cost_model(cost, threads, target=resolve_target(target, threads))
     else:
@@ -83,6 +89,9 @@ def optimize(graph: Graph, rules: Sequence[Rule] | None = None, algorithm: str =
         kwargs["budget"] = budget
     if algorithm == "backtracking":
         kwargs["alpha"] = alpha
+    if split is not None:
+        return split_search(graph, rules, model, search, threshold=split, executor=executor,
+                            **kwargs)
     return search(graph, rules, model, **kwargs)
 
 
@@ -147,7 +156,8 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
                    progress: ProgressFn | None = None,
                    target: str | Target | None = None,
                    stage: Callable[[str], None] | None = None,
-                   k: int = 10) -> tuple[bytes, OptimizeReport]:
+                   k: int = 10, split: int | None = None,
+                   executor: str = "process") -> tuple[bytes, OptimizeReport]:
     """Optimize for a target, choose by measurement there, verify. Returns the ONNX bytes to
     write (the original model's when nothing beats it) and the report. Raises
     VerificationError on a mismatch. `stage` is told what is happening after the search
@@ -157,7 +167,7 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
     device = resolve_target(target, threads)
     original = original_onnx if original_onnx is not None else to_onnx_bytes(graph)
     result = optimize(graph, rules, algorithm, alpha, budget, time_limit, cost, threads, progress,
-                      target=device, k=k)
+                      target=device, k=k, split=split, executor=executor)
     specs = graph_input_specs(graph)
     candidates = _distinct(result.candidates, graph.structural_hash(), measure_candidates)
     exported = [to_onnx_bytes(c.graph) for c in candidates]
@@ -220,8 +230,9 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
 
     report = OptimizeReport(
         model=label,
-        settings=dict(algorithm=algorithm, alpha=alpha, budget=budget, time_limit=time_limit,
-                      cost=cost, threads=threads, rules=len(rules) if rules is not None else "builtin"),
+        settings=dict(algorithm=algorithm, alpha=alpha, budget=budget, k=k, split=split,
+                      time_limit=time_limit, cost=cost, threads=threads,
+                      rules=len(rules) if rules is not None else "builtin"),
         target=device.name, device=device.device().as_dict(),
         predicted_cost_before=result.initial_cost,
         predicted_cost_after=chosen.cost if chosen is not None else result.initial_cost,
