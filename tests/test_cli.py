@@ -120,3 +120,34 @@ def test_parse_input_shapes():
 def test_version():
     r = invoke("--version")
     assert r.exit_code == 0 and graphsub.__version__ in r.stdout
+
+
+def test_compare_runs_each_algorithm_on_one_cost_model():
+    result = invoke("compare", "squeezenet", "--algorithms", "greedy,sampling", "--time-limit",
+                    "2", "--target", "torch-cpu", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [r["algorithm"] for r in data["runs"]] == ["greedy", "sampling"]
+    initial = {r["initial_cost"] for r in data["runs"]}
+    assert len(initial) == 1  # one cost model prices every run
+    assert all(r["final_cost"] <= r["initial_cost"] and r["explored"] >= 1
+               for r in data["runs"])
+    table = invoke("compare", "squeezenet", "--algorithms", "greedy", "--time-limit", "1")
+    assert table.exit_code == 0 and "greedy" in table.output and "expanded" in table.output
+
+
+def test_compare_names_an_unknown_algorithm():
+    result = invoke("compare", "squeezenet", "--algorithms", "greedy,annealing")
+    assert result.exit_code == 2
+    assert "unknown algorithm(s) annealing" in result.output
+
+
+def test_optimize_with_split_writes_a_verified_model(tmp_path):
+    out, report = tmp_path / "n.onnx", tmp_path / "r.json"
+    result = invoke("optimize", "nasrnn", "-o", str(out), "--cost", "analytic", "--split", "20",
+                    "--executor", "serial", "--time-limit", "4", "--candidates", "1",
+                    "--report", str(report))
+    assert result.exit_code == 0, result.output
+    rep = json.loads(report.read_text())
+    assert rep["settings"]["split"] == 20
+    assert rep["verification"] and out.exists()

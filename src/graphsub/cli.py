@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -43,6 +44,12 @@ TargetOpt = Annotated[Optional[str], typer.Option(
     "--target", help="Where the model will run, so what is measured: ort-cpu, ort-cuda, "
                      "torch-cpu or torch-cuda (default: torch-cuda when torch sees a GPU, else "
                      "ort-cpu). `graphsub info --targets` lists this machine's.")]
+SplitOpt = Annotated[Optional[int], typer.Option(
+    "--split", metavar="N", help="Cut the graph into parts of at most N operators, search them "
+    "separately and the cuts last (MetaFlow's graph split; MetaFlow uses 30).")]
+ExecutorOpt = Annotated[str, typer.Option(
+    help="Where --split searches parts: process (a local pool), dask, or serial. Parts priced by "
+         "measurement are searched one at a time.")]
 CudaGraphsOpt = Annotated[bool, typer.Option(
     "--cuda-graphs/--no-cuda-graphs",
     help="torch-cuda: time and run CUDA-graph replays (default) or eager launches.")]
@@ -340,6 +347,7 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
              alpha: Annotated[float, typer.Option(help="Explore graphs up to alpha x the best cost (TASO/MetaFlow).")] = 1.05,
              budget: Annotated[int, typer.Option(help="Most graphs to expand (backtracking, greedy).")] = 1000,
              k: Annotated[int, typer.Option("--k", help="Longest rewrite sequence for pruning, dpp and sampling (OCGGS's K).")] = 10,
+             split: SplitOpt = None, executor: ExecutorOpt = "process",
              time_limit: Annotated[float, typer.Option("--time-limit", help="Search time limit in seconds.")] = 60.0,
              cost: Annotated[str, typer.Option(help="Cost model: measured (each operator timed on the target) or analytic (a roofline for the target's device).")] = "measured",
              rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Rule file (graphsub .rules or TASO .pb); repeatable. Default: the built-in library.")] = None,
@@ -377,7 +385,7 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
                     loaded.graph, original, loaded.label, rule_list, algorithm=algorithm,
                     alpha=alpha, budget=budget, k=k, time_limit=time_limit, cost=cost,
                     threads=threads, measure_candidates=candidates, progress=update,
-                    target=device, stage=stage)
+                    target=device, stage=stage, split=split, executor=executor)
             finally:
                 status.stop()
     except VerificationError as exc:
@@ -390,6 +398,55 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
         emit_json(rep.as_dict())
         return
     _print_optimize_report(rep, output)
+
+
+@app.command()
+@handle_errors
+def compare(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")],
+            algorithms: Annotated[str, typer.Option(help="Comma-separated algorithms to run, in order.")] = "backtracking,greedy,pruning,dpp,sampling",
+            time_limit: Annotated[float, typer.Option("--time-limit", help="Search time limit per algorithm, in seconds.")] = 10.0,
+            cost: Annotated[str, typer.Option(help="Cost model: analytic (deterministic: search times compare fairly) or measured (operators timed once, for whichever algorithm prices them first).")] = "analytic",
+            k: Annotated[int, typer.Option("--k", help="Longest rewrite sequence for pruning, dpp and sampling (OCGGS's K).")] = 10,
+            split: SplitOpt = None,
+            rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Rule file (graphsub .rules or TASO .pb); repeatable. Default: the built-in library.")] = None,
+            input_shape: InputShapeOpt = None, threads: ThreadsOpt = None, target: TargetOpt = None,
+            as_json: JsonOpt = False) -> None:
+    """Run the search algorithms on one model under one cost model and compare what they
+    find (final cost, search time, graphs expanded), as OCGGS's section 6 tables do."""
+    from graphsub.compare import compare_algorithms
+    from graphsub.rules import builtin_rules, load_rules
+
+    loaded = LoadedModel(model, parse_input_shapes(input_shape))
+    device = make_target(target, threads)
+    rule_list = load_rules(rules) if rules else builtin_rules()
+    names = [a.strip() for a in algorithms.split(",") if a.strip()]
+    with err.status("") as status:
+        runs = compare_algorithms(
+            loaded.graph, names, rule_list, cost, device, time_limit, k, split, threads,
+            started=lambda a: status.update(f"searching with {a} (up to {time_limit:g} s)..."))
+    if as_json:
+        emit_json({"model": loaded.label, "target": device.name, "cost": cost,
+                   "time_limit": time_limit, "k": k, "split": split,
+                   "runs": [r.as_dict() for r in runs]})
+        return
+    best = min(r.final_cost for r in runs)
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
+                  title=f"graphsub compare: {loaded.label}, {cost} cost for {device.name}, "
+                        f"{time_limit:g} s each" + (f", split {split}" if split else "")
+                        + f"; initial cost {runs[0].initial_cost * 1e3:.4f} ms",
+                  title_justify="left")
+    for col in ("algorithm", "cost ms", "/best", "gain", "secs", "expanded", "reused",
+                "stop"):
+        table.add_column(col, justify="left" if col == "algorithm" else "right", no_wrap=True)
+    for r in runs:
+        matches = r.matches_computed + r.matches_reused
+        table.add_row(r.algorithm, f"{r.final_cost * 1e3:.4f}",
+                      f"{r.final_cost / best:.3f}" if best else "", f"{r.improvement:.2f}x",
+                      f"{r.seconds:.1f}", str(r.explored),
+                      f"{r.matches_reused / matches:.0%}" if matches else "", r.stopped_by)
+    out.print(table)
+    out.print("[dim]gain: initial / final cost; reused: matches carried over from a parent "
+              "graph instead of matched again (--json has every count)[/]")
 
 
 def _print_optimize_report(rep, output: Path) -> None:

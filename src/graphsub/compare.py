@@ -1,0 +1,71 @@
+"""The search algorithms side by side on one model under one cost model (OCGGS section 6's
+tables: final cost, search time, graphs expanded), for `graphsub compare` and bench/."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from graphsub.backends import Target
+from graphsub.cost import CostModel, make_cost_model
+from graphsub.errors import GraphsubError
+from graphsub.ir.graph import Graph
+from graphsub.optimizer import optimize, resolve_target
+from graphsub.rules import Rule, builtin_rules
+from graphsub.search import ALGORITHMS
+
+#: What `graphsub compare` runs unless told otherwise (enumeration is exponential in K).
+DEFAULT_ALGORITHMS = ("backtracking", "greedy", "pruning", "dpp", "sampling")
+
+
+@dataclass
+class AlgorithmRun:
+    algorithm: str
+    split: int | None
+    initial_cost: float
+    final_cost: float
+    seconds: float
+    explored: int
+    generated: int
+    matches_computed: int
+    matches_reused: int
+    stopped_by: str
+    rules_used: dict[str, int]
+
+    @property
+    def improvement(self) -> float:
+        """initial / final cost: how many times cheaper the result is predicted to be."""
+        return self.initial_cost / self.final_cost if self.final_cost else float("inf")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "improvement": self.improvement}
+
+
+def compare_algorithms(graph: Graph, algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
+                       rules: Sequence[Rule] | None = None, cost: str | CostModel = "analytic",
+                       target: str | Target | None = None, time_limit: float = 10.0,
+                       k: int = 10, split: int | None = None, threads: int | None = None,
+                       started: Callable[[str], None] | None = None) -> list[AlgorithmRun]:
+    """Run each algorithm on `graph` with the same rules, cost model and time limit. One
+    cost model prices every run: under a measured model, an operator timed for an earlier
+    algorithm is not timed again, so order the runs or use the analytic model to compare
+    search times fairly."""
+    unknown = [a for a in algorithms if a not in ALGORITHMS]
+    if unknown:
+        raise GraphsubError(f"unknown algorithm(s) {', '.join(unknown)}; "
+                            f"use {', '.join(ALGORITHMS)}")
+    model = make_cost_model(cost, threads, target=resolve_target(target, threads)) \
+        if isinstance(cost, str) else cost
+    rules = builtin_rules() if rules is None else list(rules)
+    runs = []
+    for algorithm in algorithms:
+        if started is not None:
+            started(algorithm)
+        result = optimize(graph, rules, algorithm, time_limit=time_limit, cost=model, k=k,
+                          split=split, budget=10**9)
+        s = result.stats
+        runs.append(AlgorithmRun(algorithm, split, result.initial_cost, result.final_cost,
+                                 s.seconds, s.explored, s.generated, s.matches_computed,
+                                 s.matches_reused, s.stopped_by, dict(result.rules_used())))
+    return runs
