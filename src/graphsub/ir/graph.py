@@ -44,17 +44,45 @@ class Node:
         return self.outputs[0]
 
 
+#: Canonical attributes and output types (or the error) by (op, attributes, input types). A
+#: search builds the same target operators on the same types tens of thousands of times, and
+#: canonicalizing and inferring them was the largest cost of a rewrite.
+_INFERRED: dict[tuple[Any, ...], tuple[Attrs, tuple[TensorType, ...]] | GraphsubError] = {}
+_INFERRED_MAX = 200_000
+
+
 def make_node(op: str, inputs: Sequence[Value], input_types: Sequence[TensorType],
               attrs: Mapping[str, Any] | None = None, name: str = "") -> Node:
     """Make a node, validating and canonicalizing attributes and inferring output types."""
+    in_types = tuple(input_types)
+    try:
+        key: tuple[Any, ...] | None = (op, attrs if isinstance(attrs, Attrs) else
+                                       tuple(sorted((attrs or {}).items())), in_types)
+        inferred = _INFERRED.get(key)
+    except TypeError:  # an unhashable attribute value (a list): not cached
+        key, inferred = None, None
+    if inferred is None:
+        inferred = _infer(op, in_types, attrs)
+        if key is not None:
+            if len(_INFERRED) >= _INFERRED_MAX:
+                _INFERRED.clear()
+            _INFERRED[key] = inferred
+    if isinstance(inferred, GraphsubError):
+        raise inferred.with_traceback(None)
+    return Node(op, inferred[0], tuple(inputs), inferred[1], name)
+
+
+def _infer(op: str, in_types: tuple[TensorType, ...], attrs: Mapping[str, Any] | None
+           ) -> tuple[Attrs, tuple[TensorType, ...]] | GraphsubError:
     from graphsub.ops import get_op
 
     opdef = get_op(op)
-    in_types = tuple(input_types)
-    opdef.check_arity(len(in_types))
-    canonical = attrs if isinstance(attrs, Attrs) else opdef.make_attrs(attrs or {}, in_types)
-    out_types = opdef.infer(canonical, in_types)
-    return Node(op, canonical, tuple(inputs), tuple(out_types), name)
+    try:
+        opdef.check_arity(len(in_types))
+        canonical = attrs if isinstance(attrs, Attrs) else opdef.make_attrs(attrs or {}, in_types)
+        return canonical, tuple(opdef.infer(canonical, in_types))
+    except GraphsubError as exc:
+        return exc
 
 
 class Graph:
