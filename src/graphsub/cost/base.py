@@ -8,7 +8,7 @@ and weight-only nodes cost nothing: weight-only nodes are folded at export (TASO
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,6 +105,17 @@ class CostModel(ABC):
         """The sum of node costs. A graph edited from one already priced is priced from its
         parent: only nodes the edit can have changed the price of are looked at."""
         return self._priced(graph)[0]
+
+    @property
+    def sum_of_nodes(self) -> bool:
+        """Whether a graph's cost is the sum of `priced`'s node costs, each depending on the
+        node's signature alone (no strides that travel through views): then a rewrite can be
+        priced from the nodes it removes and adds (graphsub.rules.pricing)."""
+        return self.layouts is None and type(self).graph_cost is CostModel.graph_cost
+
+    def priced(self, graph: Graph) -> tuple[float, Mapping[int, float]]:
+        """The graph's cost and each node's (computed once per graph, from its parent's)."""
+        return self._priced(graph)
 
     def _priced(self, graph: Graph) -> tuple[float, dict[int, float]]:
         entry = graph.memo.get(self)

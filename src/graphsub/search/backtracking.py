@@ -1,8 +1,9 @@
 """Cost-based backtracking search (MetaFlow Algorithm 1, TASO Algorithm 2).
 
 Candidate graphs wait in a priority queue ordered by cost. Each dequeued graph is expanded by
-applying every rule at every match; a new graph becomes the best if it is cheaper, and is
-queued if its cost is below alpha times the best cost. alpha = 1 is greedy (only
+pricing every rule at every match (graphsub.rules.pricing: without building the child); a new
+graph becomes the best if it is cheaper, and is queued if its cost is below alpha times the
+best cost. alpha = 1 is greedy (only
 improvements are explored); alpha > 1 allows relaxed substitutions that raise cost on the way
 to a better graph. Graphs are deduplicated by fingerprint when dequeued, and graphs with more than
 `max_node_factor` times the original number of nodes are dropped.
@@ -21,6 +22,7 @@ from graphsub.rules.applier import REJECTIONS, apply_match
 from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match
+from graphsub.rules.pricing import price_rewrite
 from graphsub.search.result import Candidate, OptimizeResult, SearchStats, Step
 
 ProgressFn = Callable[[SearchStats, float], None]
@@ -67,7 +69,9 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
                 break
             cost, _, entry, trace = heapq.heappop(queue)
             g = entry if isinstance(entry, Graph) else apply_match(*entry)
-            assert g is not None  # it was built once before
+            if g is None:  # priced, not built: the rewrite makes a cycle
+                stats.pruned += 1
+                continue
             fp = g.fingerprint()
             if fp in seen:  # reached before along another sequence of rewrites
                 stats.duplicates += 1
@@ -77,17 +81,22 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
             for matches in matcher.matches(g):
                 for match in matches:
                     stats.matches += 1
-                    new = apply_match(g, match)
-                    if new is None:
+                    priced = price_rewrite(g, match, cost_model)
+                    if priced is None:
                         continue
                     stats.generated += 1
-                    if len(new) > node_cap:
+                    if priced.nodes > node_cap:
                         stats.pruned += 1
                         continue
-                    new_cost = cost_model.graph_cost(new)
-                    new_trace = trace + (Step(match.rule.name, new_cost),)
+                    new_cost = priced.cost
                     if new_cost < best_cost() or len(best) < keep:
-                        record(new, new_cost, new_trace)
+                        new = apply_match(g, match)  # only the few that are kept are built
+                        if new is None:
+                            stats.pruned += 1
+                            continue
+                        new_cost = cost_model.graph_cost(new)
+                        record(new, new_cost, trace + (Step(match.rule.name, new_cost),))
+                    new_trace = trace + (Step(match.rule.name, new_cost),)
                     if new_cost < alpha * best_cost():
                         heapq.heappush(queue, (new_cost, next(counter), (g, match), new_trace))
                     else:
