@@ -90,14 +90,25 @@ class IncrementalMatcher:
     def _from_parent(self, graph: Graph, parent: list[list[Match]], changed: frozenset[int],
                      gone: frozenset[int]) -> list[list[Match]]:
         near = _distances(graph, changed, self.max_radius)
-        within = {r: [n for n, d in near.items() if d <= r] for r in set(self.radii) if r is not None}
+        # Nodes near the change by radius and op: most rules' first root op is not among
+        # them, and those rules need no matching run at all.
+        within: dict[int, dict[str, list[int]]] = {}
+        for r in {r for r in self.radii if r is not None}:
+            by_op = within[r] = {}
+            for n, d in near.items():
+                if d <= r:
+                    by_op.setdefault(graph[n].op, []).append(n)
         out = []
         for rule, radius, old in zip(self.rules, self.radii, parent):
             kept = [m for m in old if m.nodes.isdisjoint(gone)
                     and conditions_hold(graph, rule, m.tensors, m.attrs, m.roots)]
-            # a rule whose pattern is not connected (no radius) is matched everywhere
-            fresh = [m for m in find_matches(graph, rule, first_roots=within.get(radius))
-                     if not m.nodes.isdisjoint(changed)]
+            if radius is None:  # a pattern that is not connected is matched everywhere
+                found = find_matches(graph, rule)
+            else:
+                first = rule.sources[0]
+                roots = within[radius].get(first.op, ()) if isinstance(first, OpTerm) else ()
+                found = find_matches(graph, rule, first_roots=roots) if roots else []
+            fresh = [m for m in found if not m.nodes.isdisjoint(changed)]
             self.counts.reused += len(kept)
             self.counts.computed += len(fresh)
             out.append(kept + fresh)
