@@ -12,13 +12,15 @@ from graphsub import zoo
 from graphsub.cost import AnalyticCostModel
 from graphsub.errors import GraphsubError
 from graphsub.ir.builder import GraphBuilder
+from graphsub.ir.types import Constant, ConstantStub
 from graphsub.rules import builtin_rules
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.runtime import compare_models, graph_input_specs
 from graphsub.search import backtracking_search
 from graphsub.search import split as split_module
 from graphsub.search.split import (extract_region, min_cut_split, operator_capacities,
-                                   partitioned, split_graph, split_search, stitch)
+                                   partitioned, split_graph, split_search, stitch,
+                                   without_weight_data)
 
 RULES = builtin_rules(check=False)
 COST = AnalyticCostModel("a100")
@@ -153,6 +155,29 @@ def test_parallel_and_serial_parts_give_the_same_graph():
                             executor="process", workers=2)
     assert serial.stats.stopped_by == "exhausted"
     assert parallel.graph.structural_hash() == serial.graph.structural_hash()
+    # The parts travelled without weight data; the stitched graph has the real weights back.
+    weights = [n.attrs["value"] for n in parallel.graph.nodes.values() if n.op == "weight"]
+    assert weights and not any(isinstance(w, ConstantStub) for w in weights)
+    assert_same_function(g, parallel.graph)
+
+
+def test_parts_travel_to_workers_without_weight_data():
+    import pickle
+
+    import numpy as np
+
+    g = zoo.build("bert")
+    stripped = without_weight_data(g)
+    assert len(pickle.dumps(stripped)) < 0.01 * len(pickle.dumps(g))
+    assert stripped.structural_hash() == g.structural_hash()
+    assert all(stripped[n] == g[n] for n in g.nodes)
+    ones = Constant(np.ones((64, 64), dtype="float32"))
+    stub = ConstantStub(ones)
+    assert stub == ones and hash(stub) == hash(ones) and stub.type == ones.type
+    assert stub.all_equal(1.0) and not stub.all_equal(0.0)
+    assert not ConstantStub(Constant(np.arange(4.0))).all_equal(0.0)
+    with pytest.raises(GraphsubError, match="stayed in the process"):
+        stub.array
 
 
 def test_a_split_below_two_operators_is_a_clear_error():

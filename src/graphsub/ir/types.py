@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from graphsub.errors import GraphsubError
+
 #: dtypes the IR understands, by numpy name.
 SUPPORTED_DTYPES = frozenset(
     {"float32", "float16", "float64", "bfloat16", "int8", "int16", "int32", "int64",
@@ -101,8 +103,40 @@ class Constant:
     def __hash__(self) -> int:
         return hash(self.digest)
 
+    def all_equal(self, value: Any) -> bool:
+        """Whether every element equals `value` (what rule conditions ask of weights)."""
+        return bool(np.all(self._array == value))
+
     def __repr__(self) -> str:
         return f"Constant({self.type}, {self.digest.hex()[:8]})"
+
+
+class ConstantStub(Constant):
+    """A Constant without its data: its digest (so it compares and hashes equal to the
+    original), its type, and its one value when all elements are the same. A split search
+    sends parts to worker processes that search but never read weight data; shipping BERT's
+    weights to the workers and back took longer than the search."""
+
+    __slots__ = ("_type", "_uniform")
+
+    def __init__(self, original: Constant) -> None:
+        arr = original.array
+        self._array = None  # type: ignore[assignment]
+        self._digest = original.digest
+        self._type = original.type
+        flat = arr.reshape(-1)
+        self._uniform = flat[:1].copy() if flat.size and np.all(flat == flat[0]) else None
+
+    @property
+    def array(self) -> np.ndarray:
+        raise GraphsubError("this weight's data stayed in the process that split the graph")
+
+    @property
+    def type(self) -> TensorType:
+        return self._type
+
+    def all_equal(self, value: Any) -> bool:
+        return self._uniform is not None and bool(np.all(self._uniform == value))
 
 
 class Attrs(Mapping[str, Any]):

@@ -11,8 +11,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph, Value
 from graphsub.ir.types import TensorType
@@ -61,16 +59,10 @@ def _dim(env: Env, t: Expr, i: Expr) -> int:
     return shape[k]
 
 
-def _weight_value(env: Env, t: Expr) -> np.ndarray | None:
-    """The constant value of a matched tensor, when it is a weight node."""
-    v = env.tensor_value(t)
-    node = env.graph[v.node]
-    return node.attrs["value"].array if node.op == "weight" else None
-
-
 def _all_equal(env: Env, t: Expr, x: Expr) -> bool:
-    arr = _weight_value(env, t)
-    return arr is not None and bool(np.all(arr == evaluate(x, env)))
+    """Whether the matched tensor is a weight whose elements all equal x."""
+    node = env.graph[env.tensor_value(t).node]
+    return node.op == "weight" and node.attrs["value"].all_equal(evaluate(x, env))
 
 
 def _is_weight(env: Env, t: Expr) -> bool:

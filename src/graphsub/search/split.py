@@ -30,7 +30,9 @@ from typing import Any
 import networkx as nx
 
 from graphsub.cost.base import CostModel
+from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph, Node, Value, make_node
+from graphsub.ir.types import Attrs, ConstantStub
 from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match
@@ -181,6 +183,20 @@ def extract_region(graph: Graph, ops: Iterable[int]) -> Region:
     return Region(sub, tuple(boundary), tuple(outputs))
 
 
+def without_weight_data(graph: Graph) -> Graph:
+    """The graph with every weight's data left behind (ConstantStub): what is sent to a
+    worker process, which matches, rewrites and prices but never reads weight values beyond
+    'all elements equal x'. Stubs compare equal to their originals, so `stitch` puts the
+    original weight nodes back."""
+    nodes = dict(graph.nodes)
+    for nid, node in graph.nodes.items():
+        if node.op == "weight" and not isinstance(node.attrs["value"], ConstantStub):
+            attrs = Attrs({**node.attrs, "value": ConstantStub(node.attrs["value"])})
+            nodes[nid] = Node(node.op, attrs, node.inputs, node.outputs, node.name)
+    return Graph(nodes, graph.inputs, graph.outputs, graph.output_names, graph.meta,
+                 graph.next_id, check=False)
+
+
 def stitch(graph: Graph, replacements: Sequence[tuple[Region, Graph]]
            ) -> tuple[Graph, dict[int, int]]:
     """`graph` with each region replaced by its new graph (same interface), and, for every
@@ -218,6 +234,11 @@ def stitch(graph: Graph, replacements: Sequence[tuple[Region, Graph]]
                 editor.replace_uses(outer(old), replacement)
                 renamed[outer(old)] = replacement
     result = editor.finish()
+    for nid in origin:
+        node = result.nodes.get(nid)
+        if node is not None and node.op == "weight" and isinstance(node.attrs["value"], ConstantStub):
+            raise GraphsubError(f"a part's search made a new weight node (#{nid}) from a weight "
+                                "whose data stayed behind; run the split with executor='serial'")
     return result, {nid: i for nid, i in origin.items() if nid in result.nodes}
 
 
@@ -312,7 +333,7 @@ def split_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, sea
     """Split, search every part with `search` (any algorithm; `kwargs` go to it), stitch,
     search around the cuts. The time limit covers it all: the parts share
     1 - BOUNDARY_SHARE of it in proportion to their size (spread over the workers)."""
-    from graphsub.generate.executors import make_executor
+    from graphsub.generate.executors import SerialExecutor, make_executor
 
     start = time.perf_counter()
     stats = SearchStats()
@@ -336,7 +357,9 @@ def split_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, sea
             cut = [extract_region(base, r) for r in regions]
             total = sum(len(r) for r in regions)
             lanes = min(len(regions), running.workers)
-            tasks = [(i, search, region.graph, rules, cost_model, {
+            shipped = [region.graph if isinstance(running, SerialExecutor)
+                       else without_weight_data(region.graph) for region in cut]
+            tasks = [(i, search, shipped[i], rules, cost_model, {
                 **kwargs, "time_limit": min(seconds, seconds * lanes * len(r) / total)})
                 for i, (region, r) in enumerate(zip(cut, regions))]
             done: dict[int, tuple[Graph, tuple[Step, ...], SearchStats, float, float]] = {}
