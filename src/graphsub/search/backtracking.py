@@ -80,6 +80,8 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
             stats.explored += 1
             for matches in matcher.matches(g):
                 for match in matches:
+                    if time.perf_counter() - start > time_limit:
+                        break
                     stats.matches += 1
                     priced = price_rewrite(g, match, cost_model)
                     if priced is None:
