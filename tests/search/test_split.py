@@ -147,12 +147,13 @@ def test_split_search_finds_what_the_whole_search_finds_and_computes_the_same(sp
     assert_same_function(g, split.graph)
 
 
-def test_parallel_and_serial_parts_give_the_same_graph():
+@pytest.mark.parametrize("executor", ["process", "dask"])
+def test_parallel_and_serial_parts_give_the_same_graph(executor):
     g = zoo.build("squeezenet")  # every part's search runs to exhaustion: deterministic
     serial = split_search(g, RULES, COST, backtracking_search, threshold=12, time_limit=60,
                           executor="serial")
     parallel = split_search(g, RULES, COST, backtracking_search, threshold=12, time_limit=60,
-                            executor="process", workers=2)
+                            executor=executor, workers=2)
     assert serial.stats.stopped_by == "exhausted"
     assert parallel.graph.structural_hash() == serial.graph.structural_hash()
     # The parts travelled without weight data; the stitched graph has the real weights back.
