@@ -108,6 +108,28 @@ def test_edit_is_copy_on_write_and_shares_unchanged_nodes():
     assert not np.allclose(evaluate(g, {"x": x})["y"], evaluate(g2, {"x": x})["y"])
 
 
+def test_a_new_node_repointed_to_a_later_new_node_is_placed_after_it():
+    """replace_uses re-points new readers too, so a node made early in an edit can end up
+    reading one made later (a rule target that reads the value it replaces did this): the
+    edited graph must still be ordered, as the full path orders it."""
+    g = small_graph()
+    relu_id = g.nodes_by_op("relu")[0]
+    (y,) = g.outputs
+    ed = g.edit()
+    (early,) = ed.add("tanh", [Value(relu_id)])           # reads the value about to be replaced
+    (late,) = ed.add("sigmoid", [g[relu_id].inputs[0]])
+    ed.replace_uses(Value(relu_id), late)                 # early now reads late
+    ed.replace_uses(y, early)                             # ... and is what the graph returns
+    g2 = ed.finish()
+    assert g2.delta is not None  # the local path handled it
+    assert g2[early.node].inputs == (late,)
+    pos = g2.delta.position
+    assert all(pos(v.node) < pos(nid) for nid in g2.delta.changed for v in g2[nid].inputs)
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    full = Graph(g2.nodes, g2.inputs, g2.outputs, g2.output_names)
+    np.testing.assert_allclose(evaluate(g2, {"x": x})["y"], evaluate(full, {"x": x})["y"])
+
+
 def test_replacement_must_keep_the_type():
     g = small_graph()
     relu_id = g.nodes_by_op("relu")[0]

@@ -450,9 +450,11 @@ class GraphEditor:
             p = new_pos.get(nid)
             return p if p is not None else old_pos[nid]
 
-        for nid in self._added:
-            if nid in nodes:
-                new_pos[nid] = max((pos(v.node) for v in nodes[nid].inputs), default=-1.0) + step
+        order = self._added_in_order()
+        if order is None:
+            return None  # the new nodes read each other in a cycle: the full check names it
+        for nid in order:
+            new_pos[nid] = max((pos(v.node) for v in nodes[nid].inputs), default=-1.0) + step
         # Every edge must go up in position; only edges into changed nodes can be new. An
         # existing node that now reads something placed after it has that something's
         # ancestors moved in front of it (Pearce and Kelly's reordering); a cycle, or an order
@@ -468,6 +470,34 @@ class GraphEditor:
                   self._next_id, check=False)
         g.delta = GraphDelta(base, changed, frozenset(removed), new_pos)
         return g
+
+    def _added_in_order(self) -> list[int] | None:
+        """The surviving new nodes, each after the new nodes it reads (usually creation
+        order, but replace_uses can point a new node at one made after it), or None when
+        they read each other in a cycle."""
+        nodes, added = self._nodes, set(self._added)
+        order: list[int] = []
+        state: dict[int, int] = {}  # 1: being visited, 2: placed
+        for start in self._added:
+            if start not in nodes or start in state:
+                continue
+            stack = [(start, iter(nodes[start].inputs))]
+            state[start] = 1
+            while stack:
+                nid, inputs = stack[-1]
+                for v in inputs:
+                    if v.node in added and v.node in nodes:
+                        if state.get(v.node) == 1:
+                            return None
+                        if v.node not in state:
+                            state[v.node] = 1
+                            stack.append((v.node, iter(nodes[v.node].inputs)))
+                            break
+                else:
+                    stack.pop()
+                    state[nid] = 2
+                    order.append(nid)
+        return order
 
     def _move_before(self, reader: int, source: int, pos: Callable[[int], float],
                      new_pos: dict[int, float]) -> bool:
