@@ -4,7 +4,7 @@ a100 profile (results compare across machines; only the times depend on this one
     python bench/bench_algorithms.py reference --models nasrnn,bert --seconds 600
     python bench/bench_algorithms.py quality --seconds 10 --reference out/bench/reference*.json
     python bench/bench_algorithms.py exact --k 3
-    python bench/bench_algorithms.py scaling --cap 30
+    python bench/bench_algorithms.py scaling --cap 20
 
 reference: long runs (10 minutes) of the algorithms that do not stop on their own, saved for
 quality (run several at once, one per core).
@@ -139,37 +139,66 @@ def scaling(args: argparse.Namespace) -> None:
     meta = {"date": date.today().isoformat(), "command": " ".join(sys.argv),
             "cap": args.cap, "k": args.k, "profile": f"{PROFILE[0]} analytic"}
     save_rows(args.out, meta, rows)
-    plot_scaling(rows, args.families.split(","), args.plot, args.cap)
+    report_scaling(meta, rows, args.plot)
+
+
+def report_scaling(meta: dict[str, Any], rows: list[dict[str, Any]], plot: str) -> None:
+    """One table per family: a row per size, a column per algorithm (search seconds, a * when
+    it hit the cap, and the final cost ratio), and the plot."""
+    families = list(dict.fromkeys(r["family"] for r in rows))
+    plot_scaling(rows, families, plot, meta["cap"])
     print(f"\n{meta}\n")
-    lines = [[r["family"], str(r["n"]), str(r["nodes"]), algorithm_label(r),
-              f"{r['seconds']:.2f}", r["stopped_by"], f"{r['ratio']:.4f}"] for r in rows]
-    print(markdown(["family", "n", "ops", "algorithm", "search s", "stopped", "cost ratio"],
-                   lines))
+    for family in families:
+        mine = [r for r in rows if r["family"] == family]
+        labels = list(dict.fromkeys(algorithm_label(r) for r in mine))
+        lines = []
+        for n in dict.fromkeys(r["n"] for r in mine):
+            at = {algorithm_label(r): r for r in mine if r["n"] == n}
+            cells = [f"{at[lab]['seconds']:.1f}{'*' if at[lab]['stopped_by'] == 'time' else ''}"
+                     f" ({at[lab]['ratio']:.3f})" if lab in at else "" for lab in labels]
+            lines.append([str(n), str(next(iter(at.values()))["nodes"]), *cells])
+        print(f"\n{family}\n")
+        print(markdown(["n", "ops", *labels], lines))
+
+
+def scaling_report(args: argparse.Namespace) -> None:
+    saved = json.loads(Path(args.saved).read_text())
+    report_scaling(saved["meta"], saved["rows"], args.plot)
 
 
 def plot_scaling(rows: list[dict[str, Any]], families: list[str], path: str, cap: float) -> None:
+    """Search time against operators, one panel per family: a colour per algorithm, solid
+    for the whole graph, dashed with the split."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-    fig, axes = plt.subplots(1, len(families), figsize=(5.5 * len(families), 4.2),
+    algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))
+    colours = dict(zip(algorithms, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    fig, axes = plt.subplots(1, len(families), figsize=(5.2 * len(families), 4.4),
                              squeeze=False)
     for ax, family in zip(axes[0], families):
         mine = [r for r in rows if r["family"] == family]
         for label in dict.fromkeys(algorithm_label(r) for r in mine):
             runs = [r for r in mine if algorithm_label(r) == label]
             ax.plot([r["nodes"] for r in runs], [r["seconds"] for r in runs], marker="o",
-                    linestyle="--" if "split" in label else "-", label=label)
+                    markersize=4, color=colours[runs[0]["algorithm"]],
+                    linestyle="--" if runs[0]["split"] else "-", label=label)
         ax.axhline(cap, color="grey", linewidth=0.8, linestyle=":")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_title(family)
         ax.set_xlabel("operators")
-        ax.set_ylabel(f"search time (s, capped at {cap:.0f})")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][-1].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0][0].set_ylabel(f"search time, s (dotted: the {cap:.0f} s cap)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels) // 2 or 1, fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
 
@@ -207,11 +236,14 @@ def main() -> None:
     s.add_argument("--cap", type=float, default=30.0)
     s.add_argument("--plot", default="bench/scaling.png")
     s.add_argument("--out", default="out/bench/algorithms_scaling.json")
+    sr = sub.add_parser("scaling-report", help="tables and plot again from saved rows")
+    sr.add_argument("saved", nargs="?", default="out/bench/algorithms_scaling.json")
+    sr.add_argument("--plot", default="bench/scaling.png")
     args = parser.parse_args()
     PROFILE[0] = args.profile
     args.size_param = {"sru": "steps"}
     {"quality": quality, "reference": reference, "exact": exact,
-     "scaling": scaling}[args.mode](args)
+     "scaling": scaling, "scaling-report": scaling_report}[args.mode](args)
 
 
 if __name__ == "__main__":
