@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 DEMO_MODEL ?= nasrnn
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast bench bench-generate bench-targets bench-cpu clean
+.PHONY: demo test test-fast bench bench-generate bench-targets bench-cpu bench-search clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ $(VENV)/.bench-installed: $(VENV)/.test-installed
 
 bench-cpu: $(VENV)/.bench-installed
 	$(BIN)/python bench/bench_cpu_wins.py
+
+bench-search: $(VENV)/.bench-installed
+	$(BIN)/python bench/bench_algorithms.py exact
+	$(BIN)/python bench/bench_algorithms.py scaling --cap 20
+	$(BIN)/python bench/bench_algorithms.py quality
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build src/*.egg-info
