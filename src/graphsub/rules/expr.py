@@ -13,7 +13,7 @@ from typing import Any
 
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph, Value
-from graphsub.ir.types import TensorType
+from graphsub.ir.types import Constant, TensorType
 from graphsub.rules.ast import AVar, Call, Expr, Lit, ListExpr, OutRef
 
 
@@ -23,7 +23,8 @@ class RuleError(GraphsubError):
 
 @dataclass
 class Env:
-    """What expressions can read while a rule is matched or applied."""
+    """What expressions can read while a rule is matched or applied: bindings to values of a
+    graph. (graphsub.egraph binds to e-classes instead, through the same four methods.)"""
 
     graph: Graph
     tensors: Mapping[str, Value]
@@ -44,6 +45,15 @@ class Env:
             return self.roots[e.index]
         raise RuleError(f"{_show(e)} is not a matched tensor")
 
+    def is_weight(self, e: Expr) -> bool:
+        """Whether the matched tensor is computed from weights alone."""
+        return self.tensor_value(e).node in self.graph.weight_only()
+
+    def constant(self, e: Expr) -> Constant | None:
+        """The matched tensor's value when it is a weight, else None."""
+        node = self.graph[self.tensor_value(e).node]
+        return node.attrs["value"] if node.op == "weight" else None
+
 
 def _show(e: Expr) -> str:
     from graphsub.rules.parser import print_expr
@@ -61,12 +71,12 @@ def _dim(env: Env, t: Expr, i: Expr) -> int:
 
 def _all_equal(env: Env, t: Expr, x: Expr) -> bool:
     """Whether the matched tensor is a weight whose elements all equal x."""
-    node = env.graph[env.tensor_value(t).node]
-    return node.op == "weight" and node.attrs["value"].all_equal(evaluate(x, env))
+    constant = env.constant(t)
+    return constant is not None and constant.all_equal(evaluate(x, env))
 
 
 def _is_weight(env: Env, t: Expr) -> bool:
-    return env.tensor_value(t).node in env.graph.weight_only()
+    return env.is_weight(t)
 
 
 def _compose(p: tuple[int, ...], q: tuple[int, ...]) -> tuple[int, ...]:

@@ -1,0 +1,316 @@
+"""E-matching: where a rule's source patterns occur in an e-graph.
+
+A pattern variable binds an e-class; an operator term matches any live e-node of its op in the
+class (or, for an output .N of a multi-output op, the e-nodes behind the class's `#out N`
+projection). Attribute patterns, computed attributes and `where` conditions are those of the
+graph matcher (graphsub.rules.matcher), evaluated on e-class analyses instead of graph values.
+
+Matching is semi-naive: a pattern whose root is more than its depth above every class that
+changed since the rule was last searched cannot match anything new there, so only roots near a
+change are tried (`SourceIndex`). Multi-pattern rules (Tensat section 4) match each source on
+its own and join the matches on their shared variables; a symmetric rule (all sources alike up
+to renaming) is joined once per unordered pair of roots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from graphsub.egraph.egraph import PROJ, EGraph
+from graphsub.ir.types import Constant, TensorType
+from graphsub.ops import get_op
+from graphsub.ops.base import norm_axis
+from graphsub.rules.ast import AVar, Expr, OpTerm, OutRef, Rule, Term, Var, term_vars
+from graphsub.rules.expr import RuleError, try_evaluate
+from graphsub.rules.matcher import SAME_SHAPES, _compiled_literals, _symmetric
+
+
+class EGraphEnv:
+    """What rule expressions read (graphsub.rules.expr.Env's interface), from e-classes."""
+
+    __slots__ = ("egraph", "tensors", "attrs", "roots")
+
+    def __init__(self, egraph: EGraph, tensors: Mapping[str, int], attrs: Mapping[str, Any],
+                 roots: tuple[int, ...] = ()) -> None:
+        self.egraph = egraph
+        self.tensors = tensors
+        self.attrs = attrs
+        self.roots = roots
+
+    def _class(self, e: Expr) -> int:
+        if isinstance(e, AVar) and e.name in self.tensors:
+            return self.tensors[e.name]
+        if isinstance(e, OutRef) and e.index < len(self.roots):
+            return self.roots[e.index]
+        raise RuleError(f"{e} is not a matched tensor")
+
+    def tensor_type(self, e: Expr) -> TensorType:
+        types = self.egraph[self._class(e)].types
+        if len(types) != 1:
+            raise RuleError(f"{e} names a tuple of {len(types)} tensors")
+        return types[0]
+
+    def is_weight(self, e: Expr) -> bool:
+        return self.egraph[self._class(e)].weight_only
+
+    def constant(self, e: Expr) -> Constant | None:
+        return self.egraph[self._class(e)].constant
+
+
+@dataclass(frozen=True)
+class EMatch:
+    """One match of a rule: source root classes and the bindings (tensor variable -> class)."""
+
+    rule: Rule
+    roots: tuple[int, ...]
+    tensors: dict[str, int]
+    attrs: dict[str, Any]
+
+    def canonical_key(self, eg: EGraph) -> tuple[Any, ...]:
+        """Identifies the match up to unions made since it was found."""
+        return (self.rule.name, tuple(eg.find(r) for r in self.roots),
+                tuple(sorted((k, eg.find(c)) for k, c in self.tensors.items())),
+                tuple(sorted((k, repr(v)) for k, v in self.attrs.items())))
+
+
+_Bindings = tuple[dict[str, int], dict[str, Any]]
+
+
+def _match_class(eg: EGraph, term: Term, cls: int, b: _Bindings) -> Iterator[_Bindings]:
+    if isinstance(term, Var):
+        bound = b[0].get(term.name)
+        if bound is None:
+            tensors = dict(b[0])
+            tensors[term.name] = cls
+            yield tensors, b[1]
+        elif eg.find(bound) == cls:
+            yield b
+        return
+    if not isinstance(term, OpTerm):
+        raise RuleError("let-bound names may appear only in targets")
+    rec = eg[cls]
+    for n in eg.nodes_of(cls):
+        node = eg.node(n)
+        if node.op == term.op and term.index == 0 and len(rec.types) == 1:
+            yield from _match_node(eg, term, n, b)
+        elif node.op == PROJ and node.attrs["index"] == term.index:
+            for m in eg.nodes_of(node.children[0]):
+                if eg.node(m).op == term.op:
+                    yield from _match_node(eg, term, m, b)
+
+
+def _match_node(eg: EGraph, term: OpTerm, nid: int, b: _Bindings) -> Iterator[_Bindings]:
+    node = eg.node(nid)
+    if len(node.children) != len(term.args):
+        return
+    attrs = b[1]
+    computed = []
+    for (key, lit, is_lit), (_, e) in zip(_compiled_literals(term), term.attrs):
+        if key == SAME_SHAPES:
+            if len({eg[c].types for c in node.children}) > 1:
+                return
+            continue
+        actual = node.attrs.get(key)
+        if is_lit:
+            if key == "axis" and isinstance(lit, int) and lit < 0 and node.children:
+                lit = norm_axis(lit, eg[node.children[0]].types[0].rank, term.op)
+            if actual != lit:
+                return
+        elif isinstance(e, AVar):
+            if e.name in attrs:
+                if attrs[e.name] != actual:
+                    return
+            else:
+                if attrs is b[1]:
+                    attrs = dict(attrs)
+                attrs[e.name] = actual
+        else:
+            computed.append((e, actual))
+    start = (b[0], attrs)
+    kids = tuple(eg.find(c) for c in node.children)
+    orders = [kids]
+    if get_op(term.op).commutative and len(kids) == 2 and kids[0] != kids[1]:
+        orders.append(kids[::-1])
+    for order in orders:
+        for done in _match_args(eg, term.args, order, start):
+            if all(_holds(eg, done, e, actual) for e, actual in computed):
+                yield done
+
+
+def _holds(eg: EGraph, b: _Bindings, e: Expr, actual: Any) -> bool:
+    try:
+        ok, want = try_evaluate(e, EGraphEnv(eg, b[0], b[1]))  # type: ignore[arg-type]
+    except RuleError:
+        return False
+    return ok and want == actual
+
+
+def _match_args(eg: EGraph, terms: tuple[Term, ...], classes: tuple[int, ...],
+                b: _Bindings) -> Iterator[_Bindings]:
+    if not terms:
+        yield b
+        return
+    for b2 in _match_class(eg, terms[0], classes[0], b):
+        yield from _match_args(eg, terms[1:], classes[1:], b2)
+
+
+def term_depth(term: Term) -> int:
+    """Operator levels of a term (a variable is 0)."""
+    if isinstance(term, OpTerm):
+        return 1 + max((term_depth(a) for a in term.args), default=0)
+    return 0
+
+
+def _root_nodes(eg: EGraph, term: OpTerm, near: set[int] | None) -> Iterator[tuple[int, int]]:
+    """(root class, e-node) pairs where `term` may be rooted: its op's e-nodes, restricted to
+    root classes in `near` when given."""
+    for n in eg.nodes_by_op(term.op):
+        cls = eg.class_of(n)
+        rec = eg.classes[cls]
+        if term.index == 0 and len(rec.types) == 1:
+            if near is None or cls in near:
+                yield cls, n
+            continue
+        for p in rec.parents:  # a tuple class: the root is its projection
+            proj = eg.node(p)
+            if proj.op == PROJ and proj.attrs["index"] == term.index and p not in eg.blacklist:
+                root = eg.class_of(p)
+                if near is None or root in near:
+                    yield root, n
+                break
+
+
+def match_source(eg: EGraph, term: Term, near: set[int] | None = None
+                 ) -> list[tuple[int, dict[str, int], dict[str, Any]]]:
+    """Every (root class, tensor bindings, attribute bindings) of one source pattern, with
+    roots in `near` when given."""
+    if not isinstance(term, OpTerm):
+        raise RuleError("a source term must be an operator, not a bare variable")
+    out = []
+    for root, n in _root_nodes(eg, term, near):
+        for tensors, attrs in _match_node(eg, term, n, ({}, {})):
+            out.append((root, tensors, attrs))
+    return out
+
+
+def conditions_hold(eg: EGraph, rule: Rule, tensors: Mapping[str, int],
+                    attrs: Mapping[str, Any], roots: tuple[int, ...]) -> bool:
+    env = EGraphEnv(eg, tensors, attrs, roots)
+    for cond in rule.conditions:
+        ok, value = try_evaluate(cond, env)  # type: ignore[arg-type]
+        if not ok or not value:
+            return False
+    return True
+
+
+def up_closure(eg: EGraph, changed: set[int], depth: int) -> set[int]:
+    """Classes at most `depth` reader levels above a changed class (the changed ones too)."""
+    out = set(changed)
+    frontier = changed
+    for _ in range(depth):
+        nxt = set()
+        for cls in frontier:
+            rec = eg.classes.get(eg.find(cls))
+            if rec is None:
+                continue
+            for p in rec.parents:
+                c = eg.class_of(p)
+                if c not in out:
+                    nxt.add(c)
+        out |= nxt
+        frontier = nxt
+        if not frontier:
+            break
+    return out
+
+
+class SourceIndex:
+    """Semi-naive search state of one rule: the version it was last searched at and, for
+    multi-pattern rules, every match of each source so far (an e-graph only grows, so old
+    matches stay valid and must be joined with new ones)."""
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        self.version = -1
+        self.depths = [term_depth(s) for s in rule.sources]
+        self.seen: list[list[tuple[int, dict[str, int], dict[str, Any]]]] = [
+            [] for _ in rule.sources]
+        self.symmetric = _symmetric(rule)
+
+    def search(self, eg: EGraph, changed: set[int] | None) -> list[EMatch]:
+        """The matches that are new since the last search. `changed`: classes whose contents
+        changed since then (None: search everywhere)."""
+        rule = self.rule
+        first = self.version < 0 or changed is None
+        fresh = []
+        for k, source in enumerate(rule.sources):
+            near = None if first else up_closure(eg, changed, self.depths[k])
+            fresh.append(match_source(eg, source, near) if first or near else [])
+        self.version = eg.version
+        if len(rule.sources) == 1:
+            return [EMatch(rule, (root,), t, a) for root, t, a in fresh[0]
+                    if conditions_hold(eg, rule, t, a, (root,))]
+        # Multi-pattern: new matches of any source joined with all matches of the others.
+        new_ids = []
+        for k in range(len(rule.sources)):
+            start = len(self.seen[k])
+            self.seen[k].extend(fresh[k])
+            new_ids.append(set(range(start, len(self.seen[k]))))
+        matches: dict[tuple[Any, ...], EMatch] = {}
+        for combo in _join(eg, rule, self.seen):
+            if not any(idx in new_ids[k] for k, idx in enumerate(combo[3])):
+                continue
+            tensors, attrs, roots = combo[0], combo[1], combo[2]
+            if len(set(roots)) < len(roots):
+                continue  # two sources on one class: nothing to merge
+            if self.symmetric and list(roots) != sorted(roots):
+                continue
+            if not conditions_hold(eg, rule, tensors, attrs, roots):
+                continue
+            m = EMatch(rule, roots, tensors, attrs)
+            matches.setdefault(m.canonical_key(eg), m)
+        return list(matches.values())
+
+
+def _join(eg: EGraph, rule: Rule, seen: list[list[tuple[int, dict[str, int], dict[str, Any]]]]
+          ) -> Iterator[tuple[dict[str, int], dict[str, Any], tuple[int, ...], tuple[int, ...]]]:
+    """Compatible combinations of one match per source (bindings agree on shared names): a
+    hash join on a variable each later source shares with the earlier ones, when it has one."""
+    find = eg.find
+    keys: list[str | None] = [None]
+    bound = set(term_vars(rule.sources[0]))
+    indexes: list[dict[int, list[int]] | None] = [None]
+    for k in range(1, len(seen)):
+        names = term_vars(rule.sources[k])
+        shared = sorted(names & bound)
+        bound |= names
+        keys.append(shared[0] if shared else None)
+        if shared:
+            index: dict[int, list[int]] = {}
+            for i, (_, t, _) in enumerate(seen[k]):
+                index.setdefault(find(t[shared[0]]), []).append(i)
+            indexes.append(index)
+        else:
+            indexes.append(None)
+
+    def extend(k: int, tensors: dict[str, int], attrs: dict[str, Any], roots: tuple[int, ...],
+               idx: tuple[int, ...]) -> Iterator[tuple[dict[str, int], dict[str, Any],
+                                                       tuple[int, ...], tuple[int, ...]]]:
+        if k == len(seen):
+            yield tensors, attrs, roots, idx
+            return
+        index, key = indexes[k], keys[k]
+        candidates = (range(len(seen[k])) if index is None or key is None
+                      else index.get(find(tensors[key]), ()))
+        for i in candidates:
+            root, t, a = seen[k][i]
+            if any(name in tensors and find(tensors[name]) != find(c) for name, c in t.items()):
+                continue
+            if any(name in attrs and attrs[name] != v for name, v in a.items()):
+                continue
+            yield from extend(k + 1, {**tensors, **t}, {**attrs, **a}, roots + (find(root),),
+                              idx + (i,))
+
+    yield from extend(0, {}, {}, (), ())

@@ -1,0 +1,126 @@
+"""Growing an e-graph with rules: one rule at a time (MCTS's actions) or all rules at once
+(an iteration of equality saturation), within a node limit, with cycle filtering.
+
+Search and application are separate steps (egg): all matches of an iteration are found on the
+same e-graph, then applied; a rebuild restores congruence; then the cycles the efficient
+filter let through are broken (graphsub.egraph.cycles).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphsub.egraph.cycles import Descendants, break_cycles
+from graphsub.egraph.egraph import EGraph
+from graphsub.egraph.ematch import EMatch, SourceIndex
+from graphsub.egraph.rewrite import apply_ematch
+from graphsub.rules.ast import Rule
+
+
+@dataclass
+class GrowthStats:
+    iterations: int = 0
+    applications: int = 0      # matches applied that changed the e-graph
+    matches: int = 0           # matches found
+    cycles_broken: int = 0     # e-nodes blacklisted by the post-pass
+    rejected: Counter[str] = field(default_factory=Counter)
+    stopped_by: str = "saturated"  # saturated | node limit | iterations | time
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"iterations": self.iterations, "applications": self.applications,
+                "matches": self.matches, "cycles_broken": self.cycles_broken,
+                "rejected": dict(self.rejected), "stopped_by": self.stopped_by}
+
+
+class Runner:
+    """An e-graph with its rules and each rule's semi-naive search state."""
+
+    def __init__(self, egraph: EGraph, rules: Sequence[Rule], node_limit: int = 2000) -> None:
+        self.egraph = egraph
+        self.rules = list(rules)
+        self.node_limit = node_limit
+        self.indexes = [SourceIndex(r) for r in self.rules]
+        #: The rule of each application, by the origin id its e-nodes carry.
+        self.applied: list[str] = []
+        self.stats = GrowthStats()
+
+    def clone(self) -> Runner:
+        """An independent copy (the e-graph's clone, and the search states')."""
+        r = Runner.__new__(Runner)
+        r.egraph = self.egraph.clone()
+        r.rules = self.rules
+        r.node_limit = self.node_limit
+        r.indexes = []
+        for ix in self.indexes:
+            c = SourceIndex.__new__(SourceIndex)
+            c.rule, c.version, c.depths, c.symmetric = ix.rule, ix.version, ix.depths, ix.symmetric
+            c.seen = [list(s) for s in ix.seen]
+            r.indexes.append(c)
+        r.applied = list(self.applied)
+        r.stats = GrowthStats(**{**vars(self.stats), "rejected": Counter(self.stats.rejected)})
+        return r
+
+    @property
+    def full(self) -> bool:
+        return self.egraph.num_nodes >= self.node_limit
+
+    def _changed(self, versions: dict[int, set[int] | None], since: int) -> set[int] | None:
+        if since < 0:
+            return None
+        if since not in versions:
+            versions[since] = {c for c, rec in self.egraph.classes.items() if rec.stamp > since}
+        return versions[since]
+
+    def search(self, which: Sequence[int]) -> list[EMatch]:
+        """New matches of the rules at these indexes (semi-naive)."""
+        versions: dict[int, set[int] | None] = {}
+        out: list[EMatch] = []
+        for i in which:
+            ix = self.indexes[i]
+            if ix.version == self.egraph.version:
+                continue  # nothing changed since this rule was last searched
+            out += ix.search(self.egraph, self._changed(versions, ix.version))
+        self.stats.matches += len(out)
+        return out
+
+    def apply(self, matches: Sequence[EMatch], deadline: float | None = None) -> bool:
+        """Apply matches (cycle-filtered), rebuild, break remaining cycles; whether the
+        e-graph changed. Stops adding at the node limit or the deadline."""
+        eg = self.egraph
+        before = eg.version
+        descendants = Descendants(eg) if matches else None
+        for m in matches:
+            if self.full or (deadline is not None and time.perf_counter() > deadline):
+                break
+            if apply_ematch(eg, m, len(self.applied), self.stats.rejected, descendants):
+                self.applied.append(m.rule.name)
+                self.stats.applications += 1
+        eg.rebuild()
+        self.stats.cycles_broken += break_cycles(eg)
+        return eg.version != before
+
+    def apply_rule(self, index: int, deadline: float | None = None) -> bool:
+        """One action: every new match of one rule; whether the e-graph changed."""
+        return self.apply(self.search([index]), deadline)
+
+    def iterate(self, which: Sequence[int], deadline: float | None = None) -> bool:
+        """One iteration over several rules: search them all, then apply everything."""
+        self.stats.iterations += 1
+        return self.apply(self.search(which), deadline)
+
+    def applicable(self, index: int) -> bool:
+        """Whether a rule's every source pattern occurs in the e-graph (MCTS's pruning: a
+        rule with a source that does not occur cannot change the e-graph)."""
+        from graphsub.egraph.ematch import match_source
+
+        rule = self.rules[index]
+        for k, source in enumerate(rule.sources):
+            if self.indexes[index].seen[k]:
+                continue
+            if not match_source(self.egraph, source):
+                return False
+        return True
