@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -321,7 +322,7 @@ def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo
                   f"[bold]{result['speedup']:.3f}x[/] (ratio of medians)")
 
 
-def _search_progress(time_limit: float, budget: int):
+def _search_progress(time_limit: float, budget: int | None):
     """A rich progress bar for the search (on stderr), and the callback that drives it."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -331,10 +332,10 @@ def _search_progress(time_limit: float, budget: int):
     task = bar.add_task("", total=1.0)
 
     def update(stats, best_cost: float) -> None:
-        done = max(stats.explored / budget, stats.seconds / time_limit)
+        done = max(stats.explored / budget if budget else 0.0, stats.seconds / time_limit)
+        best = "" if math.isnan(best_cost) else f", best {best_cost * 1e3:.3f}"
         bar.update(task, completed=min(done, 1.0),
-                   description=f"{stats.explored} expanded, {stats.generated} graphs, "
-                               f"best {best_cost * 1e3:.3f}")
+                   description=f"{stats.explored} expanded, {stats.generated} graphs{best}")
 
     return bar, update
 
@@ -343,9 +344,11 @@ def _search_progress(time_limit: float, budget: int):
 @handle_errors
 def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")],
              output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the optimized ONNX model.")],
-             algorithm: Annotated[str, typer.Option(help="backtracking (TASO/MetaFlow), greedy (alpha = 1), or OCGGS's pruning, dpp, sampling (sequences of at most --k rewrites).")] = "backtracking",
+             algorithm: Annotated[str, typer.Option(help="backtracking (TASO/MetaFlow), greedy (alpha = 1), OCGGS's pruning, dpp, sampling (sequences of at most --k rewrites), or the e-graph searches eqsat (Tensat) and mcts (MCTS-guided e-graph construction).")] = "backtracking",
              alpha: Annotated[float, typer.Option(help="Explore graphs up to alpha x the best cost (TASO/MetaFlow).")] = 1.05,
-             budget: Annotated[int, typer.Option(help="Most graphs to expand (backtracking, greedy).")] = 1000,
+             budget: Annotated[Optional[int], typer.Option(help="Most graphs to expand (backtracking, greedy; default 1000), MCTS iterations per decision (mcts; default 128), iterations (eqsat; default: until saturated).")] = None,
+             node_limit: Annotated[Optional[int], typer.Option("--node-limit", help="Most e-nodes in the e-graph (eqsat: default 20000; mcts: default 2000, as in the MCTS paper).")] = None,
+             k_multi: Annotated[int, typer.Option("--k-multi", help="Iterations that apply multi-pattern rules (eqsat; Tensat's k_multi).")] = 1,
              k: Annotated[int, typer.Option("--k", help="Longest rewrite sequence for pruning, dpp and sampling (OCGGS's K).")] = 10,
              split: SplitOpt = None, executor: ExecutorOpt = "process",
              time_limit: Annotated[float, typer.Option("--time-limit", help="Search time limit in seconds.")] = 60.0,
@@ -385,7 +388,8 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
                     loaded.graph, original, loaded.label, rule_list, algorithm=algorithm,
                     alpha=alpha, budget=budget, k=k, time_limit=time_limit, cost=cost,
                     threads=threads, measure_candidates=candidates, progress=update,
-                    target=device, stage=stage, split=split, executor=executor)
+                    target=device, stage=stage, split=split, executor=executor,
+                    node_limit=node_limit, k_multi=k_multi)
             finally:
                 status.stop()
     except VerificationError as exc:

@@ -13,7 +13,7 @@ from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.optimizer import optimize, resolve_target
 from graphsub.rules import Rule, builtin_rules
-from graphsub.search import ALGORITHMS
+from graphsub.search import ALGORITHMS, EGRAPH_BASED
 
 #: What `graphsub compare` runs unless told otherwise (enumeration is exponential in K).
 DEFAULT_ALGORITHMS = ("backtracking", "greedy", "pruning", "dpp", "sampling")
@@ -62,8 +62,11 @@ def compare_algorithms(graph: Graph, algorithms: Sequence[str] = DEFAULT_ALGORIT
     for algorithm in algorithms:
         if started is not None:
             started(algorithm)
+        # Time bounds every algorithm alike; e-graph searches keep their own budgets (MCTS's
+        # is per decision).
+        budget = None if algorithm in EGRAPH_BASED else 10**9
         result = optimize(graph, rules, algorithm, time_limit=time_limit, cost=model, k=k,
-                          split=split, budget=10**9)
+                          split=split, budget=budget)
         s = result.stats
         runs.append(AlgorithmRun(algorithm, split, result.initial_cost, result.final_cost,
                                  s.seconds, s.explored, s.generated, s.matches_computed,

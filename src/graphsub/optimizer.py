@@ -28,7 +28,7 @@ from graphsub.rules import Rule, builtin_rules
 from graphsub.runtime.compare import Comparison, compare_models, compare_runners
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
 from graphsub.runtime.timing import PairedComparison, compare_runnables, time_runnables
-from graphsub.search import ALGORITHMS, LENGTH_BOUNDED, Candidate, OptimizeResult
+from graphsub.search import ALGORITHMS, EGRAPH_BASED, LENGTH_BOUNDED, Candidate, OptimizeResult
 from graphsub.search.backtracking import ProgressFn
 from graphsub.search.split import split_search
 
@@ -57,17 +57,22 @@ def resolve_target(target: str | Target | None, threads: int | None = None) -> T
 
 
 def optimize(graph: Graph, rules: Sequence[Rule] | None = None, algorithm: str = "backtracking",
-             alpha: float = 1.05, budget: int = 1000, time_limit: float = 60.0,
+             alpha: float = 1.05, budget: int | None = None, time_limit: float = 60.0,
              cost: str | CostModel = "measured", threads: int | None = None,
              progress: ProgressFn | None = None, keep: int = 5,
              target: str | Target | None = None, k: int = 10, split: int | None = None,
-             executor: str = "process") -> OptimizeResult:
+             executor: str = "process", node_limit: int | None = None,
+             k_multi: int = 1) -> OptimizeResult:
     """Search for a cheaper equivalent graph under a cost model (the search step alone). A
     cost model given by name is built for the target (measured there, or the analytic
     profile that approximates it). `k` bounds the sequence length of the OCGGS algorithms
     (pruning, dpp, sampling, enumeration). `split` cuts graphs of more operators than that
     into parts searched separately (MetaFlow's graph split; `executor` runs the parts:
-    process, dask or serial); the budget and k then apply per part."""
+    process, dask or serial); the budget and k then apply per part. `budget` is the most
+    graphs to expand for backtracking and greedy (default 1000), MCTS iterations per decision
+    for mcts (default 128), and iterations for eqsat (default: until saturated); `node_limit`
+    and `k_multi` bound the e-graph of eqsat and mcts (default node limits: 20,000 for eqsat,
+    room to saturate most zoo models; 2,000 for mcts, as in the MCTS paper)."""
     if algorithm not in ALGORITHMS:
         raise GraphsubError(f"unknown algorithm {algorithm!r}; use one of {', '.join(ALGORITHMS)}")
     if k < 1:
@@ -85,8 +90,14 @@ def optimize(graph: Graph, rules: Sequence[Rule] | None = None, algorithm: str =
     kwargs: dict[str, Any] = dict(time_limit=time_limit, progress=progress, keep=keep)
     if algorithm in LENGTH_BOUNDED:
         kwargs["k"] = k  # bounded by length and time: expansions are not comparable units
-    else:
+    elif algorithm in EGRAPH_BASED:
         kwargs["budget"] = budget
+        if node_limit is not None:
+            kwargs["node_limit"] = node_limit
+        if algorithm == "eqsat":
+            kwargs["k_multi"] = k_multi
+    else:
+        kwargs["budget"] = 1000 if budget is None else budget
     if algorithm == "backtracking":
         kwargs["alpha"] = alpha
     if split is not None:
@@ -150,14 +161,15 @@ def _op_counts(model: bytes) -> Counter[str]:
 
 def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str = "model",
                    rules: Sequence[Rule] | None = None, algorithm: str = "backtracking",
-                   alpha: float = 1.05, budget: int = 1000, time_limit: float = 60.0,
+                   alpha: float = 1.05, budget: int | None = None, time_limit: float = 60.0,
                    cost: str = "measured", threads: int | None = None,
                    measure_candidates: int = 3, measure_seconds: float = 3.0,
                    progress: ProgressFn | None = None,
                    target: str | Target | None = None,
                    stage: Callable[[str], None] | None = None,
                    k: int = 10, split: int | None = None,
-                   executor: str = "process") -> tuple[bytes, OptimizeReport]:
+                   executor: str = "process", node_limit: int | None = None,
+                   k_multi: int = 1) -> tuple[bytes, OptimizeReport]:
     """Optimize for a target, choose by measurement there, verify. Returns the ONNX bytes to
     write (the original model's when nothing beats it) and the report. Raises
     VerificationError on a mismatch. `stage` is told what is happening after the search
@@ -167,7 +179,8 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
     device = resolve_target(target, threads)
     original = original_onnx if original_onnx is not None else to_onnx_bytes(graph)
     result = optimize(graph, rules, algorithm, alpha, budget, time_limit, cost, threads, progress,
-                      target=device, k=k, split=split, executor=executor)
+                      target=device, k=k, split=split, executor=executor,
+                      node_limit=node_limit, k_multi=k_multi)
     specs = graph_input_specs(graph)
     candidates = _distinct(result.candidates, graph.structural_hash(), measure_candidates)
     exported = [to_onnx_bytes(c.graph) for c in candidates]
@@ -231,6 +244,8 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
     report = OptimizeReport(
         model=label,
         settings=dict(algorithm=algorithm, alpha=alpha, budget=budget, k=k, split=split,
+                      **({"node_limit": node_limit, "k_multi": k_multi}
+                         if algorithm in EGRAPH_BASED else {}),
                       time_limit=time_limit, cost=cost, threads=threads,
                       rules=len(rules) if rules is not None else "builtin"),
         target=device.name, device=device.device().as_dict(),

@@ -35,7 +35,9 @@ class SearchStats:
     matches_reused: int = 0    # matches carried over from the parent graph (incremental)
     rejected: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
-    stopped_by: str = "exhausted"  # exhausted | budget | time | interrupt
+    stopped_by: str = "exhausted"  # exhausted | budget | time | interrupt (e-graphs: saturated...)
+    #: E-graph searches (eqsat, mcts): the e-graph's size, growth and extraction details.
+    egraph: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"explored": self.explored, "generated": self.generated,
@@ -43,7 +45,7 @@ class SearchStats:
                 "matches_computed": self.matches_computed,
                 "matches_reused": self.matches_reused,
                 "rejected": dict(self.rejected), "seconds": round(self.seconds, 3),
-                "stopped_by": self.stopped_by}
+                "stopped_by": self.stopped_by, **({"egraph": self.egraph} if self.egraph else {})}
 
 
 @dataclass

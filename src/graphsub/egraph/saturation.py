@@ -1,0 +1,161 @@
+"""Equality saturation with Tensat's schedule, as a search algorithm (`--algorithm eqsat`).
+
+Tensat (Yang et al. 2021) grows one e-graph from the input graph: in each of the first
+k_multi iterations the multi-pattern rules are applied once, and single-pattern rules run
+every iteration, until the e-graph saturates (an iteration changes nothing) or reaches the node,
+iteration or time limit. The best graph is then extracted: an ILP (HiGHS) by default, as in
+Tensat, with the greedy extractors' graphs as further candidates. Every extracted graph is
+priced again by the cost model as a graph, so the result's cost is the graph's, not the
+extractor's estimate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from graphsub.cost.base import CostModel
+from graphsub.egraph.egraph import GraphEncoding, egraph_from_graph
+from graphsub.egraph.problem import ExtractionProblem
+from graphsub.egraph.readback import NodeCosts, extraction_problem, graph_from_choice
+from graphsub.egraph.runner import GrowthStats, Runner
+from graphsub.errors import GraphsubError
+from graphsub.ir.graph import Graph
+from graphsub.rules.ast import Rule
+from graphsub.search.result import Candidate, OptimizeResult, SearchStats, Step
+
+ProgressFn = Callable[[SearchStats, float], None]
+
+#: The ILP's time limit when construction used up the search's time.
+MIN_EXTRACT_TIME = 5.0
+
+#: Extractors by name (graphsub.egraph.extract), called with (problem, time limit).
+EXTRACTORS = ("ilp", "dag-greedy", "greedy")
+
+
+def run_extractor(name: str, problem: ExtractionProblem, time_limit: float) -> Any:
+    from graphsub.egraph import extract
+
+    if name == "ilp":
+        return extract.ilp(problem, time_limit=time_limit)
+    if name == "dag-greedy":
+        return extract.dag_greedy(problem)
+    if name == "greedy":
+        return extract.tree_greedy(problem)
+    raise GraphsubError(f"unknown extractor {name!r}; use one of {', '.join(EXTRACTORS)}")
+
+
+@dataclass
+class EGraphSearch:
+    """What both e-graph algorithms share: the encoding, the runner, costs, statistics."""
+
+    graph: Graph
+    encoding: GraphEncoding
+    runner: Runner
+    costs: NodeCosts
+    stats: SearchStats
+    start: float
+
+    @classmethod
+    def begin(cls, graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
+              node_limit: int) -> EGraphSearch:
+        if node_limit < 1:
+            raise GraphsubError(f"the e-graph node limit must be positive (got {node_limit})")
+        encoding = egraph_from_graph(graph)
+        return cls(graph, encoding, Runner(encoding.egraph, rules, node_limit),
+                   NodeCosts(cost_model), SearchStats(), time.perf_counter())
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def extraction_time(self, time_limit: float, extract_time: float | None) -> float:
+        if extract_time is not None:
+            return extract_time
+        return max(time_limit - self.elapsed(), MIN_EXTRACT_TIME)
+
+    def extract_cost(self, runner: Runner) -> float:
+        """The DAG-aware greedy estimate of a state's best graph (MCTS's reward signal)."""
+        ep = extraction_problem(runner.egraph, self.encoding.outputs, self.costs)
+        return run_extractor("dag-greedy", ep.problem, 0.0).cost
+
+    def finish(self, runner: Runner, extractors: Sequence[str], time_limit: float,
+               keep: int, growth: GrowthStats, decisions: Sequence[str] = ()) -> OptimizeResult:
+        """Extract with each extractor, price the graphs, return the best few."""
+        cost_model = self.costs.cost_model
+        initial_cost = cost_model.graph_cost(self.graph)
+        eg = runner.egraph
+        ep = extraction_problem(eg, self.encoding.outputs, self.costs)
+        candidates = [Candidate(self.graph, initial_cost, ())]
+        seen = {self.graph.fingerprint()}
+        details = {}
+        for name in extractors:
+            result = run_extractor(name, ep.problem, time_limit)
+            details[name] = {"cost": result.cost, "seconds": round(result.seconds, 3),
+                             "status": result.status}
+            g = graph_from_choice(eg, ep, result.choice, self.graph, self.encoding.inputs,
+                                  self.encoding.outputs)
+            if g.fingerprint() in seen:
+                continue
+            seen.add(g.fingerprint())
+            cost = cost_model.graph_cost(g)
+            used = sorted({eg.origin[ep.enodes[n]] for n in result.choice.values()} - {-1})
+            trace = tuple(Step(runner.applied[i], cost) for i in used)
+            candidates.append(Candidate(g, cost, trace))
+        candidates.sort(key=lambda c: c.cost)
+        stats = self.stats
+        stats.seconds = self.elapsed()
+        stats.rejected = growth.rejected
+        stats.matches = growth.matches
+        stats.generated = growth.applications
+        stats.stopped_by = growth.stopped_by
+        stats.egraph = {"nodes": eg.num_nodes, "classes": eg.num_classes,
+                        "blacklisted": len(eg.blacklist), **growth.as_dict(),
+                        "extraction": details, "decisions": list(decisions)}
+        top = candidates[0]
+        return OptimizeResult(top.graph, top.trace, stats, initial_cost, top.cost,
+                              candidates[:keep])
+
+
+def eqsat_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
+                 time_limit: float = 60.0, budget: int | None = None, node_limit: int = 20_000,
+                 k_multi: int = 1, extractors: Sequence[str] = ("ilp", "dag-greedy", "greedy"),
+                 extract_time: float | None = None, keep: int = 5,
+                 progress: ProgressFn | None = None) -> OptimizeResult:
+    """Tensat: saturate (multi-pattern rules in the first `k_multi` iterations), then extract.
+    The default node limit leaves room to saturate: at the MCTS paper's 2,000 the first
+    iteration's multi-pattern rules fill NasRNN's e-graph before any single-pattern rule runs.
+    `budget` caps the iterations (none by default: saturation, the node limit or the time
+    limit stops it). The ILP extraction gets `extract_time` seconds (default: what is left of
+    `time_limit`, at least MIN_EXTRACT_TIME)."""
+    search = EGraphSearch.begin(graph, rules, cost_model, node_limit)
+    runner = search.runner
+    single = [i for i, r in enumerate(runner.rules) if len(r.sources) == 1]
+    multi = [i for i, r in enumerate(runner.rules) if len(r.sources) > 1]
+    deadline = search.start + time_limit
+    growth = runner.stats
+    growth.stopped_by = "saturated"
+    try:
+        while True:
+            if budget is not None and growth.iterations >= budget:
+                growth.stopped_by = "iterations"
+                break
+            if time.perf_counter() > deadline:
+                growth.stopped_by = "time"
+                break
+            first_multi = growth.iterations < k_multi
+            changed = runner.iterate((multi if first_multi else []) + single, deadline)
+            search.stats.explored = growth.iterations
+            if progress is not None:
+                search.stats.seconds = search.elapsed()
+                progress(search.stats, float("nan"))
+            if runner.full:
+                growth.stopped_by = "node limit"
+                break
+            if not changed and not (growth.iterations < k_multi):
+                break
+    except KeyboardInterrupt:
+        growth.stopped_by = "interrupt"
+    return search.finish(runner, extractors, search.extraction_time(time_limit, extract_time),
+                         keep, growth)
