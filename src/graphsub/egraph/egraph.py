@@ -111,6 +111,10 @@ class EGraph:
         dead, bl = self._dead, self.blacklist
         return (n for n in self._by_op.get(op, ()) if n not in dead and n not in bl)
 
+    def has_op(self, op: str) -> bool:
+        """Whether some live e-node has this op (a cheap test before matching)."""
+        return next(self.nodes_by_op(op), None) is not None
+
     @property
     def num_nodes(self) -> int:
         """Live e-nodes (what node limits count)."""

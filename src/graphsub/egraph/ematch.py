@@ -22,7 +22,7 @@ from graphsub.egraph.egraph import PROJ, EGraph
 from graphsub.ir.types import Constant, TensorType
 from graphsub.ops import get_op
 from graphsub.ops.base import norm_axis
-from graphsub.rules.ast import AVar, Expr, OpTerm, OutRef, Rule, Term, Var, term_vars
+from graphsub.rules.ast import AVar, Expr, OpTerm, OutRef, Rule, Term, Var, term_ops, term_vars
 from graphsub.rules.expr import RuleError, try_evaluate
 from graphsub.rules.matcher import SAME_SHAPES, _compiled_literals, _symmetric
 
@@ -109,7 +109,8 @@ def _match_node(eg: EGraph, term: OpTerm, nid: int, b: _Bindings) -> Iterator[_B
     computed = []
     for (key, lit, is_lit), (_, e) in zip(_compiled_literals(term), term.attrs):
         if key == SAME_SHAPES:
-            if len({eg[c].types for c in node.children}) > 1:
+            first = eg[node.children[0]].types[0].shape
+            if any(eg[c].types[0].shape != first for c in node.children[1:]):
                 return
             continue
         actual = node.attrs.get(key)
@@ -193,6 +194,19 @@ def match_source(eg: EGraph, term: Term, near: set[int] | None = None
         for tensors, attrs in _match_node(eg, term, n, ({}, {})):
             out.append((root, tensors, attrs))
     return out
+
+
+def source_occurs(eg: EGraph, term: Term, near: set[int] | None = None) -> bool:
+    """Whether one source pattern matches anywhere (with a root in `near`, when given);
+    stops at the first match."""
+    if not isinstance(term, OpTerm):
+        raise RuleError("a source term must be an operator, not a bare variable")
+    if any(not eg.has_op(op) for op in term_ops(term)):
+        return False
+    for _, n in _root_nodes(eg, term, near):
+        for _ in _match_node(eg, term, n, ({}, {})):
+            return True
+    return False
 
 
 def conditions_hold(eg: EGraph, rule: Rule, tensors: Mapping[str, int],

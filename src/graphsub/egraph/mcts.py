@@ -100,9 +100,13 @@ class _Mcts:
     def out_of_time(self) -> bool:
         return time.perf_counter() > self.deadline
 
-    def blacklist_for(self, state: Runner) -> set[int]:
-        """Rules a source pattern of which does not occur: applying them changes nothing."""
-        return {a for a in range(self.n_rules) if not state.applicable(a)}
+    def blacklist_for(self, state: Runner, parent: TreeNode | None = None) -> set[int]:
+        """Rules a source pattern of which does not occur: applying them changes nothing. A
+        child's e-graph holds its parent's, so only the parent's blacklist is checked again."""
+        if parent is None:
+            return {a for a in range(self.n_rules) if not state.applicable(a)}
+        since, near = parent.state.egraph.version, {}
+        return {a for a in parent.blacklist if not state.applicable(a, since, near)}
 
     def select(self, root: TreeNode) -> TreeNode:
         node = root
@@ -131,7 +135,7 @@ class _Mcts:
             node.children[action] = child
             return child
         child = TreeNode(state, self.search.extract_cost(state), action, node)
-        child.blacklist = self.blacklist_for(state)
+        child.blacklist = self.blacklist_for(state, node)
         node.children[action] = child
         return child
 

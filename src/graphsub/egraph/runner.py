@@ -16,7 +16,7 @@ from typing import Any
 
 from graphsub.egraph.cycles import Descendants, break_cycles
 from graphsub.egraph.egraph import EGraph
-from graphsub.egraph.ematch import EMatch, SourceIndex
+from graphsub.egraph.ematch import EMatch, SourceIndex, source_occurs, up_closure
 from graphsub.egraph.rewrite import apply_ematch
 from graphsub.rules.ast import Rule
 
@@ -112,15 +112,22 @@ class Runner:
         self.stats.iterations += 1
         return self.apply(self.search(which), deadline)
 
-    def applicable(self, index: int) -> bool:
+    def applicable(self, index: int, since: int | None = None,
+                   near: dict[int, set[int]] | None = None) -> bool:
         """Whether a rule's every source pattern occurs in the e-graph (MCTS's pruning: a
-        rule with a source that does not occur cannot change the e-graph)."""
-        from graphsub.egraph.ematch import match_source
-
-        rule = self.rules[index]
-        for k, source in enumerate(rule.sources):
-            if self.indexes[index].seen[k]:
+        rule with a source that does not occur cannot change the e-graph). With `since`, a
+        version at which the rule was known not to occur: only roots near what changed since
+        then can match now (`near` caches those regions by pattern depth across calls)."""
+        ix = self.indexes[index]
+        near = {} if near is None else near
+        for seen, source, depth in zip(ix.seen, self.rules[index].sources, ix.depths):
+            if seen:
                 continue
-            if not match_source(self.egraph, source):
+            if since is not None and depth not in near:
+                if -1 not in near:
+                    near[-1] = self._changed({}, since) or set()
+                near[depth] = up_closure(self.egraph, near[-1], depth)
+            if not source_occurs(self.egraph, source, near.get(depth) if since is not None
+                                 else None):
                 return False
         return True
