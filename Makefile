@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 DEMO_MODEL ?= nasrnn
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast bench bench-generate bench-targets bench-cpu bench-search clean
+.PHONY: demo test test-fast bench bench-generate bench-targets bench-cpu bench-search bench-egraph clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ bench-search: $(VENV)/.bench-installed
 	$(BIN)/python bench/bench_algorithms.py exact
 	$(BIN)/python bench/bench_algorithms.py scaling --cap 20
 	$(BIN)/python bench/bench_algorithms.py quality
+
+bench-egraph: $(VENV)/.test-installed
+	$(BIN)/python bench/bench_extraction.py
+	$(BIN)/python bench/bench_egraph.py --cost a100
+	$(BIN)/python bench/bench_egraph.py --cost measured --algorithms backtracking,eqsat,mcts --mcts-seconds 60
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build src/*.egg-info

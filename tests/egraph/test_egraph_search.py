@@ -105,3 +105,21 @@ def test_optimize_runs_the_egraph_algorithms_behind_the_common_signature(algorit
     result = optimize(graph, RULES, algorithm, cost=COST, time_limit=20, budget=4)
     assert result.final_cost <= result.initial_cost
     assert_equivalent(graph, result.graph)
+
+
+def test_node_costs_stay_right_across_diverged_clones():
+    """MCTS prices clones of one e-graph with one NodeCosts; an e-node id names different
+    e-nodes in clones that grew differently, so costs must not be remembered by id."""
+    enc = egraph_from_graph(zoo.build("resnext50"))
+    names = [r.name for r in RULES]
+    shared = NodeCosts(COST)
+    clones = []
+    for rule in ("enlarge-conv-kernel", "merge-convs-shared-input"):
+        runner = Runner(enc.egraph.clone(), RULES)
+        assert runner.apply_rule(names.index(rule))
+        clones.append(runner.egraph)
+    for eg in clones:
+        fresh = NodeCosts(COST)
+        for cls in eg.classes:
+            for n in eg.nodes_of(cls):
+                assert shared.cost(eg, n) == fresh.cost(eg, n)

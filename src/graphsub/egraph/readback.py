@@ -30,27 +30,28 @@ class EGraphProblem:
 
 
 class NodeCosts:
-    """Costs of e-nodes under one cost model, memoized by e-node and the weight-only flags of
-    its children (the only part of its signature that can change as the e-graph grows)."""
+    """Costs of e-nodes under one cost model, memoized by what the cost depends on: op,
+    attributes, input types and which inputs are weight-only. (Not by e-node id: MCTS prices
+    clones of one e-graph, in which one id names different e-nodes once they diverge.)"""
 
     def __init__(self, cost_model: CostModel) -> None:
         self.cost_model = cost_model
-        self._memo: dict[tuple[int, tuple[bool, ...]], float] = {}
+        self._memo: dict[tuple[object, ...], float] = {}
 
     def cost(self, eg: EGraph, nid: int) -> float:
         node = eg.node(nid)
         if node.op in FREE_OPS or node.op == PROJ:
             return 0.0
-        consts = tuple(eg[c].weight_only for c in node.children)
-        key = (nid, consts)
+        kids = [eg[c] for c in node.children]
+        consts = tuple(k.weight_only for k in kids)
+        if kids and all(consts) and not node.salt:
+            return 0.0  # folded into an initializer at export
+        ins = tuple(k.types[0] for k in kids)
+        key = (node.op, node.attrs, ins, consts)
         cost = self._memo.get(key)
         if cost is None:
-            if node.children and all(consts) and not node.salt:
-                cost = 0.0  # folded into an initializer at export
-            else:
-                ins = tuple(eg[c].types[0] for c in node.children)
-                sig = OpSignature(node.op, node.attrs, ins, consts, eg[eg.class_of(nid)].types)
-                cost = self.cost_model.signature_cost(sig)
+            sig = OpSignature(node.op, node.attrs, ins, consts, eg[eg.class_of(nid)].types)
+            cost = self.cost_model.signature_cost(sig)
             self._memo[key] = cost
         return cost
 
