@@ -191,3 +191,16 @@ def test_cse_merges_repeated_computations_and_equal_weights():
     feeds = {"x": np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)}
     np.testing.assert_allclose(evaluate(c, feeds)["y"], evaluate(g, feeds)["y"])
     assert c.cse() is c
+
+
+def test_weight_nodes_are_not_kept_alive_by_the_inference_cache():
+    """The inference cache is keyed by attributes; a weight's attributes are its data, so
+    caching them kept every weight ever made alive (operator timing makes thousands)."""
+    import numpy as np
+
+    from graphsub.ir import graph as graph_module
+    from graphsub.ir.graph import make_node
+    from graphsub.ir.types import Constant
+
+    make_node("weight", (), (), {"value": Constant(np.ones((64, 64), np.float32))})
+    assert not any(key[0] == "weight" for key in graph_module._INFERRED)

@@ -55,12 +55,15 @@ def make_node(op: str, inputs: Sequence[Value], input_types: Sequence[TensorType
               attrs: Mapping[str, Any] | None = None, name: str = "") -> Node:
     """Make a node, validating and canonicalizing attributes and inferring output types."""
     in_types = tuple(input_types)
-    try:
-        key: tuple[Any, ...] | None = (op, attrs if isinstance(attrs, Attrs) else
-                                       tuple(sorted((attrs or {}).items())), in_types)
-        inferred = _INFERRED.get(key)
-    except TypeError:  # an unhashable attribute value (a list): not cached
-        key, inferred = None, None
+    key: tuple[Any, ...] | None = None
+    inferred = None
+    if op != "weight":  # a weight's key would hold its data alive in the cache
+        try:
+            key = (op, attrs if isinstance(attrs, Attrs) else
+                   tuple(sorted((attrs or {}).items())), in_types)
+            inferred = _INFERRED.get(key)
+        except TypeError:  # an unhashable attribute value (a list): not cached
+            key, inferred = None, None
     if inferred is None:
         inferred = _infer(op, in_types, attrs)
         if key is not None:
