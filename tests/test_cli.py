@@ -151,3 +151,17 @@ def test_optimize_with_split_writes_a_verified_model(tmp_path):
     rep = json.loads(report.read_text())
     assert rep["settings"]["split"] == 20
     assert rep["verification"] and out.exists()
+
+
+def test_optimize_with_eqsat_reports_its_egraph(tmp_path):
+    out, report = tmp_path / "s.onnx", tmp_path / "r.json"
+    result = invoke("optimize", "squeezenet", "-o", str(out), "--cost", "analytic",
+                    "--algorithm", "eqsat", "--node-limit", "3000", "--time-limit", "10",
+                    "--candidates", "1", "--report", str(report))
+    assert result.exit_code == 0, result.output
+    rep = json.loads(report.read_text())
+    assert rep["settings"]["algorithm"] == "eqsat" and rep["settings"]["node_limit"] == 3000
+    egraph = rep["search"]["egraph"]
+    assert egraph["nodes"] > rep["nodes_before"] and egraph["extraction"]["ilp"]["status"]
+    assert "iterations" in result.output and "e-nodes" in result.output
+    assert rep["verification"] and out.exists()

@@ -334,8 +334,9 @@ def _search_progress(time_limit: float, budget: int | None):
     def update(stats, best_cost: float) -> None:
         done = max(stats.explored / budget if budget else 0.0, stats.seconds / time_limit)
         best = "" if math.isnan(best_cost) else f", best {best_cost * 1e3:.3f}"
+        what = "iterations" if math.isnan(best_cost) else "expanded"  # eqsat: no best yet
         bar.update(task, completed=min(done, 1.0),
-                   description=f"{stats.explored} expanded, {stats.generated} graphs{best}")
+                   description=f"{stats.explored} {what}, {stats.generated} graphs{best}")
 
     return bar, update
 
@@ -466,8 +467,16 @@ def _print_optimize_report(rep, output: Path) -> None:
                       f"{rep.latency_after_ms:.3f}", f"[bold]{rep.speedup:.3f}x[/]")
     table.add_row("nodes", str(rep.nodes_before), str(rep.nodes_after), "")
     s = rep.search
-    table.add_row("search", f"{s['seconds']:.1f} s", f"{s['explored']} expanded",
-                  f"{s['generated']} graphs, stopped by {s['stopped_by']}")
+    if "egraph" in s:  # eqsat, mcts: an e-graph grown by rule applications
+        eg = s["egraph"]
+        steps = (f"{len(eg['decisions'])} MCTS decisions" if "mcts" in eg
+                 else f"{eg['iterations']} iterations")
+        table.add_row("search", f"{s['seconds']:.1f} s", steps,
+                      f"{eg['nodes']} e-nodes, {eg['applications']} rewrites, stopped by "
+                      f"{s['stopped_by']}")
+    else:
+        table.add_row("search", f"{s['seconds']:.1f} s", f"{s['explored']} expanded",
+                      f"{s['generated']} graphs, stopped by {s['stopped_by']}")
     out.print(table)
     if rep.rules_used:
         print_counts("rules applied", "rule", "times", rep.rules_used)
