@@ -4,6 +4,7 @@ machine (onnxruntime on the CPU), with search times and e-graph growth.
 
     python bench/bench_egraph.py --cost a100 --json /tmp/egraph_a100.json
     python bench/bench_egraph.py --cost measured --algorithms backtracking,eqsat,mcts
+    python bench/bench_egraph.py --initial-extraction   # the MCTS paper's Table 1 on the zoo
 
 Rules: the built-in library and TASO's graph_subst.pb (as bench_algorithms.py). The last lines
 printed are a table: each algorithm's final cost as a fraction of the original's, its search
@@ -89,7 +90,13 @@ def main() -> None:
     parser.add_argument("--eqsat-seconds", type=float, default=60.0)
     parser.add_argument("--mcts-seconds", type=float, default=90.0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--initial-extraction", action="store_true",
+                        help="only extract from each model's initial e-graph (no rules): each "
+                             "extractor's estimate against the ILP, as the MCTS paper's Table 1")
     args = parser.parse_args()
+    if args.initial_extraction:
+        initial_extraction(args.models.split(","), cost_model(args.cost))
+        return
     rules = builtin_rules() + (load_rules([TASO_RULES]) if TASO_RULES.exists() else [])
     cost = cost_model(args.cost)
     rows = []
@@ -103,6 +110,23 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, default=str))
     print_table(rows, args.cost, len(rules))
+
+
+def initial_extraction(models: list[str], cost) -> None:
+    from graphsub.egraph import extract
+    from graphsub.egraph.egraph import egraph_from_graph
+    from graphsub.egraph.readback import NodeCosts, extraction_problem
+
+    print("| model | graph cost | ILP | DAG-greedy estimate | tree-greedy estimate |")
+    print("|---|---|---|---|---|")
+    for model in models:
+        graph = zoo.build(model)
+        enc = egraph_from_graph(graph)
+        problem = extraction_problem(enc.egraph, enc.outputs, NodeCosts(cost)).problem
+        ilp, dag, tree = (extract.ilp(problem, 60.0), extract.dag_greedy(problem),
+                          extract.tree_greedy(problem))
+        print(f"| {model} | {cost.graph_cost(graph) * 1e3:.4f} | {ilp.cost * 1e3:.4f} | "
+              f"{dag.estimate * 1e3:.4f} | {tree.estimate * 1e3:.4g} |")
 
 
 def print_table(rows: list[dict[str, Any]], cost: str, n_rules: int) -> None:
