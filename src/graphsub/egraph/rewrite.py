@@ -10,17 +10,14 @@ added; the reason is counted like the graph applier's rejections.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from graphsub.egraph.cycles import Descendants
 from graphsub.egraph.egraph import EGraph, EGraphError
 from graphsub.egraph.ematch import EGraphEnv, EMatch
 from graphsub.errors import GraphsubError, ShapeError
 from graphsub.ir.types import Attrs, Constant
-from graphsub.rules.applier import Rejected, constant_array
+from graphsub.rules.applier import Rejected, constant_from_attrs, target_attrs
 from graphsub.rules.ast import OpTerm, Ref, Term, Var, term_vars
-from graphsub.rules.expr import try_evaluate
-from graphsub.rules.matcher import SAME_SHAPES
 
 
 class _TargetBuilder:
@@ -53,19 +50,10 @@ class _TargetBuilder:
             return (self.build(term),)
         assert isinstance(term, OpTerm)
         children = tuple(self.build(a) for a in term.args)
-        attrs: dict[str, Any] = {}
-        for k, e in term.attrs:
-            if k != SAME_SHAPES:
-                ok, attrs[k] = try_evaluate(e, self.env)  # type: ignore[arg-type]
-                if not ok:
-                    raise Rejected("a target attribute has no value for this match")
-        if any(k == SAME_SHAPES for k, _ in term.attrs) and len(
-                {self.eg[c].types for c in children}) > 1:
-            raise Rejected("broadcasting where the rule forbids it")
+        attrs = target_attrs(term, self.env, [self.eg[c].types[0].shape for c in children])
         if term.op == "constant":
-            arr = constant_array(tuple(attrs.get("shape", ())), attrs.get("value", 1.0),
-                                 attrs.get("pattern", "full"), attrs.get("dtype", "float32"))
-            return self.eg.add_op("weight", Attrs({"value": Constant(arr)}), (), self.origin)
+            return self.eg.add_op("weight", Attrs({"value": Constant(constant_from_attrs(attrs))}),
+                                  (), self.origin)
         return self.eg.add_op(term.op, attrs, children, self.origin)
 
 

@@ -9,6 +9,7 @@ has a cycle (TASO figure 6).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -81,15 +82,7 @@ class _TargetBuilder:
             return (self.build(term),)
         assert isinstance(term, OpTerm)
         inputs = tuple(self.build(a) for a in term.args)
-        attrs = {}
-        for k, e in term.attrs:
-            if k != SAME_SHAPES:
-                ok, attrs[k] = try_evaluate(e, self.env)
-                if not ok:
-                    raise Rejected("a target attribute has no value for this match")
-        if any(k == SAME_SHAPES for k, _ in term.attrs) and len(
-                {self.ed.type_of(v).shape for v in inputs}) > 1:
-            raise Rejected("broadcasting where the rule forbids it")
+        attrs = target_attrs(term, self.env, [self.ed.type_of(v).shape for v in inputs])
         key = (term.op, tuple(sorted((k, repr(v)) for k, v in attrs.items())), inputs)
         if key in self.memo:
             return self.memo[key]
@@ -101,11 +94,29 @@ class _TargetBuilder:
         return outs
 
     def _constant(self, attrs: dict[str, Any], inputs: tuple[Value, ...]) -> tuple[Value, ...]:
-        """(constant :value v :shape [..] [:dtype d] [:pattern p]): a weight of one value, or
-        an identity (TASO's I_matmul, I_conv) with `:pattern eye` or `:pattern conv-identity`."""
-        arr = constant_array(tuple(attrs.get("shape", ())), attrs.get("value", 1.0),
-                             attrs.get("pattern", "full"), attrs.get("dtype", "float32"))
-        return self.ed.add("weight", (), {"value": arr})
+        return self.ed.add("weight", (), {"value": constant_from_attrs(attrs)})
+
+
+def target_attrs(term: OpTerm, env: Any, input_shapes: Sequence[tuple[int, ...]]
+                 ) -> dict[str, Any]:
+    """A target term's attributes evaluated for a match (an Env, or anything that reads like
+    one), after checking its :same-shapes flag against the shapes of its built inputs."""
+    attrs = {}
+    for k, e in term.attrs:
+        if k != SAME_SHAPES:
+            ok, attrs[k] = try_evaluate(e, env)
+            if not ok:
+                raise Rejected("a target attribute has no value for this match")
+    if any(k == SAME_SHAPES for k, _ in term.attrs) and len(set(input_shapes)) > 1:
+        raise Rejected("broadcasting where the rule forbids it")
+    return attrs
+
+
+def constant_from_attrs(attrs: dict[str, Any]) -> np.ndarray:
+    """(constant :value v :shape [..] [:dtype d] [:pattern p]): a weight of one value, or
+    an identity (TASO's I_matmul, I_conv) with `:pattern eye` or `:pattern conv-identity`."""
+    return constant_array(tuple(attrs.get("shape", ())), attrs.get("value", 1.0),
+                          attrs.get("pattern", "full"), attrs.get("dtype", "float32"))
 
 
 def constant_array(shape: tuple[int, ...], value: float, pattern: str, dtype: str) -> np.ndarray:
