@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_MODEL ?= nasrnn
+DEMO_ARGS ?=
+# How the demo installs graphsub: editable in a checkout; CI uses a plain `pip install .`.
+DEMO_INSTALL ?= -e .
 PYTEST_ARGS ?=
 
 .PHONY: demo test test-fast bench bench-generate bench-targets bench-cpu bench-search bench-egraph clean
@@ -12,17 +15,21 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# The stamp is written only once the installed package imports: a failed install or an
+# undeclared dependency leaves no stamp behind, so the next `make demo` installs again.
 $(VENV)/.demo-installed: $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q $(DEMO_INSTALL)
+	$(BIN)/python -c "import graphsub, graphsub.cli"
 	touch $@
 
 $(VENV)/.test-installed: $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test,torch]'
+	$(BIN)/python -c "import graphsub, graphsub.cli"
 	touch $@
 
 demo: $(VENV)/.demo-installed
 	mkdir -p out
-	$(BIN)/graphsub optimize $(DEMO_MODEL) -o out/$(DEMO_MODEL).opt.onnx --report out/$(DEMO_MODEL).report.json
+	$(BIN)/graphsub optimize $(DEMO_MODEL) -o out/$(DEMO_MODEL).opt.onnx --report out/$(DEMO_MODEL).report.json $(DEMO_ARGS)
 
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
