@@ -110,7 +110,9 @@ def signature_graph(sig: OpSignature, replicas: int = 1,
                     seed: int = 0) -> tuple[Graph, dict[str, np.ndarray]]:
     """A graph applying the signature's operator `replicas` times to the same non-constant
     inputs, each replica with constant inputs of its own (weights with different data), and
-    random inputs to feed it: what every target times to price one operator. Replicas let a
+    random inputs to feed it: what every target times to price one operator. Constant inputs
+    whose values the signature holds (an opaque operator's shapes and indices) keep them; other
+    constants are random. Replicas let a
     target price an operator whose weights come cold from memory, as a large model's weights
     do: the marginal time of one more replica, once the replicas' weights together exceed
     the caches."""
@@ -128,8 +130,10 @@ def signature_graph(sig: OpSignature, replicas: int = 1,
         if not const:
             shared[i] = b.input(f"in{i}", t.shape, t.dtype)
             feeds[f"in{i}"] = data(i, t)
+    known = sig.values or (None,) * len(sig.inputs)
     for r in range(replicas):
-        args = [shared[i] if i in shared else b.weight(data(i, t))
+        args = [shared[i] if i in shared else
+                b.weight(known[i].array if known[i] is not None else data(i, t))
                 for i, t in enumerate(sig.inputs)]
         outs = b.op(sig.op, *args, **dict(sig.attrs))
         for k, v in enumerate((outs,) if isinstance(outs, Value) else outs):

@@ -15,9 +15,13 @@ from typing import Any
 from graphsub.ir.graph import Graph
 from graphsub.ir.incremental import GraphDelta
 from graphsub.ir.hashing import attrs_key
-from graphsub.ir.types import Attrs, TensorType
+from graphsub.ir.types import Attrs, Constant, TensorType
 
 FREE_OPS = frozenset({"input", "weight"})
+#: An opaque operator's constant inputs of at most this many elements are part of its
+#: signature: they are shapes, indices and axes, which decide what it computes (and whether a
+#: one-operator model of it runs at all: an Expand fed a made-up shape is invalid).
+VALUE_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,9 @@ class OpSignature:
     #: Strides of inputs that arrive as non-contiguous views (None: contiguous), on targets
     #: where operators read views (torch); None when every input is contiguous.
     layouts: tuple[tuple[int, ...] | None, ...] | None = None
+    #: The values of an opaque operator's small constant inputs (None where unknown or not a
+    #: small constant); None for every other operator, whose constants are data (weights).
+    values: tuple[Constant | None, ...] | None = None
 
     def key(self) -> str:
         """A stable text key (the same across processes), for persistent caches."""
@@ -40,7 +47,18 @@ class OpSignature:
         if self.layouts is not None:
             key += "|strides=" + ";".join("" if s is None else ",".join(map(str, s))
                                           for s in self.layouts)
+        if self.values is not None:
+            key += "|values=" + ";".join("" if v is None else v.digest.hex() for v in self.values)
         return key
+
+
+def signature_values(op: str, constants: tuple[Constant | None, ...]
+                     ) -> tuple[Constant | None, ...] | None:
+    """What OpSignature.values holds for an op whose constant inputs are `constants` (None
+    where an input is not a constant with known data)."""
+    if op != "opaque":
+        return None
+    return tuple(c if c is not None and c.type.numel <= VALUE_LIMIT else None for c in constants)
 
 
 LayoutFn = Callable[[Graph, int], "tuple[tuple[int, ...] | None, ...] | None"]
@@ -49,9 +67,14 @@ LayoutFn = Callable[[Graph, int], "tuple[tuple[int, ...] | None, ...] | None"]
 def node_signature(graph: Graph, nid: int, layouts: LayoutFn | None = None) -> OpSignature:
     node = graph[nid]
     weight_only = graph.weight_only()
+    values = None
+    if node.op == "opaque":
+        values = signature_values(node.op, tuple(
+            graph[v.node].attrs["value"] if graph[v.node].op == "weight" else None
+            for v in node.inputs))
     return OpSignature(node.op, node.attrs, graph.input_types(nid),
                        tuple(v.node in weight_only for v in node.inputs), node.outputs,
-                       layouts(graph, nid) if layouts is not None else None)
+                       layouts(graph, nid) if layouts is not None else None, values)
 
 
 class CostModel(ABC):

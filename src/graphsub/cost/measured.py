@@ -13,9 +13,11 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from graphsub.cost.analytic import AnalyticCostModel
 from graphsub.cost.base import CostModel, OpSignature
 from graphsub.ir.graph import Graph
 
@@ -101,7 +103,11 @@ class MeasuredCostModel(CostModel):
     model: a model whose weights exceed the device's last-level cache reads every weight from
     memory once per run, and timing its operators with cached weights would underestimate the
     memory-bound ones several-fold (NasRNN's matrix-vector products). `cold_weights=None`
-    decides from the first graph priced."""
+    decides from the first graph priced.
+
+    An operator the target cannot time (a library refusing the one-operator model, an opaque
+    operator whose inputs cannot be made up) is priced by the analytic model of the target's
+    device instead, and noted in `untimed`: one operator must not end a run."""
 
     name = "measured"
 
@@ -120,6 +126,9 @@ class MeasuredCostModel(CostModel):
         self.cache = CostCache(cache_dir() / "op_costs.sqlite", context) if cache else None
         target.cache = self.cache
         self.measured = 0  # signatures timed in this process (not found in the cache)
+        #: Operators priced analytically because timing them failed: label -> (count, reason).
+        self.untimed: dict[str, tuple[int, str]] = {}
+        self._fallback = AnalyticCostModel(target.analytic_profile, target.free_ops)
 
     def decide_weights(self, graph: Graph) -> None:
         if self.cold_weights is None:
@@ -141,11 +150,35 @@ class MeasuredCostModel(CostModel):
             cached = self.cache.get(key)
             if cached is not None:
                 return cached
-        seconds = self.target.time_op(sig, cold)
+        try:
+            seconds = self.target.time_op(sig, cold)
+        except Exception as exc:  # noqa: BLE001 (onnxruntime and torch raise their own types)
+            return self._price_untimed(sig, exc)
         self.measured += 1
         if self.cache is not None:
             self.cache.put(key, seconds)
         return seconds
+
+    def _price_untimed(self, sig: OpSignature, exc: Exception) -> float:
+        """The analytic price of an operator that could not be timed, noted (not cached, so
+        a later run times it again)."""
+        label = sig.op if sig.op != "opaque" else f"opaque {sig.attrs['op_type']}"
+        reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+        count, first = self.untimed.get(label, (0, reason))
+        self.untimed[label] = (count + 1, first)
+        if count == 0:
+            warnings.warn(f"could not time {label} on {self.target.name} ({reason}); priced "
+                          "it with the analytic model instead", RuntimeWarning, stacklevel=2)
+        try:
+            return self._fallback.op_cost(sig)
+        except Exception:  # noqa: BLE001 (an op the analytic model has no counts for)
+            return 0.0
+
+    def notes(self) -> list[str]:
+        """What a report should say about operators that were not timed."""
+        return [f"{count} signature(s) of {label} could not be timed on {self.target.name} "
+                f"and were priced by the analytic model ({reason})"
+                for label, (count, reason) in self.untimed.items()]
 
 
 def _has_layouts(target: Target) -> bool:

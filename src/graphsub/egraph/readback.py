@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from graphsub.cost.base import FREE_OPS, CostModel, OpSignature
+from graphsub.cost.base import FREE_OPS, CostModel, OpSignature, signature_values
 from graphsub.egraph.egraph import PROJ, EGraph
 from graphsub.egraph.problem import ExtractionProblem
 from graphsub.errors import GraphsubError
@@ -47,10 +47,12 @@ class NodeCosts:
         if kids and all(consts) and not node.salt:
             return 0.0  # folded into an initializer at export
         ins = tuple(k.types[0] for k in kids)
-        key = (node.op, node.attrs, ins, consts)
+        values = signature_values(node.op, tuple(k.constant for k in kids))
+        key = (node.op, node.attrs, ins, consts, values)
         cost = self._memo.get(key)
         if cost is None:
-            sig = OpSignature(node.op, node.attrs, ins, consts, eg[eg.class_of(nid)].types)
+            sig = OpSignature(node.op, node.attrs, ins, consts, eg[eg.class_of(nid)].types,
+                              values=values)
             cost = self.cost_model.signature_cost(sig)
             self._memo[key] = cost
         return cost
