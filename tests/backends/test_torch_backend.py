@@ -11,6 +11,7 @@ import pytest
 import graphsub
 from graphsub import zoo
 from graphsub.ir.builder import GraphBuilder
+from graphsub.ir.graph import Graph
 from graphsub.ops import all_ops
 from graphsub.runtime import diff_arrays, graph_input_specs, random_feeds, run
 from tests.onnx_io.test_roundtrip_zoo import zoo_params
@@ -41,12 +42,31 @@ def assert_close(ref: dict, got: dict, rtol: float = 1e-3, atol_scale: float = 1
         assert d.ok, d.describe()
 
 
+def with_logits(graph: Graph) -> Graph:
+    """The graph with what every softmax reads as extra outputs: a softmax can hide a wrong
+    computation (saturated) or invent one (logits tied by rounding), its input cannot."""
+    logits = [graph[s].inputs[0] for s in graph.nodes_by_op("softmax")]
+    return Graph(graph.nodes, graph.inputs, list(graph.outputs) + logits,
+                 list(graph.output_names) + [f"logits{i}" for i in range(len(logits))],
+                 graph.meta, graph.next_id)
+
+
 @pytest.mark.parametrize("name", zoo_params())
 def test_zoo_model_on_torch_cpu_matches_onnxruntime(name):
-    graph = zoo.build(name)
+    graph = with_logits(zoo.build(name))
     feeds = random_feeds(graph_input_specs(graph), seed=5)
     expected = run(graphsub.to_onnx(graph), feeds)
     assert_close(expected, TorchProgram(graph, "cpu").run(feeds))
+
+
+def test_zoo_logits_are_spread_so_the_comparison_means_something():
+    """Light models ship with every weight equal (every logit the same); the zoo redraws
+    them, so the softmax neither saturates nor ties."""
+    graph = with_logits(zoo.build("light_bvlc_alexnet"))
+    out = run(graphsub.to_onnx(graph), random_feeds(graph_input_specs(graph), seed=5))
+    assert 1.0 < float(np.std(out["logits0"])) < 4.0
+    probs = next(v for k, v in out.items() if k != "logits0")
+    assert 1e-4 < float(probs.max()) < 0.5 and len(np.unique(probs)) > 900
 
 
 @needs_cuda
@@ -97,7 +117,7 @@ def test_weight_only_subgraphs_are_folded_once_into_buffers():
 
 
 def test_opaque_nodes_run_through_onnxruntime_on_cpu_and_are_refused_elsewhere():
-    graph = zoo.build("light_bvlc_alexnet")  # two LRN nodes, opaque to graphsub
+    graph = with_logits(zoo.build("light_bvlc_alexnet"))  # two LRN nodes, opaque to graphsub
     feeds = random_feeds(graph_input_specs(graph), seed=1)
     assert_close(run(graphsub.to_onnx(graph), feeds), TorchProgram(graph, "cpu").run(feeds))
     node = next(graph[n] for n in graph.topo_order() if graph[n].op == "opaque")
