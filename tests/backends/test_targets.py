@@ -13,12 +13,13 @@ from graphsub import zoo
 from graphsub.backends import (TargetUnavailableError, default_target_name, get_target,
                                target_names, target_statuses, torch_sees_gpu,
                                unavailable_reason)
-from graphsub.backends.base import cold_replicas, signature_graph
+from graphsub.backends.base import cold_replicas, last_level_cache_bytes, signature_graph
 from graphsub.cli import app
 from graphsub.cost import MeasuredCostModel, make_cost_model, node_signature
 from graphsub.errors import GraphsubError
 from graphsub.ir import GraphBuilder
 from graphsub.runtime import graph_input_specs, random_feeds, time_runnables
+from tests.markers import HAVE_TORCH, requires_torch, targets
 
 runner = CliRunner()
 
@@ -52,7 +53,11 @@ def test_unknown_and_unavailable_targets_are_clear_errors():
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         with pytest.raises(TargetUnavailableError, match="ort-cuda.*onnxruntime-gpu"):
             get_target("ort-cuda")
-    if not torch_sees_gpu():
+    if not HAVE_TORCH:
+        for name in ("torch-cpu", "torch-cuda"):
+            with pytest.raises(TargetUnavailableError, match=f"{name} needs PyTorch.*pip install"):
+                get_target(name)
+    elif not torch_sees_gpu():
         with pytest.raises(TargetUnavailableError, match="torch-cuda.*no CUDA device"):
             get_target("torch-cuda")
         assert "no CUDA device" in unavailable_reason("torch-cuda")
@@ -70,7 +75,7 @@ def test_cli_lists_targets_and_refuses_an_unavailable_one():
         assert "Traceback" not in r.output
 
 
-@pytest.mark.parametrize("name", ["ort-cpu", "torch-cpu"])
+@pytest.mark.parametrize("name", targets("ort-cpu", "torch-cpu"))
 def test_device_description_keys_the_cache(name):
     target = get_target(name, threads=1)
     info = target.device()
@@ -87,6 +92,7 @@ def conv_relu_graph():
     return b.build()
 
 
+@requires_torch
 @pytest.mark.parametrize("name", ["ort-cpu", "torch-cpu"])
 def test_measured_cost_on_each_target_is_cached_per_device(name, cache_dir):
     g = conv_relu_graph()
@@ -103,15 +109,24 @@ def test_measured_cost_on_each_target_is_cached_per_device(name, cache_dir):
     assert elsewhere.measured == 2  # another target's timings do not apply
 
 
-def test_models_larger_than_the_cache_are_priced_with_cold_weights():
-    target = get_target("torch-cpu", threads=1)
+@pytest.mark.parametrize("cache_mib", [8, 32, 260])
+def test_models_larger_than_the_cache_are_priced_with_cold_weights(monkeypatch, cache_mib):
+    """The decision follows the device's cache size (set here: machines differ, from 32 MiB
+    of L3 on one to 260 MiB on another) against the model's weights."""
+    target = get_target("ort-cpu", threads=1)
+    monkeypatch.setattr(target, "cache_bytes", lambda: cache_mib << 20)
     big = zoo.build("nasrnn")  # 84 MB of weights
+    held = sum(big[n].type.nbytes for n in big.nodes_by_op("weight"))
     model = MeasuredCostModel(target=target, cache=False)
     model.decide_weights(big)
-    assert model.cold_weights is True
+    assert model.cold_weights is (held > cache_mib << 20)
     small = MeasuredCostModel(target=target, cache=False)
     small.decide_weights(conv_relu_graph())
     assert small.cold_weights is False
+
+
+def test_the_last_level_cache_size_is_read_from_the_machine():
+    assert last_level_cache_bytes() >= 1 << 20
 
 
 def test_cold_timing_uses_replicas_with_weights_of_their_own():
@@ -124,10 +139,11 @@ def test_cold_timing_uses_replicas_with_weights_of_their_own():
     weights = [graph[n].attrs["value"] for n in graph.nodes_by_op("weight")]
     assert len(weights) == r and len(set(weights)) == r  # different data per replica
     assert len(graph.outputs) == r and len(feeds) == 1
-    target = get_target("torch-cpu", threads=1)
+    target = get_target("ort-cpu", threads=1)
     assert target.time_op(sig, cold_weights=True) > 0
 
 
+@requires_torch
 def test_torch_signatures_carry_the_strides_of_views():
     b = GraphBuilder(seed=0)
     x = b.input("x", (16, 32))
@@ -143,6 +159,7 @@ def test_torch_signatures_carry_the_strides_of_views():
     assert torch_model.graph_cost(g) > 0
 
 
+@requires_torch
 def test_analytic_cost_frees_the_targets_views():
     g = zoo.build("bert:layers=1")
     torch_analytic = make_cost_model("analytic", target=get_target("torch-cpu", threads=1))
@@ -152,7 +169,7 @@ def test_analytic_cost_frees_the_targets_views():
     assert ort_analytic.node_cost(g, transpose) > 0.0
 
 
-@pytest.mark.parametrize("name", ["ort-cpu", "torch-cpu"])
+@pytest.mark.parametrize("name", targets("ort-cpu", "torch-cpu"))
 def test_targets_run_and_time_a_model_and_agree(name):
     g = zoo.build("sru")
     target = get_target(name, threads=1)

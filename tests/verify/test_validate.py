@@ -277,14 +277,19 @@ def test_a_redundant_axiom_is_reported_and_real_ones_are_not():
     assert all(r.status in ("independent", "unknown") for r in others)
 
 
+@pytest.mark.slow
 def test_check_axioms_reports_everything_with_progress():
+    """The report's shape and progress lines. Every query gets 50 ms (instances too: with the
+    default 5 s, a machine on which Z3 gives up on some instances spent ten minutes here), so
+    answers may be `unknown`; the consistency and redundancy tests above check the answers."""
     tiny = Bounds(dims=(1,), spatial=(2,), kernels=(1,), strides=(2,), dilations=(1,))
     lines: list[str] = []
-    report = check_axioms(timeout_ms=50, bounds=tiny, on_progress=lines.append)
+    report = check_axioms(timeout_ms=50, bounds=tiny, instance_timeout_ms=50,
+                          on_progress=lines.append)
     assert len(lines) == step_count() == 2 * len(axioms()) + 1
     assert [v.name for v in report.validations] == names()
     assert all(v.instances > 0 for v in report.validations)
-    assert report.consistency.status == "sat"
+    assert report.consistency.status in ("sat", "unknown")
     data = json.loads(json.dumps(report.to_dict()))
     validation, redundancy = data["validation"], data["redundancy"]
     assert validation["valid"] + validation["invalid"] + validation["unknown"] == 43

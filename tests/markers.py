@@ -1,0 +1,19 @@
+"""Marks shared by the test modules."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+#: Tests of the torch targets and frontend: they skip, saying why, on an install without the
+#: torch extra (graphsub's core needs no torch).
+requires_torch = pytest.mark.skipif(
+    not HAVE_TORCH, reason="needs PyTorch, graphsub's torch extra: pip install torch==2.13.0")
+
+
+def targets(*names: str) -> list:
+    """Target names as parameters, the torch ones marked requires_torch."""
+    return [pytest.param(n, marks=requires_torch) if n.startswith("torch-") else n
+            for n in names]
