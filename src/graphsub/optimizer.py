@@ -5,41 +5,46 @@ GPU, or graphsub's torch backend on the CPU or a GPU. Search costs are predictio
 per operator on the target, or analytic). After the search, the original model and the few
 best candidates are timed end to end on the target, side by side; the fastest is then timed
 head to head against the original, round by round, and replaces it only if it is faster by
-MIN_GAIN in the median round and in most rounds. Otherwise the original is kept and the report
-says so. Whatever is chosen is checked against the original on random inputs before anything
-is written (in onnxruntime, on the ONNX bytes to be written, and on the target itself): a
-mismatch is an error, never a warning.
+MIN_GAIN in the median round and in most rounds (graphsub.selection). Otherwise the original
+is kept and the report says why. Whatever is chosen is checked against the original on random
+inputs before anything is written (in onnxruntime, on the ONNX bytes to be written, and on the
+target itself): a mismatch is an error, never a warning.
+
+The time limit is the whole run's: the search gets most of it and timing, confirming and
+verifying the rest (measure_reserve), unless a separate measuring limit is given.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from graphsub.backends import Target, get_target
-from graphsub.cost import CostModel, make_cost_model
+from graphsub.cost import CostModel, MeasuredCostModel, make_cost_model
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.onnx_io.exporter import to_onnx_bytes
 from graphsub.rules import Rule, builtin_rules
 from graphsub.runtime.compare import Comparison, compare_models, compare_runners
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
-from graphsub.runtime.timing import PairedComparison, compare_runnables, time_runnables
-from graphsub.search import ALGORITHMS, EGRAPH_BASED, LENGTH_BOUNDED, Candidate, OptimizeResult
+from graphsub.search import (ALGORITHMS, EGRAPH_BASED, LENGTH_BOUNDED, Candidate,
+                             OptimizeResult, SearchStats)
 from graphsub.search.backtracking import ProgressFn
 from graphsub.search.split import split_search
+from graphsub.selection import (MIN_GAIN, MIN_WINS, CandidateReport, Selection,
+                                measure_and_choose)
 
 #: Tolerances for "computes the same function": rewrites reassociate float32 sums, so the
 #: absolute tolerance scales with each output's magnitude.
 RTOL, ATOL_SCALE = 1e-3, 1e-4
-#: A candidate replaces the original only when its median latency is this much lower: smaller
-#: differences are within the noise of interleaved medians on a shared machine.
-MIN_GAIN = 0.02
-#: ... and when it was faster in at least this fraction of the head-to-head rounds.
-MIN_WINS = 0.7
+#: The share of the time limit kept for timing and verifying candidates (measure_reserve).
+MEASURE_SHARE = 0.25
 
 
 class VerificationError(GraphsubError):
@@ -54,6 +59,41 @@ class VerificationError(GraphsubError):
 def resolve_target(target: str | Target | None, threads: int | None = None) -> Target:
     """A Target from a name (None: this machine's default, torch-cuda with a GPU)."""
     return target if isinstance(target, Target) else get_target(target, threads=threads)
+
+
+#: Cost models by name, and where --split runs parts.
+COST_MODELS = ("measured", "analytic")
+EXECUTORS = ("process", "dask", "serial")
+
+
+def check_settings(algorithm: str = "backtracking", alpha: float = 1.05,
+                   budget: int | None = None, time_limit: float = 60.0,
+                   cost: str | CostModel = "measured", k: int = 10, split: int | None = None,
+                   executor: str = "process", node_limit: int | None = None, k_multi: int = 1,
+                   measure_limit: float | None = None, candidates: int = 3,
+                   threads: int | None = None) -> None:
+    """Raise a GraphsubError naming the first setting out of range: checked before any work,
+    so that a typo does not cost a search."""
+    if algorithm not in ALGORITHMS:
+        raise GraphsubError(f"unknown algorithm {algorithm!r}; use one of {', '.join(ALGORITHMS)}")
+    if isinstance(cost, str) and cost not in COST_MODELS:
+        raise GraphsubError(f"unknown cost model {cost!r}; use {' or '.join(COST_MODELS)}")
+    if executor not in EXECUTORS:
+        raise GraphsubError(f"unknown executor {executor!r}; use one of {', '.join(EXECUTORS)}")
+    if not (math.isfinite(time_limit) and time_limit > 0):
+        raise GraphsubError(f"--time-limit must be a positive number of seconds (got {time_limit:g})")
+    if measure_limit is not None and not (math.isfinite(measure_limit) and measure_limit > 0):
+        raise GraphsubError("--measure-limit must be a positive number of seconds "
+                            f"(got {measure_limit:g})")
+    if not alpha >= 1.0:
+        raise GraphsubError(f"alpha must be at least 1 (got {alpha})")
+    for name, value, least in (("--k", k, 1), ("--budget", budget, 1),
+                               ("--node-limit", node_limit, 1), ("--k-multi", k_multi, 0),
+                               ("--candidates", candidates, 0), ("--threads", threads, 1)):
+        if value is not None and value < least:
+            raise GraphsubError(f"{name} must be at least {least} (got {value})")
+    if split is not None and split < 2:
+        raise GraphsubError(f"--split needs a part size of at least 2 operators (got {split})")
 
 
 def optimize(graph: Graph, rules: Sequence[Rule] | None = None, algorithm: str = "backtracking",
@@ -73,14 +113,8 @@ def optimize(graph: Graph, rules: Sequence[Rule] | None = None, algorithm: str =
     for mcts (default 128), and iterations for eqsat (default: until saturated); `node_limit`
     and `k_multi` bound the e-graph of eqsat and mcts (default node limits: 20,000 for eqsat,
     room to saturate most zoo models; 2,000 for mcts, as in the MCTS paper)."""
-    if algorithm not in ALGORITHMS:
-        raise GraphsubError(f"unknown algorithm {algorithm!r}; use one of {', '.join(ALGORITHMS)}")
-    if k < 1:
-        raise GraphsubError(f"the sequence length bound k must be at least 1 (got {k})")
-    if alpha < 1.0:
-        raise GraphsubError(f"alpha must be at least 1 (got {alpha})")
-    if split is not None and split < 2:
-        raise GraphsubError(f"--split needs a part size of at least 2 operators (got {split})")
+    check_settings(algorithm, alpha, budget, time_limit, cost, k, split, executor, node_limit,
+                   k_multi, threads=threads)
     if isinstance(cost, str):
         model = make_cost_model(cost, threads, target=resolve_target(target, threads))
     else:
@@ -106,11 +140,10 @@ def optimize(graph: Graph, rules: Sequence[Rule] | None = None, algorithm: str =
     return search(graph, rules, model, **kwargs)
 
 
-@dataclass
-class CandidateReport:
-    predicted_cost: float
-    measured_ms: float
-    rules: list[str]
+def measure_reserve(time_limit: float) -> float:
+    """The part of a time limit kept for timing and verifying candidates when no
+    --measure-limit is given: a quarter, at least 2 s, at most half of the limit and 60 s."""
+    return min(max(MEASURE_SHARE * time_limit, 2.0), 0.5 * time_limit, 60.0)
 
 
 @dataclass
@@ -135,6 +168,15 @@ class OptimizeReport:
     confirmation: dict[str, Any] = field(default_factory=dict)
     nodes_before: int = 0
     nodes_after: int = 0
+    #: faster | no-cheaper-graph | not-faster | not-confirmed | no-time | not-run
+    outcome: str = ""
+    #: The outcome in one or two sentences, with its figures.
+    verdict: str = ""
+    #: Whatever degraded the result without ending the run (operators priced analytically,
+    #: candidates dropped), one line each.
+    notes: list[str] = field(default_factory=list)
+    #: Seconds spent: search, measure (timing and confirming), verify, total; and the limits.
+    seconds: dict[str, float | None] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -159,6 +201,17 @@ def _op_counts(model: bytes) -> Counter[str]:
     return Counter(n.op_type for n in proto.graph.node)
 
 
+def _exported(candidates: list[Candidate], notes: list[str]) -> list[tuple[Candidate, bytes]]:
+    """The candidates as ONNX bytes; one that cannot be exported is dropped with a note."""
+    out = []
+    for i, c in enumerate(candidates):
+        try:
+            out.append((c, to_onnx_bytes(c.graph)))
+        except GraphsubError as exc:
+            notes.append(f"candidate {i} could not be written as ONNX and was dropped ({exc})")
+    return out
+
+
 def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str = "model",
                    rules: Sequence[Rule] | None = None, algorithm: str = "backtracking",
                    alpha: float = 1.05, budget: int | None = None, time_limit: float = 60.0,
@@ -169,100 +222,154 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
                    stage: Callable[[str], None] | None = None,
                    k: int = 10, split: int | None = None,
                    executor: str = "process", node_limit: int | None = None,
-                   k_multi: int = 1) -> tuple[bytes, OptimizeReport]:
+                   k_multi: int = 1, measure_limit: float | None = None,
+                   started: float | None = None) -> tuple[bytes, OptimizeReport]:
     """Optimize for a target, choose by measurement there, verify. Returns the ONNX bytes to
     write (the original model's when nothing beats it) and the report. Raises
-    VerificationError on a mismatch. `stage` is told what is happening after the search
-    (timing, confirming, verifying), for progress displays."""
+    VerificationError on a mismatch. `stage` is told what is happening (the search starting,
+    then timing, confirming, verifying), for progress displays.
+
+    The time limit covers the whole run from `started` (a time.perf_counter() value; default:
+    now): the search gets it less measure_reserve(time_limit), and timing, confirming and
+    verifying the candidates fit in what is left. With `measure_limit`, the search gets the
+    whole time limit and measuring gets `measure_limit` seconds after it. A run may overshoot
+    by the verification of a chosen candidate, which is never skipped."""
+    check_settings(algorithm, alpha, budget, time_limit, cost, k, split, executor, node_limit,
+                   k_multi, measure_limit, measure_candidates, threads)
+    started = time.perf_counter() if started is None else started
     threads = threads or os.cpu_count() or 1
     say = stage or (lambda message: None)
     device = resolve_target(target, threads)
     original = original_onnx if original_onnx is not None else to_onnx_bytes(graph)
-    result = optimize(graph, rules, algorithm, alpha, budget, time_limit, cost, threads, progress,
-                      target=device, k=k, split=split, executor=executor,
-                      node_limit=node_limit, k_multi=k_multi)
+    cost_model = make_cost_model(cost, threads, target=device)
+    search_seconds = time_limit - (0.0 if measure_limit is not None else measure_reserve(time_limit))
+    search_seconds = max(search_seconds - (time.perf_counter() - started), 0.05)
+    say(f"searching with {algorithm} for up to {search_seconds:.1f} s")
+    search_start = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # untimed operators: in the notes
+            result = optimize(graph, rules, algorithm, alpha, budget, search_seconds,
+                              cost_model, threads, progress, target=device, k=k, split=split,
+                              executor=executor, node_limit=node_limit, k_multi=k_multi)
+    except KeyboardInterrupt:
+        # Interrupted before the search loop took over (while pricing the input graph, or
+        # between a split search's parts): nothing found, so the original stays.
+        stats = SearchStats(stopped_by="interrupt", seconds=time.perf_counter() - search_start)
+        result = OptimizeResult(graph, (), stats, math.nan, math.nan, [])
+    search_end = time.perf_counter()
+    notes = list(cost_model.notes()) if isinstance(cost_model, MeasuredCostModel) else []
+    interrupted = result.stats.stopped_by == "interrupt"
+    if interrupted:
+        say("interrupted: the search stopped; measuring and verifying what it found "
+            "(Ctrl-C again to stop at once, writing nothing)")
+    deadline = (search_end + measure_limit if measure_limit is not None
+                else started + time_limit)
     specs = graph_input_specs(graph)
-    candidates = _distinct(result.candidates, graph.structural_hash(), measure_candidates)
-    exported = [to_onnx_bytes(c.graph) for c in candidates]
+    exported = _exported(_distinct(result.candidates, graph.structural_hash(),
+                                   measure_candidates), notes)
     if original_onnx is not None and device.name.startswith("ort-"):
         # graphsub's own export of the unchanged graph (shape computations folded, dead and
         # no-op nodes gone) is a candidate of its own where onnxruntime runs the file.
         reexport = to_onnx_bytes(graph)
         if _op_counts(reexport) != _op_counts(original):
-            candidates.insert(0, Candidate(graph, result.initial_cost, ()))
-            exported.insert(0, reexport)
+            exported.insert(0, (Candidate(graph, result.initial_cost, ()), reexport))
+    selection = measure_and_choose(device, graph, original, exported, random_feeds(specs),
+                                   deadline, measure_seconds, RTOL, ATOL_SCALE, say)
+    notes += selection.notes
+    measure_end = time.perf_counter()
 
-    chosen_bytes, chosen = original, None
-    before_ms = after_ms = None
-    confirm: PairedComparison | None = None
-    cand_reports: list[CandidateReport] = []
-    feeds = random_feeds(specs)
-    chosen_runnable = None
-    if candidates:
-        say(f"timing the original and {len(candidates)} candidate(s) on {device.name}")
-        runnables = [device.prepare(graph, original, "original")]
-        runnables += [device.prepare(c.graph, data, f"candidate {i}")
-                      for i, (c, data) in enumerate(zip(candidates, exported))]
-        # Screen: the original and the candidates side by side; the fastest goes on.
-        timings = time_runnables(runnables, feeds, min_seconds=measure_seconds)
-        before_ms = after_ms = timings[0].median * 1e3
-        for c, t in zip(candidates, timings[1:]):
-            cand_reports.append(CandidateReport(c.cost, t.median * 1e3, [s.rule for s in c.trace]))
-        best = min(range(len(candidates)), key=lambda i: timings[i + 1].median)
-        if timings[best + 1].median < timings[0].median:
-            # Confirm head to head, round by round: one lucky screening is not enough.
-            say(f"confirming the fastest candidate head to head on {device.name}")
-            confirm = compare_runnables(runnables[0], runnables[best + 1], feeds,
-                                        min_seconds=max(measure_seconds, 4.0))
-            before_ms = confirm.before.median * 1e3
-            after_ms = confirm.after.median * 1e3
-            if confirm.speedup >= 1 / (1 - MIN_GAIN) and confirm.wins >= MIN_WINS:
-                chosen, chosen_bytes = candidates[best], exported[best]
-            else:
-                after_ms = before_ms
-        chosen_runnable = runnables[best + 1] if chosen is not None else None
-        for r in runnables:
-            if r is not chosen_runnable:
-                r.close()
-
+    chosen = exported[selection.chosen][0] if selection.chosen is not None else None
+    chosen_bytes = exported[selection.chosen][1] if selection.chosen is not None else original
     comparison = None
-    if chosen is not None:
+    if selection.mismatch is not None:
+        index, comparison = selection.mismatch
+        chosen = exported[index][0]
+    elif chosen is not None:
         say("verifying the optimized model against the original")
-        comparison = verify(original, chosen_bytes, specs, threads)
-        if comparison.equivalent and not device.name.startswith("ort-"):
-            comparison = verify_on_target(original, chosen_runnable, specs, threads)
-        chosen_runnable.close()
+        try:
+            comparison = verify(original, chosen_bytes, specs, threads)
+            if comparison.equivalent and not device.name.startswith("ort-"):
+                comparison = verify_on_target(original, selection.runnable, specs, threads)
+        finally:
+            selection.runnable.close()
     trace = [] if chosen is None else [asdict(s) for s in chosen.trace]
     if comparison is not None and not comparison.equivalent:
-        worst = comparison.worst
+        failing = [d.describe() for d in comparison.outputs if not d.ok]
         raise VerificationError(
             "the optimized model does not match the original "
-            f"({worst.describe() if worst else '; '.join(comparison.problems)}); nothing was "
+            f"({'; '.join(list(comparison.problems) + failing)}); nothing was "
             f"written. Rules applied, in order: {', '.join(s['rule'] for s in trace)}",
             [s["rule"] for s in trace], comparison)
+    end = time.perf_counter()
 
     report = OptimizeReport(
         model=label,
         settings=dict(algorithm=algorithm, alpha=alpha, budget=budget, k=k, split=split,
                       **({"node_limit": node_limit, "k_multi": k_multi}
                          if algorithm in EGRAPH_BASED else {}),
-                      time_limit=time_limit, cost=cost, threads=threads,
-                      rules=len(rules) if rules is not None else "builtin"),
+                      time_limit=time_limit, measure_limit=measure_limit, cost=cost,
+                      threads=threads, rules=len(rules) if rules is not None else "builtin"),
         target=device.name, device=device.device().as_dict(),
         predicted_cost_before=result.initial_cost,
         predicted_cost_after=chosen.cost if chosen is not None else result.initial_cost,
-        latency_before_ms=before_ms, latency_after_ms=after_ms,
-        speedup=(confirm.speedup if chosen is not None and confirm is not None
-                 else (1.0 if before_ms else None)),
-        confirmation=({"speedup": confirm.speedup, "wins": confirm.wins,
-                       "rounds": len(confirm.ratios)} if confirm is not None else {}),
+        latency_before_ms=selection.before_ms, latency_after_ms=selection.after_ms,
+        speedup=(selection.confirm.speedup if chosen is not None and selection.confirm
+                 else (1.0 if selection.before_ms else None)),
+        confirmation=selection.confirmation(),
         kept_original=chosen is None, trace=trace,
         rules_used=dict(Counter(s.rule for s in chosen.trace).most_common()) if chosen else {},
-        search=result.stats.as_dict(), candidates=cand_reports,
+        search=result.stats.as_dict(), candidates=selection.candidates,
         verification=comparison.as_dict() if comparison is not None else
         {"equivalent": True, "note": "the original model is written unchanged"},
-        nodes_before=len(graph), nodes_after=len(chosen.graph) if chosen is not None else len(graph))
+        nodes_before=len(graph), nodes_after=len(chosen.graph) if chosen is not None else len(graph),
+        outcome=selection.outcome, notes=notes,
+        seconds={"search": round(search_end - started, 3),
+                 "measure": round(measure_end - search_end, 3),
+                 "verify": round(end - measure_end, 3), "total": round(end - started, 3),
+                 "time_limit": time_limit, "measure_limit": measure_limit})
+    report.verdict = verdict(report, selection, interrupted)
     return chosen_bytes, report
+
+
+def verdict(report: OptimizeReport, selection: Selection, interrupted: bool = False) -> str:
+    """What happened, in words a user can act on, with the figures behind it."""
+    search = report.search
+    cands = [c for c in report.candidates if c.measured_ms is not None] or report.candidates
+    best_predicted = min((c.predicted_cost for c in cands), default=report.predicted_cost_before)
+    predicted_gain = 1 - best_predicted / report.predicted_cost_before if report.predicted_cost_before else 0.0
+    target = report.target
+    prefix = f"The search was interrupted after {search['seconds']:.1f} s. " if interrupted else ""
+    outcome = selection.outcome
+    if outcome == "faster":
+        c = report.confirmation
+        return (prefix + f"The optimized model runs {c['speedup']:.3f}x as fast as the original "
+                f"on {target} (median of {c['rounds']} head-to-head rounds, faster in "
+                f"{c['wins']:.0%} of them) and matches it on random inputs.")
+    if outcome == "no-cheaper-graph":
+        return (prefix + "The search found no graph predicted cheaper than the original "
+                f"({search['explored']} expanded, stopped by {search['stopped_by']}); the "
+                "original model is kept.")
+    if outcome == "not-faster":
+        return (prefix + f"The search found {len(report.candidates)} candidate(s), the best "
+                f"predicted {predicted_gain:.1%} cheaper, but none ran faster than the "
+                f"original on {target} (the fastest: {selection.screen_ratio:.3f}x); the "
+                "original model is kept.")
+    if outcome == "not-confirmed":
+        c = report.confirmation
+        return (prefix + f"The fastest candidate (predicted {predicted_gain:.1%} cheaper) "
+                f"measured {c['speedup'] - 1:+.1%} against the original in the median "
+                f"head-to-head round and was faster in {c['wins']:.0%} of {c['rounds']} rounds; "
+                f"keeping it needs {MIN_GAIN:.0%} and {MIN_WINS:.0%}, so the original model "
+                "is kept.")
+    if outcome == "no-time":
+        run_ms = selection.original_run_s * 1e3
+        return (prefix + f"The candidates (best predicted {predicted_gain:.1%} cheaper) could "
+                f"not be measured and confirmed on {target} within the time limit (one run of "
+                f"the model takes {run_ms:.0f} ms); the original model is kept. Give "
+                "--measure-limit SECONDS for more measuring time.")
+    return (prefix + f"No candidate could run on {target} (see the notes); the original model "
+            "is kept.")
 
 
 def verify(a: bytes, b: bytes, specs, threads: int) -> Comparison:

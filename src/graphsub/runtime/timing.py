@@ -79,7 +79,7 @@ class Timing:
 def time_runnables(runnables: Sequence[Runnable], feeds: Mapping[str, np.ndarray],
                    warmup: int = 3, rounds: int | None = None, min_seconds: float = 2.0,
                    max_rounds: int = 200, block: int = 5, pause: float = 0.02,
-                   min_rounds: int = 3) -> list[Timing]:
+                   min_rounds: int = 3, deadline: float | None = None) -> list[Timing]:
     """Time several runnables on the same inputs, side by side.
 
     Each round times a block of `block` runs of every runnable, in an order that rotates so
@@ -87,8 +87,11 @@ def time_runnables(runnables: Sequence[Runnable], feeds: Mapping[str, np.ndarray
     model once untimed: onnxruntime's idle worker threads spin for a while after a run, and
     without the pause the previous model's spinning threads would steal the cores from the
     next (on 2 cores, tripling its latency); the untimed run wakes the model's own threads
-    (or caches) up again. Without `rounds`, rounds continue until `min_seconds` of runs (at
-    least `min_rounds`, at most `max_rounds`)."""
+    (or caches) up again; `pause=0` skips both, for models whose runs are long enough that
+    neither matters. Without `rounds`, rounds continue until `min_seconds` of runs (at
+    least `min_rounds`, at most `max_rounds`). A `deadline` (time.perf_counter() seconds)
+    ends the rounds once passed, after at least one: the caller's time limit wins over
+    `min_rounds`."""
     for r in runnables:
         r.bind(feeds)
         r.timed(warmup)
@@ -100,11 +103,14 @@ def time_runnables(runnables: Sequence[Runnable], feeds: Mapping[str, np.ndarray
             break
         if rounds is None and done >= min_rounds and (timed >= min_seconds or done >= max_rounds):
             break
+        if deadline is not None and done >= 1 and time.perf_counter() >= deadline:
+            break
         order = list(range(len(runnables)))
         shift = done % len(order)
         for i in order[shift:] + order[:shift]:
-            time.sleep(pause)
-            runnables[i].timed(1)
+            if pause:
+                time.sleep(pause)
+                runnables[i].timed(1)
             block_times = runnables[i].timed(block)
             samples[i].extend(block_times)
             timed += sum(block_times)
@@ -136,9 +142,12 @@ class PairedComparison:
 
 
 def compare_runnables(before: Runnable, after: Runnable, feeds: Mapping[str, np.ndarray],
-                      min_seconds: float = 4.0, min_rounds: int = 10) -> PairedComparison:
-    """Time two runnables head to head (at least `min_rounds` rounds)."""
+                      min_seconds: float = 4.0, min_rounds: int = 10,
+                      deadline: float | None = None, **options: float) -> PairedComparison:
+    """Time two runnables head to head (at least `min_rounds` rounds unless the deadline
+    comes first; `options` go to time_runnables: warmup, block, pause)."""
     t_before, t_after = time_runnables([before, after], feeds, min_seconds=min_seconds,
                                        rounds=None, max_rounds=max(min_rounds, 200),
-                                       min_rounds=min_rounds)
+                                       min_rounds=min_rounds, deadline=deadline,
+                                       **options)  # type: ignore[arg-type]
     return PairedComparison(t_before, t_after)

@@ -38,6 +38,9 @@ class SearchStats:
     stopped_by: str = "exhausted"  # exhausted | budget | time | interrupt (e-graphs: saturated...)
     #: E-graph searches (eqsat, mcts): the e-graph's size, growth and extraction details.
     egraph: dict[str, Any] = field(default_factory=dict)
+    #: MetaFlow's split (--split): parts, their sizes, matches the cuts disabled, regions
+    #: searched around the cuts.
+    split: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"explored": self.explored, "generated": self.generated,
@@ -45,7 +48,8 @@ class SearchStats:
                 "matches_computed": self.matches_computed,
                 "matches_reused": self.matches_reused,
                 "rejected": dict(self.rejected), "seconds": round(self.seconds, 3),
-                "stopped_by": self.stopped_by, **({"egraph": self.egraph} if self.egraph else {})}
+                "stopped_by": self.stopped_by, **({"egraph": self.egraph} if self.egraph else {}),
+                **({"split": self.split} if self.split else {})}
 
 
 @dataclass

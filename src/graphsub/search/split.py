@@ -382,6 +382,11 @@ def split_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, sea
         part_of.update(origin)
         regions = _runnable_order(stitched, boundary_regions(stitched, part_of,
                                                              max(matcher.max_radius, 1)))
+        home = {nid: i for i, ops in enumerate(parts) for nid in ops}
+        stats.split = {"parts": len(parts), "part_sizes": [len(p) for p in parts],
+                       "matches_cut": sum(1 for m in matches
+                                          if len({home.get(n) for n in m.nodes} - {None}) > 1),
+                       "boundary_regions": len(regions)}
         remaining = max(time_limit - (time.perf_counter() - start), 0.05)
         final = search_regions(stitched, regions, remaining)[0] if regions else stitched
     finally:

@@ -1,0 +1,218 @@
+"""Choosing by measurement, within a deadline: the original and the best candidates timed on
+the target side by side, the fastest confirmed against the original head to head.
+
+Predicted costs are sums of one-operator timings; what a user gets is the latency of the whole
+model, so a candidate replaces the original only when it measures faster, by MIN_GAIN in the
+median head-to-head round and in at least MIN_WINS of the rounds. Every step fits the time the
+run has left: a model whose runs take seconds gets fewer, longer rounds, and when not even
+that fits, the original is kept and the outcome says why. A candidate the target cannot
+build or run is dropped with a note: one bad candidate never ends the run. A candidate whose
+first outputs differ from the original's is a wrong rewrite, which ends the measuring at once
+and is reported as a verification failure.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graphsub.backends import Target
+from graphsub.errors import GraphsubError
+from graphsub.ir.graph import Graph
+from graphsub.runtime.compare import Comparison, compare_outputs
+from graphsub.runtime.timing import PairedComparison, Runnable, compare_runnables, time_runnables
+from graphsub.search.result import Candidate
+
+#: A candidate replaces the original only when its median latency is this much lower: smaller
+#: differences are within the noise of interleaved medians on a shared machine.
+MIN_GAIN = 0.02
+#: ... and when it was faster in at least this fraction of the head-to-head rounds.
+MIN_WINS = 0.7
+#: Fewer head-to-head rounds than this say nothing about MIN_WINS.
+MIN_CONFIRM_ROUNDS = 5
+#: The share of the measuring time (after the verification reserve) spent screening; the rest
+#: confirms the fastest candidate head to head.
+SCREEN_SHARE = 0.4
+
+
+@dataclass
+class CandidateReport:
+    predicted_cost: float
+    measured_ms: float | None
+    rules: list[str]
+    note: str = ""
+
+
+@dataclass
+class Selection:
+    """What measuring found: which candidate (if any) replaces the original, and why."""
+
+    #: faster | no-cheaper-graph | not-faster | not-confirmed | no-time | not-run
+    outcome: str
+    chosen: int | None = None
+    runnable: Runnable | None = None  # the chosen candidate on the target (for verification)
+    before_ms: float | None = None
+    after_ms: float | None = None
+    screen_ratio: float | None = None  # original / fastest candidate, screening medians
+    confirm: PairedComparison | None = None
+    candidates: list[CandidateReport] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    original_run_s: float = 0.0
+    #: A candidate whose first outputs differ from the original's: (its index, the diff).
+    mismatch: tuple[int, Comparison] | None = None
+
+    def confirmation(self) -> dict[str, Any]:
+        if self.confirm is None:
+            return {}
+        return {"speedup": self.confirm.speedup, "wins": self.confirm.wins,
+                "rounds": len(self.confirm.ratios), "min_gain": MIN_GAIN, "min_wins": MIN_WINS}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return (text[:240] + "...") if len(text) > 240 else text or type(exc).__name__
+
+
+def _timed_run(runnable: Runnable, feeds: Mapping[str, np.ndarray]
+               ) -> tuple[dict[str, np.ndarray], float]:
+    t0 = time.perf_counter()
+    out = runnable.run(feeds)
+    return out, time.perf_counter() - t0
+
+
+def timing_options(run_seconds: float) -> dict[str, float]:
+    """Rounds for a model whose run takes `run_seconds`: blocks of five runs with a pause and
+    an untimed run before each for fast models (see time_runnables), single runs without
+    either once a run takes long enough that the pause and the spinning threads do not
+    matter and five runs would not fit a round."""
+    if run_seconds < 0.01:
+        return {"block": 5, "warmup": 3, "pause": 0.02}
+    if run_seconds < 0.1:
+        return {"block": 2, "warmup": 1, "pause": 0.02}
+    return {"block": 1, "warmup": 0, "pause": 0.0}
+
+
+def measure_and_choose(device: Target, graph: Graph, original: bytes,
+                       candidates: Sequence[tuple[Candidate, bytes]],
+                       feeds: Mapping[str, np.ndarray], deadline: float,
+                       measure_seconds: float = 3.0, rtol: float = 1e-3, atol_scale: float = 1e-4,
+                       say: Callable[[str], None] = lambda message: None) -> Selection:
+    """Time the original and `candidates` (best predicted first) on `device` until
+    `deadline` (time.perf_counter() seconds), keeping time for verification, and choose."""
+    reports = [CandidateReport(c.cost, None, [s.rule for s in c.trace]) for c, _ in candidates]
+    if not candidates:
+        return Selection("no-cheaper-graph")
+    say(f"timing the original and {len(candidates)} candidate(s) on {device.name}")
+    t0 = time.perf_counter()
+    try:
+        original_run = device.prepare(graph, original, "original")
+        prepare_s = time.perf_counter() - t0
+        reference, original_s = _timed_run(original_run, feeds)
+    except GraphsubError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (a target's libraries raise their own types)
+        raise GraphsubError(f"{device.name} cannot run the original model: "
+                            f"{_first_line(exc)}") from None
+    scale = max((float(np.abs(v).max()) for v in reference.values() if v.size), default=1.0)
+    # Verification later builds two onnxruntime sessions and runs both models a few times (on
+    # the target too when it is not onnxruntime): keep that much time back.
+    selection = Selection("not-run", candidates=reports, original_run_s=original_s)
+    ready: list[tuple[int, Runnable, float]] = []
+    for i, (cand, data) in enumerate(candidates):
+        reserve = 2 * prepare_s + 6 * original_s
+        if time.perf_counter() + prepare_s + 2 * original_s + reserve > deadline:
+            reports[i].note = "not timed: no time left"
+            selection.notes.append(f"candidate {i}: not timed, the time limit was reached")
+            continue
+        try:
+            runnable = device.prepare(cand.graph, data, f"candidate {i}")
+        except Exception as exc:  # noqa: BLE001 (a target's libraries raise their own types)
+            reports[i].note = f"dropped: {device.name} cannot build it"
+            selection.notes.append(f"candidate {i}: {device.name} cannot build it, dropped "
+                                   f"({_first_line(exc)})")
+            continue
+        try:
+            outputs, run_s = _timed_run(runnable, feeds)
+        except Exception as exc:  # noqa: BLE001
+            runnable.close()
+            reports[i].note = f"dropped: {device.name} cannot run it"
+            selection.notes.append(f"candidate {i}: {device.name} cannot run it, dropped "
+                                   f"({_first_line(exc)})")
+            continue
+        diffs, problems = compare_outputs(reference, outputs, rtol, atol_scale * scale)
+        if problems or not all(d.ok for d in diffs):
+            # A wrong rewrite: an error to report (with its rules), not a candidate to drop.
+            runnable.close()
+            original_run.close()
+            for _, other, _ in ready:
+                other.close()
+            selection.mismatch = (i, Comparison(False, tuple(diffs), rtol, atol_scale * scale,
+                                                1, tuple(problems)))
+            return selection
+        ready.append((i, runnable, run_s))
+    if not ready:
+        original_run.close()
+        if all(r.note.startswith("not timed") for r in reports):
+            selection.outcome = "no-time"
+        return selection
+    return _screen_and_confirm(selection, original_run, ready, feeds, deadline, prepare_s,
+                               measure_seconds, device, say)
+
+
+def _screen_and_confirm(selection: Selection, original_run: Runnable,
+                        ready: list[tuple[int, Runnable, float]], feeds: Mapping[str, np.ndarray],
+                        deadline: float, prepare_s: float, measure_seconds: float,
+                        device: Target, say: Callable[[str], None]) -> Selection:
+    slowest = max([selection.original_run_s] + [s for _, _, s in ready])
+    reserve = 2 * prepare_s + 4 * (selection.original_run_s + slowest)
+    options = timing_options(slowest)
+    runnables = [original_run] + [r for _, r, _ in ready]
+    try:
+        available = deadline - time.perf_counter() - reserve
+        one_round = sum(s for s in [selection.original_run_s] + [s for _, _, s in ready])
+        one_round *= options["block"] + (1 if options["pause"] else 0)
+        if available < 2 * one_round:
+            selection.outcome = "no-time"
+            return selection
+        screen_budget = available * SCREEN_SHARE
+        timings = time_runnables(runnables, feeds, min_seconds=min(measure_seconds, screen_budget),
+                                 deadline=time.perf_counter() + screen_budget, **options)
+        before = timings[0].median
+        selection.before_ms = selection.after_ms = before * 1e3
+        for (i, _, _), t in zip(ready, timings[1:]):
+            selection.candidates[i].measured_ms = t.median * 1e3
+        fastest = min(range(len(ready)), key=lambda k: timings[k + 1].median)
+        selection.screen_ratio = before / timings[fastest + 1].median
+        if timings[fastest + 1].median >= before:
+            selection.outcome = "not-faster"
+            return selection
+        index, runnable, _ = ready[fastest]
+        say(f"confirming the fastest candidate head to head on {device.name}")
+        confirm_budget = deadline - time.perf_counter() - reserve
+        confirm = compare_runnables(original_run, runnable, feeds,
+                                    min_seconds=min(max(measure_seconds, 4.0), confirm_budget),
+                                    deadline=time.perf_counter() + confirm_budget, **options)
+        selection.confirm = confirm
+        selection.before_ms = confirm.before.median * 1e3
+        selection.after_ms = selection.before_ms
+        if len(confirm.ratios) < MIN_CONFIRM_ROUNDS:
+            selection.outcome = "no-time"
+            selection.notes.append(
+                f"only {len(confirm.ratios)} head-to-head round(s) fitted in the time limit; "
+                f"at least {MIN_CONFIRM_ROUNDS} are needed to keep a candidate")
+        elif confirm.speedup >= 1 / (1 - MIN_GAIN) and confirm.wins >= MIN_WINS:
+            selection.outcome = "faster"
+            selection.chosen = index
+            selection.runnable = runnable
+            selection.after_ms = confirm.after.median * 1e3
+        else:
+            selection.outcome = "not-confirmed"
+        return selection
+    finally:
+        for r in runnables:
+            if r is not selection.runnable:
+                r.close()

@@ -1,0 +1,66 @@
+"""Operators the measured cost model times on a target: opaque ones with the shapes and
+indices they really read, and any that cannot be timed priced analytically with a note, so
+that one operator never ends a run (a Llama export's Expand once crashed `optimize`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import graphsub
+from graphsub.backends import get_target
+from graphsub.cost import MeasuredCostModel, node_signature
+from graphsub.optimizer import optimize_model
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHSUB_CACHE_DIR", str(tmp_path))
+
+
+def expand_model() -> bytes:
+    """Grouped-query attention's pattern: keys (1, 2, 1, 8, 4) expanded to four heads per
+    group by an Expand whose shape is an initializer, then a matmul."""
+    shape = numpy_helper.from_array(np.array([1, 2, 4, 8, 4], np.int64), "shape")
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 4))
+                                .astype(np.float32), "w")
+    nodes = [helper.make_node("Expand", ["k", "shape"], ["e"]),
+             helper.make_node("MatMul", ["e", "w"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "gqa", [helper.make_tensor_value_info("k", TensorProto.FLOAT, [1, 2, 1, 8, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 8, 4])], [shape, w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_an_opaque_expand_is_timed_with_its_real_shape():
+    graph = graphsub.load(expand_model())
+    (expand,) = graph.nodes_by_op("opaque")
+    sig = node_signature(graph, expand)
+    assert sig.values is not None and sig.values[1].array.tolist() == [1, 2, 4, 8, 4]
+    assert "values=" in sig.key()
+    model = MeasuredCostModel(target=get_target("ort-cpu", threads=1), cache=False)
+    assert model.graph_cost(graph) > 0 and model.untimed == {} and model.measured == 2
+
+
+def test_an_operator_that_cannot_be_timed_is_priced_analytically_with_a_note(monkeypatch):
+    target = get_target("ort-cpu", threads=1)
+    timed = target.time_op
+
+    def refuse_opaque(sig, cold_weights=False):
+        if sig.op == "opaque":
+            raise RuntimeError("[ONNXRuntimeError] : 1 : FAIL : invalid expand shape")
+        return timed(sig, cold_weights)
+
+    monkeypatch.setattr(target, "time_op", refuse_opaque)
+    graph = graphsub.load(expand_model())
+    model = MeasuredCostModel(target=target, cache=False)
+    with pytest.warns(RuntimeWarning, match="could not time opaque Expand"):
+        assert model.graph_cost(graph) > 0
+    assert model.untimed["opaque Expand"][0] == 1
+    (note,) = model.notes()
+    assert "opaque Expand" in note and "invalid expand shape" in note
+    _, report = optimize_model(graph, expand_model(), "gqa", target=target, time_limit=4,
+                               threads=1, measure_seconds=0.2)
+    assert any("opaque Expand" in n for n in report.notes), report.notes
+    assert report.verdict

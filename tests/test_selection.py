@@ -1,0 +1,103 @@
+"""Choosing by measurement within the time limit: candidates a target cannot build are dropped
+with a note, the run fits its limit, and the verdict says what happened with its figures."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from graphsub.backends import get_target
+from graphsub.ir import GraphBuilder
+from graphsub.optimizer import OptimizeReport, measure_reserve, optimize_model, verdict
+from graphsub.runtime.timing import PairedComparison, Timing
+from graphsub.selection import CandidateReport, Selection
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHSUB_CACHE_DIR", str(tmp_path))
+
+
+def chain():
+    """A matmul chain the analytic model prices cheaper reassociated: there are candidates."""
+    b = GraphBuilder(seed=0)
+    x = b.input("x", (1, 64))
+    b.output(b.matmul(b.matmul(x, b.he_weight((64, 512))), b.he_weight((512, 64))), "y")
+    return b.build()
+
+
+def test_a_candidate_the_target_cannot_build_is_dropped_with_a_note(monkeypatch):
+    target = get_target("ort-cpu", threads=1)
+    prepare = target.prepare
+
+    def refuse_candidates(graph, onnx=None, label=""):
+        if label.startswith("candidate"):
+            raise RuntimeError("[ONNXRuntimeError] : 1 : FAIL : MatMulAddFusion left a "
+                               "dangling input")
+        return prepare(graph, onnx, label)
+
+    monkeypatch.setattr(target, "prepare", refuse_candidates)
+    data, report = optimize_model(chain(), cost="analytic", target=target, time_limit=6,
+                                  threads=1, measure_seconds=0.2)
+    assert report.kept_original and report.outcome == "not-run"
+    assert report.candidates and all("cannot build" in c.note for c in report.candidates)
+    assert any("dangling input" in n for n in report.notes)
+    assert "No candidate could run on ort-cpu" in report.verdict
+
+
+def test_the_whole_run_fits_the_time_limit():
+    limit = 6.0
+    _, report = optimize_model(chain(), cost="analytic", time_limit=limit, threads=1,
+                               budget=10**9, algorithm="backtracking")
+    t = report.seconds
+    assert t["search"] <= limit - measure_reserve(limit) + 1.0
+    # Timing and confirming fit the rest; verifying a chosen candidate may come on top.
+    assert t["search"] + t["measure"] <= limit + 1.0, t
+    assert t["total"] <= limit + t["verify"] + 1.0, t
+
+
+def test_too_little_measuring_time_keeps_the_original_and_says_how_to_get_more():
+    _, report = optimize_model(chain(), cost="analytic", time_limit=2, measure_limit=0.001,
+                               threads=1)
+    assert report.kept_original and report.outcome == "no-time"
+    assert "--measure-limit" in report.verdict
+
+
+def test_measure_reserve_is_a_bounded_share_of_the_limit():
+    assert measure_reserve(60) == 15 and measure_reserve(4) == 2 and measure_reserve(1) == 0.5
+    assert measure_reserve(3600) == 60
+
+
+def report_for(outcome: str, confirmation: dict | None = None) -> OptimizeReport:
+    return OptimizeReport(
+        model="m", settings={}, target="ort-cpu", device={}, predicted_cost_before=1.0,
+        predicted_cost_after=1.0, latency_before_ms=2.0, latency_after_ms=2.0, speedup=1.0,
+        kept_original=outcome != "faster", trace=[], rules_used={},
+        search={"seconds": 3.2, "explored": 41, "stopped_by": "time"},
+        candidates=[CandidateReport(0.9, 1.96, ["r"]), CandidateReport(0.95, 2.1, ["s"])],
+        confirmation=confirmation or {}, outcome=outcome)
+
+
+def paired(speedups: list[float]) -> PairedComparison:
+    return PairedComparison(Timing(tuple(speedups), 1), Timing(tuple([1.0] * len(speedups)), 1))
+
+
+@pytest.mark.parametrize("outcome, confirm, fragments", [
+    ("faster", [1.2] * 9 + [0.9], ["1.200x as fast", "10 head-to-head rounds", "90%"]),
+    ("not-confirmed", [1.017] * 6 + [0.98] * 5, ["predicted 10.0% cheaper", "+1.7%", "55% of 11",
+                                                  "needs 2% and 70%"]),
+    ("not-faster", None, ["2 candidate(s)", "predicted 10.0% cheaper", "0.980x"]),
+    ("no-cheaper-graph", None, ["no graph predicted cheaper", "41 expanded", "stopped by time"]),
+    ("no-time", None, ["within the time limit", "--measure-limit", "takes 2 ms"]),
+])
+def test_the_verdict_names_what_happened_with_its_figures(outcome, confirm, fragments):
+    comparison = paired(confirm) if confirm else None
+    selection = Selection(outcome, screen_ratio=0.98, confirm=comparison, original_run_s=0.002)
+    report = report_for(outcome, selection.confirmation())
+    text = verdict(report, selection)
+    for fragment in fragments:
+        assert fragment in text, text
+    interrupted = verdict(report, selection, interrupted=True)
+    assert interrupted.startswith("The search was interrupted after 3.2 s.")
+    assert not math.isnan(report.predicted_cost_before)
