@@ -124,7 +124,7 @@ def test_version():
 
 def test_compare_runs_each_algorithm_on_one_cost_model():
     result = invoke("compare", "squeezenet", "--algorithms", "greedy,sampling", "--time-limit",
-                    "2", "--target", "torch-cpu", "--json")
+                    "2", "--target", "ort-cpu", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert [r["algorithm"] for r in data["runs"]] == ["greedy", "sampling"]

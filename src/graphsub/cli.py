@@ -12,13 +12,15 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from graphsub.errors import GraphsubError
@@ -46,8 +48,9 @@ TargetOpt = Annotated[Optional[str], typer.Option(
                      "torch-cpu or torch-cuda (default: torch-cuda when torch sees a GPU, else "
                      "ort-cpu). `graphsub info --targets` lists this machine's.")]
 SplitOpt = Annotated[Optional[int], typer.Option(
-    "--split", metavar="N", help="Cut the graph into parts of at most N operators, search them "
-    "separately and the cuts last (MetaFlow's graph split; MetaFlow uses 30).")]
+    "--split", metavar="N", help="Off by default. Cut the graph into parts of at most N "
+    "operators, search them separately and the cuts last (MetaFlow's graph split; MetaFlow "
+    "uses 30).")]
 ExecutorOpt = Annotated[str, typer.Option(
     help="Where --split searches parts: process (a local pool), dask, or serial. Parts priced by "
          "measurement are searched one at a time.")]
@@ -85,24 +88,47 @@ def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
             if any(d < 0 for d in shape):
                 raise ValueError
         except ValueError:
-            raise typer.BadParameter(f"{item!r} is not NAME=DIMS (e.g. x=1x3x224x224)",
-                                     param_hint="--input-shape") from None
+            raise GraphsubError(f"--input-shape {item!r} is not NAME=DIMS (e.g. "
+                                "x=1x3x224x224)") from None
         shapes[name] = shape
     return shapes
 
 
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Print input errors as one line (no traceback) and exit with status 2."""
+    """Print input errors as one line (no traceback) and exit with status 2; an interrupt
+    that reaches here (a second Ctrl-C, or one outside a search) exits with status 130,
+    as shells expect, with nothing written."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except GraphsubError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err.print("[bold red]interrupted:[/] stopped; nothing was written", highlight=False)
+            raise typer.Exit(130) from None
 
     return wrapper
+
+
+def check_output_path(path: Path, option: str, inputs: Sequence[str | Path] = ()) -> None:
+    """Refuse, before any work, an output that cannot be written or would replace an input:
+    a run that fails at the end, or overwrites the model it read, wastes the user's time or
+    their model."""
+    if path.is_dir():
+        raise GraphsubError(f"{option} {path} is a folder; name the file to write")
+    folder = path.parent
+    if not folder.is_dir():
+        raise GraphsubError(f"cannot write {path}: the folder {folder} does not exist "
+                            "(create it first)")
+    if not os.access(folder, os.W_OK):
+        raise GraphsubError(f"cannot write {path}: the folder {folder} is not writable")
+    for source in inputs:
+        if path.exists() and os.path.exists(source) and os.path.samefile(source, path):
+            raise GraphsubError(f"{option} {path} is the input model {source}; write to "
+                                "another file (graphsub never replaces its input)")
 
 
 class LoadedModel:
@@ -156,12 +182,12 @@ def info(model: Annotated[Optional[str], typer.Argument(help="ONNX file or zoo m
     if as_json:
         emit_json({"model": loaded.label, **s.as_dict()})
         return
-    head = Table(title=f"{loaded.label}", show_header=False, title_justify="left")
+    head = Table(title=escape(loaded.label), show_header=False, title_justify="left")
     head.add_column(style="bold")
     head.add_column()
     for io, items in (("inputs", s.inputs), ("outputs", s.outputs)):
-        head.add_row(io, ", ".join(f"{d['name']}: {d['dtype']}[{'x'.join(map(str, d['shape']))}]"
-                                   for d in items))
+        head.add_row(io, escape(", ".join(
+            f"{d['name']}: {d['dtype']}[{'x'.join(map(str, d['shape']))}]" for d in items)))
     head.add_row("nodes", f"{s.nodes} ({sum(s.ops.values())} compute, {s.weight_only_nodes} "
                           "weight-only folded at export)")
     head.add_row("parameters", f"{human(s.parameters)} ({human(s.parameter_bytes, 'B')})")
@@ -170,7 +196,7 @@ def info(model: Annotated[Optional[str], typer.Argument(help="ONNX file or zoo m
     if s.opset:
         head.add_row("opset", str(s.opset))
     if s.opaque_ops:
-        head.add_row("opaque ops", ", ".join(f"{k} x{v}" for k, v in s.opaque_ops.items()))
+        head.add_row("opaque ops", escape(", ".join(f"{k} x{v}" for k, v in s.opaque_ops.items())))
     head.add_row("hash", s.structural_hash)
     out.print(head)
     print_counts("operators", "op", "count", s.ops)
@@ -188,8 +214,8 @@ def print_targets(as_json: bool) -> None:
         table.add_column(col)
     for st in statuses:
         mark = "[green]yes[/]" + (" (default)" if st.default else "") if st.available else "[red]no[/]"
-        table.add_row(st.name, mark, st.description + ("" if st.available else
-                                                       f"\n[dim]why not: {st.reason}[/]"))
+        table.add_row(st.name, mark, escape(st.description) + (
+            "" if st.available else f"\n[dim]why not: {escape(st.reason)}[/]"))
     out.print(table)
 
 
@@ -199,7 +225,7 @@ def print_counts(title: str, key: str, count: str, counts: dict[str, int]) -> No
     table.add_column(key)
     table.add_column(count, justify="right")
     for name, n in counts.items():
-        table.add_row(name, str(n))
+        table.add_row(escape(name), str(n))
     out.print(table)
 
 
@@ -235,9 +261,11 @@ def zoo_export(name: Annotated[str, typer.Argument(help="Zoo model, e.g. bert or
     from graphsub import zoo
     from graphsub.onnx_io import save
 
+    check_output_path(output, "--output")
     graph = zoo.build(name, seed=seed)
     save(graph, output, opset=opset)
-    err.print(f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB, {len(graph)} nodes)")
+    err.print(f"wrote {escape(str(output))} ({output.stat().st_size / 1e6:.1f} MB, "
+              f"{len(graph)} nodes)", highlight=False)
 
 
 @app.command()
@@ -263,17 +291,17 @@ def check(a: Annotated[str, typer.Argument(help="Reference model (ONNX file or z
     if as_json:
         emit_json(result.as_dict())
     else:
-        table = Table(title=f"{ma.label} vs {mb.label} (rtol {rtol:g}, atol {atol:g}, "
-                            f"{trials} input sets)", title_justify="left")
+        table = Table(title=f"{escape(ma.label)} vs {escape(mb.label)} (rtol {rtol:g}, "
+                            f"atol {atol:g}, {trials} input sets)", title_justify="left")
         for col in ("output", "max |diff|", "max rel", "worst element", "ok"):
             table.add_column(col)
         for d in result.outputs:
-            table.add_row(d.name, f"{d.max_abs:.3g}", f"{d.max_rel:.3g}",
+            table.add_row(escape(d.name), f"{d.max_abs:.3g}", f"{d.max_rel:.3g}",
                           f"{list(d.worst_index)}: {d.expected:.6g} vs {d.actual:.6g}",
                           "[green]yes[/]" if d.ok else "[red]no[/]")
         out.print(table)
         for p in result.problems:
-            out.print(f"[red]{p}[/]")
+            out.print(f"[red]{escape(p)}[/]")
         out.print("[bold green]equivalent[/]" if result.equivalent else "[bold red]NOT equivalent[/]")
     raise typer.Exit(0 if result.equivalent else 1)
 
@@ -297,7 +325,7 @@ def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo
                             "same data")
     device = make_target(target, threads, cuda_graphs, tf32)
     feeds = random_feeds(models[0].input_specs())
-    with err.status(f"timing on {device.name} ({device.device().describe()})..."):
+    with err.status(f"timing on {device.name} ({escape(device.device().describe())})..."):
         runnables = [device.prepare(m.graph, m.onnx, m.label) for m in models]
         timings = time_runnables(runnables, feeds, min_seconds=seconds)
     result: dict[str, Any] = {"target": device.name, "device": device.device().as_dict(),
@@ -314,11 +342,11 @@ def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo
     for col in ("model", "median ms", "q1-q3 ms", "min ms", "runs"):
         table.add_column(col, justify="right" if col != "model" else "left")
     for m, t in zip(models, timings):
-        table.add_row(m.label, f"{t.median * 1e3:.3f}", f"{t.q1 * 1e3:.3f}-{t.q3 * 1e3:.3f}",
+        table.add_row(escape(m.label), f"{t.median * 1e3:.3f}", f"{t.q1 * 1e3:.3f}-{t.q3 * 1e3:.3f}",
                       f"{t.minimum * 1e3:.3f}", str(len(t.samples)))
     out.print(table)
     if b:
-        out.print(f"speedup of {models[1].label} over {models[0].label}: "
+        out.print(f"speedup of {escape(models[1].label)} over {escape(models[0].label)}: "
                   f"[bold]{result['speedup']:.3f}x[/] (ratio of medians)")
 
 
@@ -341,18 +369,62 @@ def _search_progress(time_limit: float, budget: int | None):
     return bar, update
 
 
+class _Stages:
+    """What the run is doing: the search (its progress bar on a terminal), then a spinner
+    for the stages after it; one line per stage where stderr is not a terminal (a log must
+    show what the minutes went to). An interrupt's message is always a line of its own."""
+
+    def __init__(self, bar) -> None:
+        self.bar = bar
+        self.status = err.status("")
+        self.calls = 0
+
+    def __call__(self, message: str) -> None:
+        self.calls += 1
+        if self.calls == 1:  # the search begins; on a terminal its bar says so
+            if not err.is_terminal:
+                err.print(f"{escape(message)}...", highlight=False)
+            return
+        if self.calls == 2:
+            self.bar.stop()
+            if err.is_terminal:
+                self.status.start()
+        if message.startswith("interrupted") or not err.is_terminal:
+            err.print(f"[yellow]{escape(message)}[/]" if message.startswith("interrupted")
+                      else f"{escape(message)}...", highlight=False)
+        if err.is_terminal:
+            self.status.update(escape(message) + "...")
+
+    def stop(self) -> None:
+        self.status.stop()
+
+
+ALGORITHM_HELP = ("Search algorithm: backtracking (TASO/MetaFlow), greedy (alpha = 1), OCGGS's "
+                  "pruning, dpp, sampling and enumeration (sequences of at most --k rewrites), "
+                  "or the e-graph searches eqsat (Tensat) and mcts (MCTS-guided e-graph "
+                  "construction).")
+TIME_LIMIT_HELP = ("Seconds for the whole run: the search, then timing, confirming and verifying "
+                   "the candidates on the target (a quarter of the limit, at least 2 s, is kept "
+                   "for those unless --measure-limit is given). The run may exceed it by the "
+                   "verification of a chosen candidate, which is never skipped.")
+MEASURE_LIMIT_HELP = ("Seconds for timing, confirming and verifying the candidates, after a search "
+                      "of the whole --time-limit (default: they share the time limit). Give "
+                      "more for models whose runs take long.")
+
+
 @app.command()
 @handle_errors
 def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")],
-             output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the optimized ONNX model.")],
-             algorithm: Annotated[str, typer.Option(help="backtracking (TASO/MetaFlow), greedy (alpha = 1), OCGGS's pruning, dpp, sampling (sequences of at most --k rewrites), or the e-graph searches eqsat (Tensat) and mcts (MCTS-guided e-graph construction).")] = "backtracking",
+             output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the optimized ONNX model (never the input file).")],
+             algorithm: Annotated[str, typer.Option(help=ALGORITHM_HELP)] = "backtracking",
              alpha: Annotated[float, typer.Option(help="Explore graphs up to alpha x the best cost (TASO/MetaFlow).")] = 1.05,
              budget: Annotated[Optional[int], typer.Option(help="Most graphs to expand (backtracking, greedy; default 1000), MCTS iterations per decision (mcts; default 128), iterations (eqsat; default: until saturated).")] = None,
              node_limit: Annotated[Optional[int], typer.Option("--node-limit", help="Most e-nodes in the e-graph (eqsat: default 20000; mcts: default 2000, as in the MCTS paper).")] = None,
              k_multi: Annotated[int, typer.Option("--k-multi", help="Iterations that apply multi-pattern rules (eqsat; Tensat's k_multi).")] = 1,
-             k: Annotated[int, typer.Option("--k", help="Longest rewrite sequence for pruning, dpp and sampling (OCGGS's K).")] = 10,
+             k: Annotated[int, typer.Option("--k", help="Longest rewrite sequence for pruning, dpp, sampling and enumeration (OCGGS's K).")] = 10,
              split: SplitOpt = None, executor: ExecutorOpt = "process",
-             time_limit: Annotated[float, typer.Option("--time-limit", help="Search time limit in seconds.")] = 60.0,
+             time_limit: Annotated[float, typer.Option("--time-limit", help=TIME_LIMIT_HELP)] = 60.0,
+             measure_limit: Annotated[Optional[float], typer.Option("--measure-limit", help=MEASURE_LIMIT_HELP)] = None,
              cost: Annotated[str, typer.Option(help="Cost model: measured (each operator timed on the target) or analytic (a roofline for the target's device).")] = "measured",
              rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Rule file (graphsub .rules or TASO .pb); repeatable. Default: the built-in library.")] = None,
              input_shape: InputShapeOpt = None, threads: ThreadsOpt = None,
@@ -360,28 +432,32 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
              report: Annotated[Optional[Path], typer.Option("--report", help="Write the full report as JSON.")] = None,
              candidates: Annotated[int, typer.Option(help="Best candidates to time end to end.")] = 3,
              as_json: JsonOpt = False) -> None:
-    """Optimize a model: search equivalent graphs, keep the fastest measured, verify, write."""
+    """Optimize a model: search equivalent graphs, keep the fastest measured, verify, write.
+    Ctrl-C during the search ends it and goes on to measure what it found; a second Ctrl-C
+    stops at once, writing nothing."""
+    started = time.perf_counter()
     from graphsub.onnx_io.exporter import write_atomic
-    from graphsub.optimizer import VerificationError, optimize_model
+    from graphsub.optimizer import VerificationError, check_settings, optimize_model
     from graphsub.rules import builtin_rules, load_rules
 
-    loaded = LoadedModel(model, parse_input_shapes(input_shape))
-    original = (Path(loaded.onnx).read_bytes() if isinstance(loaded.onnx, str) else loaded.onnx)
+    check_settings(algorithm, alpha, budget, time_limit, cost, k, split, executor, node_limit,
+                   k_multi, measure_limit, candidates, threads)
+    check_output_path(output, "--output", [model])
+    if report is not None:
+        check_output_path(report, "--report", [model])
+        if report.resolve() == output.resolve():
+            raise GraphsubError("--report and --output name the same file; give two names")
+    for path in rules or []:
+        if not path.is_file():
+            raise GraphsubError(f"rule file {path} does not exist")
+    shapes = parse_input_shapes(input_shape)
     device = make_target(target, threads, cuda_graphs, tf32)
+    loaded = LoadedModel(model, shapes)
+    original = (Path(loaded.onnx).read_bytes() if isinstance(loaded.onnx, str) else loaded.onnx)
     with err.status("loading and checking rules..."):
         rule_list = load_rules(rules) if rules else builtin_rules()
     bar, update = _search_progress(time_limit, budget)
-    status = err.status("")
-    search_done = False
-
-    def stage(message: str) -> None:
-        nonlocal search_done
-        if not search_done:
-            bar.stop()
-            status.start()
-            search_done = True
-        status.update(message + "...")
-
+    stages = _Stages(bar)
     try:
         with bar:
             try:
@@ -389,12 +465,14 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
                     loaded.graph, original, loaded.label, rule_list, algorithm=algorithm,
                     alpha=alpha, budget=budget, k=k, time_limit=time_limit, cost=cost,
                     threads=threads, measure_candidates=candidates, progress=update,
-                    target=device, stage=stage, split=split, executor=executor,
-                    node_limit=node_limit, k_multi=k_multi)
+                    target=device, stage=stages, split=split, executor=executor,
+                    node_limit=node_limit, k_multi=k_multi, measure_limit=measure_limit,
+                    started=started)
             finally:
-                status.stop()
+                stages.stop()
     except VerificationError as exc:
-        err.print(f"[bold red]verification failed:[/] {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]verification failed:[/] {escape(str(exc))}", highlight=False,
+                  soft_wrap=True)
         raise typer.Exit(1) from None
     write_atomic(data, output)
     if report is not None:
@@ -402,7 +480,7 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
     if as_json:
         emit_json(rep.as_dict())
         return
-    _print_optimize_report(rep, output)
+    _print_optimize_report(rep, output, report)
 
 
 @app.command()
@@ -418,13 +496,20 @@ def compare(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")
             as_json: JsonOpt = False) -> None:
     """Run the search algorithms on one model under one cost model and compare what they
     find (final cost, search time, graphs expanded), as OCGGS's section 6 tables do."""
-    from graphsub.compare import compare_algorithms
+    from graphsub.compare import check_algorithms, compare_algorithms
+    from graphsub.optimizer import check_settings
     from graphsub.rules import builtin_rules, load_rules
 
-    loaded = LoadedModel(model, parse_input_shapes(input_shape))
-    device = make_target(target, threads)
-    rule_list = load_rules(rules) if rules else builtin_rules()
     names = [a.strip() for a in algorithms.split(",") if a.strip()]
+    check_algorithms(names)
+    check_settings(names[0], time_limit=time_limit, cost=cost, k=k, split=split, threads=threads)
+    for path in rules or []:
+        if not path.is_file():
+            raise GraphsubError(f"rule file {path} does not exist")
+    shapes = parse_input_shapes(input_shape)
+    device = make_target(target, threads)
+    loaded = LoadedModel(model, shapes)
+    rule_list = load_rules(rules) if rules else builtin_rules()
     with err.status("") as status:
         runs = compare_algorithms(
             loaded.graph, names, rule_list, cost, device, time_limit, k, split, threads,
@@ -436,7 +521,7 @@ def compare(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")
         return
     best = min(r.final_cost for r in runs)
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
-                  title=f"graphsub compare: {loaded.label}, {cost} cost for {device.name}, "
+                  title=f"graphsub compare: {escape(loaded.label)}, {cost} cost for {device.name}, "
                         f"{time_limit:g} s each" + (f", split {split}" if split else "")
                         + f"; initial cost {runs[0].initial_cost * 1e3:.4f} ms",
                   title_justify="left")
@@ -454,14 +539,15 @@ def compare(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")
               "graph instead of matched again (--json has every count)[/]")
 
 
-def _print_optimize_report(rep, output: Path) -> None:
-    table = Table(title=f"graphsub optimize: {rep.model} on {rep.target} "
-                        f"({rep.device['name']})", title_justify="left")
+def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
+    table = Table(title=f"graphsub optimize: {escape(rep.model)} on {rep.target} "
+                        f"({escape(rep.device['name'])})", title_justify="left")
     for col in ("", "before", "after", "change"):
         table.add_column(col, justify="right" if col else "left")
     pb, pa = rep.predicted_cost_before * 1e3, rep.predicted_cost_after * 1e3
-    table.add_row(f"predicted cost ({rep.settings['cost']}, ms)", f"{pb:.3f}", f"{pa:.3f}",
-                  f"{pb / pa:.3f}x" if pa else "")
+    if not math.isnan(pb):  # NaN: interrupted before the input graph was priced
+        table.add_row(f"predicted cost ({rep.settings['cost']}, ms)", f"{pb:.3f}", f"{pa:.3f}",
+                      f"{pb / pa:.3f}x" if pa else "")
     if rep.latency_before_ms is not None:
         table.add_row(f"measured latency ({rep.target}, ms, median)", f"{rep.latency_before_ms:.3f}",
                       f"{rep.latency_after_ms:.3f}", f"[bold]{rep.speedup:.3f}x[/]")
@@ -477,14 +563,30 @@ def _print_optimize_report(rep, output: Path) -> None:
     else:
         table.add_row("search", f"{s['seconds']:.1f} s", f"{s['explored']} expanded",
                       f"{s['generated']} graphs, stopped by {s['stopped_by']}")
+    if "split" in s:
+        sp = s["split"]
+        table.add_row("split", f"{sp['parts']} parts", f"sizes {sp['part_sizes']}",
+                      f"{sp['matches_cut']} matches cut, {sp['boundary_regions']} regions "
+                      "searched at the cuts")
+    t = rep.seconds
+    table.add_row("time (s)", f"load+search {t['search']:.1f}",
+                  f"measure {t['measure']:.1f}, verify {t['verify']:.1f}",
+                  f"total {t['total']:.1f} of {t['time_limit']:g}"
+                  + (f" + {t['measure_limit']:g}" if t["measure_limit"] is not None else ""))
     out.print(table)
     if rep.rules_used:
         print_counts("rules applied", "rule", "times", rep.rules_used)
-    if rep.kept_original:
-        out.print(f"[yellow]No candidate ran faster than the original on {rep.target}, so the "
-                  f"original model was written unchanged to {output}.[/]")
-    else:
-        out.print(f"[green]Verified against the original on random inputs; wrote {output}.[/]")
+    for note in rep.notes:
+        out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    colour = "green" if rep.outcome == "faster" else "yellow"
+    out.print(f"[{colour}]{escape(rep.verdict)}[/]", highlight=False)
+    what = "the optimized model" if not rep.kept_original else "the original model, unchanged,"
+    out.print(f"Wrote {what} to {escape(str(output))}"
+              + (f"; the report to {escape(str(report))}." if report is not None else "."),
+              highlight=False)
+    out.print("[dim]Predicted costs are sums of one-operator timings (or of a roofline model); "
+              "the measured latency of the whole model can differ, which is why candidates "
+              "are timed before one is kept.[/]")
 
 
 def version_callback(value: bool) -> None:

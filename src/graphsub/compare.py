@@ -42,6 +42,14 @@ class AlgorithmRun:
         return {**asdict(self), "improvement": self.improvement}
 
 
+def check_algorithms(algorithms: Sequence[str]) -> None:
+    """Raise a GraphsubError naming every unknown algorithm (or an empty list)."""
+    unknown = [a for a in algorithms if a not in ALGORITHMS]
+    if unknown or not algorithms:
+        raise GraphsubError(f"unknown algorithm(s) {', '.join(unknown) or '(none given)'}; "
+                            f"use {', '.join(ALGORITHMS)}")
+
+
 def compare_algorithms(graph: Graph, algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
                        rules: Sequence[Rule] | None = None, cost: str | CostModel = "analytic",
                        target: str | Target | None = None, time_limit: float = 10.0,
@@ -51,10 +59,7 @@ def compare_algorithms(graph: Graph, algorithms: Sequence[str] = DEFAULT_ALGORIT
     cost model prices every run: under a measured model, an operator timed for an earlier
     algorithm is not timed again, so order the runs or use the analytic model to compare
     search times fairly."""
-    unknown = [a for a in algorithms if a not in ALGORITHMS]
-    if unknown:
-        raise GraphsubError(f"unknown algorithm(s) {', '.join(unknown)}; "
-                            f"use {', '.join(ALGORITHMS)}")
+    check_algorithms(algorithms)
     model = make_cost_model(cost, threads, target=resolve_target(target, threads)) \
         if isinstance(cost, str) else cost
     rules = builtin_rules() if rules is None else list(rules)

@@ -185,22 +185,33 @@ def to_onnx(graph: Graph, opset: int | None = None, model_name: str = "graphsub"
 
 def write_atomic(data: bytes, path: str | os.PathLike[str]) -> Path:
     """Write bytes to path through a temporary file in the same folder and a rename, so the
-    path holds either the old content or the complete new one, never a partial file."""
+    path holds either the old content or the complete new one, never a partial file. The file
+    gets the permissions a plain write would give it: an existing file's, or the umask's for
+    a new one (the temporary file is private until then)."""
     target = Path(path)
     if target.parent and not target.parent.exists():
         raise ExportError(f"cannot write {target}: folder {target.parent} does not exist")
+    mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
     return target
+
+
+def _umask() -> int:
+    """The process's umask (reading it means setting it; it is put back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def to_onnx_bytes(graph: Graph, opset: int | None = None, model_name: str = "graphsub") -> bytes:
