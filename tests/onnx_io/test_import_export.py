@@ -223,3 +223,22 @@ def test_save_is_atomic_and_failure_leaves_nothing_behind(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["model.onnx"]
     with pytest.raises(ExportError, match="does not exist"):
         graphsub.save(g, tmp_path / "no" / "such" / "dir.onnx")
+
+
+@pytest.mark.parametrize("axis", range(-3, 4))
+def test_flatten_of_every_axis_imports_as_onnx_defines_it(axis):
+    """A negative axis counts from the back over the rank: Flatten(axis=-1) on (2, 3, 4) is
+    (6, 4). It was imported as axis % (rank + 1), (24, 1), which turned a following MatMul
+    into a shape error (found by the differential fuzzer)."""
+    rows = int(np.prod((2, 3, 4)[:axis + 3 if axis < 0 else axis]))
+    cols = 24 // rows
+    model = make_model([helper.make_node("Flatten", ["x"], ["f"], axis=axis),
+                        helper.make_node("MatMul", ["f", "w"], ["y"])],
+                       [vi("x", [2, 3, 4])], [vi("y", [rows, 5])],
+                       [init("w", np.random.default_rng(0).standard_normal((cols, 5))
+                             .astype(np.float32))])
+    onnx.checker.check_model(model, full_check=True)
+    g = graphsub.load(model)
+    (flat,) = g.nodes_by_op("flatten")
+    assert g[flat].type.shape == (rows, cols)
+    assert_round_trip(model)

@@ -183,7 +183,9 @@ def _flatten_canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
     rank = ins[0].rank
     if not -rank <= values["axis"] <= rank:
         raise ShapeError(f"flatten: axis {values['axis']} is out of range for rank {rank}")
-    values["axis"] = values["axis"] % (rank + 1) if values["axis"] < 0 else values["axis"]
+    # ONNX counts a negative axis from the back over the rank (not rank + 1): -1 on (2, 3, 4)
+    # flattens to (6, 4).
+    values["axis"] = values["axis"] + rank if values["axis"] < 0 else values["axis"]
     return values
 
 
