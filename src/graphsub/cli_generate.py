@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from graphsub.cli import JsonOpt, app, emit_json, err, handle_errors, out
@@ -129,7 +130,8 @@ def verify(rule_file: Annotated[Path, typer.Argument(help="graphsub .rules file 
     if as_json:
         emit_json({"file": str(rule_file), "total": len(verdicts), **counts,
                    "rules": [{"name": v.rule, "status": v.status, "seconds": round(v.seconds, 3),
-                              "reason": v.reason} for v in verdicts]})
+                              "reason": v.reason, "scope": v.scope,
+                              "checked_ranks": v.checked_ranks} for v in verdicts]})
     else:
         table = Table(title=f"{rule_file.name}: rules not proven")
         for col in ("rule", "status", "seconds", "why"):
@@ -142,6 +144,10 @@ def verify(rule_file: Annotated[Path, typer.Argument(help="graphsub .rules file 
         out.print(f"{len(verdicts)} rules: [green]{counts['proven']} proven[/], "
                   f"[red]{counts['refuted']} refuted[/], {counts['unknown']} unknown "
                   f"(Z3 limit {timeout_ms} ms per rule)")
+        scopes = sorted({v.scope for v in verdicts if v.scope})
+        if scopes:
+            out.print("[dim]The axioms model no shapes: a proof holds for "
+                      + " | ".join(escape(s) for s in scopes) + " (--json: per rule).[/]")
     if counts["refuted"]:
         raise typer.Exit(1)
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from graphsub.rules import RuleCheckError, builtin_rules, check_rule, load_rules, parse_rules
+from graphsub.rules import (RuleCheckError, builtin_rules, check_rule, load_rules, parse_rules,
+                            print_rule)
 from graphsub.rules.taso import import_taso_rules
 
 TASO_PB = Path(__file__).resolve().parents[3] / "shared" / "data" / "taso" / "graph_subst.pb"
@@ -35,6 +36,18 @@ def test_builtin_rule_sides_agree_on_random_inputs(rule):
     # relu is not linear (TASO section 3's example of an invalid candidate).
     """rule bad-relu-linear:
          (relu (add ?x ?y)) => (add (relu ?x) (relu ?y))""",
+    # The library's matmul rules as they were before the fuzzer found them wrong: a vector in
+    # the middle of a product is a column on one side and a row on the other, and x v + x W
+    # broadcasts differently from x (v + W). The types of both sides agree.
+    """rule assoc-left-for-all-ranks:
+         (matmul ?a (matmul ?b ?c :activation none) :activation none)
+         => (matmul (matmul ?a ?b) ?c)""",
+    """rule assoc-right-for-all-ranks:
+         (matmul (matmul ?a ?b :activation none) ?c :activation none)
+         => (matmul ?a (matmul ?b ?c))""",
+    """rule distribute-left-for-all-ranks:
+         (add (matmul ?a ?b :activation none) (matmul ?a ?c :activation none))
+         => (matmul ?a (add ?b ?c))""",
 ])
 def test_wrong_rules_are_rejected(text):
     (rule,) = parse_rules(text)
@@ -65,3 +78,18 @@ def test_taso_rule_file_imports_and_checks():
     names = {r.name for r in result.rules}
     assert "taso-0" in names
     assert str(result.rules[0].sources[0]) and result.rules[0].targets
+
+
+def test_the_check_covers_every_rank_an_operand_accepts():
+    """Vectors, matrices and (broadcasting) batches, in every combination the roles allow."""
+    (rule,) = [r for r in builtin_rules(check=False) if r.name == "matmul-distribute-right"]
+    ranks = {tuple(rank for _, rank in combo) for combo in check_rule(rule).ranks}
+    assert {(1, 1, 1), (1, 2, 2), (2, 1, 2), (2, 2, 1), (3, 2, 2), (2, 3, 3)} <= ranks
+
+
+@pytest.mark.skipif(not TASO_PB.exists(), reason="../shared/data/taso/graph_subst.pb is not beside the checkout")
+def test_taso_matmul_rules_hold_for_matrices_only():
+    rules = {r.name: r for r in import_taso_rules(TASO_PB, check=False).rules}
+    for name in ("taso-0", "taso-1"):
+        text = print_rule(rules[name])
+        assert "matmul" in text and "where (ge (rank ?x1) 2)" in text, text

@@ -13,6 +13,7 @@ from graphsub.rules.taso import import_taso_rules
 from graphsub.verify import prove
 from graphsub.verify.axioms import signature
 from graphsub.verify.lemmas import Lemma, lemmas, prove_lemma, proven_lemmas
+from graphsub.verify.prover import verify_rule
 
 TASO_PB = Path(__file__).resolve().parents[3] / "shared" / "data" / "taso" / "graph_subst.pb"
 needs_taso = pytest.mark.skipif(not TASO_PB.exists(),
@@ -102,3 +103,16 @@ def test_grouped_convolution_rules_stay_unproven(taso_rules):
     for number in sorted(NOT_ENTAILED):
         ok, why = prove(taso_rules[number], timeout_ms=2_000)
         assert not ok and why, number
+
+
+def test_a_proof_says_which_shapes_it_covers():
+    """The axioms model no shapes, so a proof of matmul associativity holds for matrices (the
+    rule's condition keeps vectors out), and the report says so, with the numerical check's
+    rank combinations."""
+    from graphsub.rules import builtin_rules
+
+    (rule,) = [r for r in builtin_rules(check=False) if r.name == "matmul-assoc-left"]
+    verdict = verify_rule(rule, timeout_ms=5_000)
+    assert verdict.status == "proven"
+    assert "rank 2 or more" in verdict.scope and "conditions" in verdict.scope
+    assert verdict.checked_ranks >= 6

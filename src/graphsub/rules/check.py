@@ -6,10 +6,18 @@ rule on them with the real matcher, applies it with the real applier, and compar
 outputs on random inputs. A rule passes when at least one example exists and every example
 agrees within the tolerance; a rule for which no example can be built fails too, since it
 cannot have been tested.
+
+The shapes cover every rank an operator accepts and broadcasting, not only the common case:
+matmul associativity holds for matrices and batches of them but not when the middle operand
+is a vector (numpy's matmul turns a 1-D operand into a row or a column depending on its side),
+and the types of both sides agree, so only an example of that shape tells the rule is wrong.
+So the checker draws examples for every combination of operand ranks the roles accept
+(where there are not too many), and then random ones.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -41,8 +49,9 @@ _ROLE_SHAPES: dict[tuple[str, int], list[tuple[int, ...]]] = {
     ("conv2d", 1): _CONV_W,
     ("conv2d", 2): [(4,), (8,)],
     ("enlarge", 0): _CONV_W,
-    ("matmul", 0): [(4, 4), (4, 6), (6, 4), (2, 4, 4)],
-    ("matmul", 1): [(4, 4), (4, 6), (6, 4), (2, 4, 4)],
+    # Vectors, matrices, batches, and batches that broadcast against a matrix or each other.
+    ("matmul", 0): [(4,), (6,), (4, 4), (4, 6), (6, 4), (2, 4, 4), (1, 4, 6), (2, 6, 4)],
+    ("matmul", 1): [(4,), (6,), (4, 4), (4, 6), (6, 4), (2, 4, 4), (1, 4, 6), (2, 6, 4)],
     ("smul", 1): [()],
     ("layer_norm", 1): [(4,), (6,)],
     ("layer_norm", 2): [(4,), (6,)],
@@ -52,7 +61,12 @@ _ROLE_SHAPES: dict[tuple[str, int], list[tuple[int, ...]]] = {
     **{("batch_norm", i): [(4,), (8,)] for i in range(1, 5)},
     ("batch_norm", 0): [(1, 4, 6, 6), (1, 8, 6, 6)],
 }
-_DEFAULT_SHAPES = [(4, 4), (1, 4, 6, 6), (4,), (1, 8, 6, 6), (4, 6), (1, 4, 1, 1), ()]
+_DEFAULT_SHAPES = [(4, 4), (1, 4, 6, 6), (4,), (1, 8, 6, 6), (4, 6), (1, 4, 1, 1), (), (1, 4),
+                   (2, 4, 4)]
+#: Rules whose variables' ranks combine in more ways than this are checked by random draws.
+MAX_RANK_PLANS = 256
+#: Draws per combination of ranks, until one fits the source.
+PLAN_ATTEMPTS = 6
 #: Roles whose inputs must be positive for the op to be defined.
 _POSITIVE = {("batch_norm", 4), ("sqrt", 0), ("log", 0), ("div", 1), ("reciprocal", 0)}
 _ATTR_CHOICES: dict[str, list[Any]] = {
@@ -138,7 +152,14 @@ def _default_attr(op: str, key: str, in_shapes: list[tuple[int, ...]], attrs: di
     return None
 
 
-def _build_example(rule: Rule, rng: np.random.Generator) -> _Example | None:
+def _role_shapes(role: tuple[str, int]) -> list[tuple[int, ...]]:
+    return _ROLE_SHAPES.get(role, _DEFAULT_SHAPES)
+
+
+def _build_example(rule: Rule, rng: np.random.Generator,
+                   ranks: dict[str, int] | None = None) -> _Example | None:
+    """A random instance of the rule's source (None when the draw does not fit it); with
+    `ranks`, each variable named there gets a shape of that rank."""
     roles = _roles(rule)
     weights = _condition_vars(rule, "weight")
     constants = _condition_vars(rule, "all-equal")
@@ -151,7 +172,9 @@ def _build_example(rule: Rule, rng: np.random.Generator) -> _Example | None:
         if name in values:
             return values[name]
         role = roles.get(name, ("", 0))
-        choices = _ROLE_SHAPES.get(role, _DEFAULT_SHAPES)
+        choices = _role_shapes(role)
+        if ranks is not None and name in ranks:
+            choices = [c for c in choices if len(c) == ranks[name]]
         used = [b.shape(v) for v in values.values() if b.shape(v) in choices]
         if used and rng.random() < 0.6:
             choices = used  # rules often need equal shapes: reuse one already drawn
@@ -162,9 +185,9 @@ def _build_example(rule: Rule, rng: np.random.Generator) -> _Example | None:
         if name in constants:
             fill = constants[name]
             data = np.full(shape, fill.value if isinstance(fill, Lit) else 1.0, np.float32)
-            values[name] = b.weight(data)
+            values[name] = b.weight(data, name=name)
         elif name in weights:
-            values[name] = b.weight(data)
+            values[name] = b.weight(data, name=name)
         else:
             values[name] = b.input(name, shape)
             feeds[name] = data
@@ -205,7 +228,7 @@ def _build_example(rule: Rule, rng: np.random.Generator) -> _Example | None:
         for i, r in enumerate(roots):
             b.output(r, f"out{i}")
         return _Example(b.build(), feeds)
-    except (GraphsubError, AttributeError, KeyError):
+    except (GraphsubError, AttributeError, KeyError, IndexError):
         return None  # this draw of shapes and attributes does not fit the source: try another
 
 
@@ -214,11 +237,44 @@ class RuleCheck:
     rule: str
     examples: int
     max_rel: float
+    #: The operand ranks the examples covered: one tuple of (variable, rank) per combination.
+    ranks: tuple[tuple[tuple[str, int], ...], ...] = ()
 
 
-def check_rule(rule: Rule, examples: int = 3, attempts: int = 300, rtol: float = 1e-4,
+def _ranks(example: _Example, rule: Rule) -> tuple[tuple[str, int], ...]:
+    """The rank of every source variable in an example (its input or weight carries the
+    variable's name)."""
+    graph = example.graph
+    named = {graph[n].name: graph[n].type.rank for n in graph.nodes_by_op("weight")}
+    named.update((name, graph[n].type.rank) for n, name in zip(graph.inputs, graph.input_names))
+    return tuple(sorted((v, named[v]) for v in rule.source_vars if v in named))
+
+
+def _rank_plans(rule: Rule, rng: np.random.Generator) -> list[dict[str, int] | None]:
+    """What to draw examples for: every combination of the ranks the source variables' roles
+    accept (in random order), when there are at most MAX_RANK_PLANS of them; otherwise
+    unconstrained draws. None in a plan: no constraint."""
+    roles = _roles(rule)
+    names = sorted(rule.source_vars & set(roles))
+    if math.prod(len({len(s) for s in _role_shapes(roles[n])}) for n in names) > MAX_RANK_PLANS:
+        # Too many: plan the ranks of operands with roles of their own (matmul's), and leave
+        # the others (element-wise operands) to the draw.
+        names = [n for n in names if roles[n] in _ROLE_SHAPES]
+    options = [sorted({len(s) for s in _role_shapes(roles[n])}) for n in names]
+    if not names or math.prod(len(o) for o in options) > MAX_RANK_PLANS:
+        return [None]
+    plans: list[dict[str, int] | None] = [dict(zip(names, combo))
+                                          for combo in itertools.product(*options)]
+    rng.shuffle(plans)  # type: ignore[arg-type]
+    return plans
+
+
+def check_rule(rule: Rule, examples: int = 3, attempts: int = 1000, rtol: float = 1e-4,
                seed: int = 0) -> RuleCheck:
-    """Check a rule numerically; raises RuleCheckError when it is wrong or untestable."""
+    """Check a rule numerically; raises RuleCheckError when it is wrong or untestable. Every
+    combination of operand ranks gets up to PLAN_ATTEMPTS draws (most combinations do not
+    fit the source, and fail fast); then unconstrained draws until `examples` examples have
+    been tested or `attempts` draws made."""
     unbound = sorted(set().union(*(term_vars(t) for t in rule.targets),
                                  *(term_vars(t) for _, t in rule.lets)) - rule.source_vars)
     if unbound:
@@ -226,17 +282,20 @@ def check_rule(rule: Rule, examples: int = 3, attempts: int = 300, rtol: float =
                              f"{', '.join('?' + v for v in unbound)}, which the source does not bind")
     rng = np.random.default_rng(seed)
     done, worst = 0, 0.0
-    for _ in range(attempts):
-        ex = _build_example(rule, rng)
+    covered: set[tuple[tuple[str, int], ...]] = set()
+
+    def try_example(ranks: dict[str, int] | None) -> bool:
+        nonlocal done, worst
+        ex = _build_example(rule, rng, ranks)
         if ex is None:
-            continue
+            return False
         matches = [m for m in find_matches(ex.graph, rule)
                    if set(m.roots) == set(ex.graph.outputs)]
         if not matches:
-            continue
+            return False
         after = apply_match(ex.graph, matches[0])
         if after is None:
-            continue
+            return False
         before_out = evaluate(ex.graph, ex.feeds)
         after_out = evaluate(after, ex.feeds)
         for name in before_out:
@@ -248,14 +307,22 @@ def check_rule(rule: Rule, examples: int = 3, attempts: int = 300, rtol: float =
                 raise RuleCheckError(
                     f"rule {rule.name} ({rule.origin}) is wrong: its two sides differ on random "
                     f"inputs: {d.describe()}\n  example source graph:\n{ex.graph.format()}")
+        covered.add(_ranks(ex, rule))
         done += 1
+        return True
+
+    for plan in _rank_plans(rule, rng):
+        if plan is not None:
+            any(try_example(plan) for _ in range(PLAN_ATTEMPTS))
+    for _ in range(attempts):
         if done >= examples:
             break
+        try_example(None)
     if done == 0:
         raise RuleCheckError(f"rule {rule.name} ({rule.origin}) could not be tested: no example "
                              f"graph of its source could be built and rewritten in {attempts} "
                              "attempts (check its shapes and conditions)")
-    return RuleCheck(rule.name, done, worst)
+    return RuleCheck(rule.name, done, worst, tuple(sorted(covered)))
 
 
 def check_rules(rules: Iterable[Rule], **kwargs: Any) -> list[RuleCheck]:

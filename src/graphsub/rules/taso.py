@@ -194,6 +194,31 @@ def ungrouped_conditions(terms: tuple[Term, ...]) -> tuple[Expr, ...]:
     return tuple(conds)
 
 
+def matrix_conditions(terms: tuple[Term, ...]) -> tuple[Expr, ...]:
+    """(ge (rank ?x) 2) for every variable of a rule with a matmul: TASO's matmul multiplies
+    matrices (or batches of them); graphsub's, like numpy's, also takes vectors, for which
+    associativity and distributivity fail (a vector is a row on one side of the product and a
+    column on the other)."""
+    has_matmul = False
+    names: list[str] = []
+
+    def walk(t: Term) -> None:
+        nonlocal has_matmul
+        if isinstance(t, Var):
+            if t.name not in names:
+                names.append(t.name)
+        elif isinstance(t, OpTerm):
+            has_matmul |= t.op == "matmul"
+            for a in t.args:
+                walk(a)
+
+    for t in terms:
+        walk(t)
+    if not has_matmul:
+        return ()
+    return tuple(Call("ge", (Call("rank", (AVar(n),)), Lit(2))) for n in names)
+
+
 def convert_rule(tr: TasoRule, ungrouped: bool = False) -> Rule:
     """One TASO rule in graphsub form (raises Unsupported). With `ungrouped`, its source
     convolutions are restricted to ungrouped ones."""
@@ -215,7 +240,8 @@ def convert_rule(tr: TasoRule, ungrouped: bool = False) -> Rule:
     dst = _convert_side(tr.dst, False, split_sizes)
     sources = tuple(src[s_op][s_ts] for s_op, _, s_ts, _ in tr.mapping)
     targets = tuple(dst[d_op][d_ts] for _, d_op, _, d_ts in tr.mapping)
-    conditions = ungrouped_conditions(sources) if ungrouped else ()
+    conditions = matrix_conditions(sources)
+    conditions += ungrouped_conditions(sources) if ungrouped else ()
     doc = f"TASO graph_subst.pb rule {tr.number}"
     if ungrouped:
         doc += " (restricted to ungrouped convolutions: it fails for grouped ones)"

@@ -50,6 +50,43 @@ class Verdict:
     status: str  # proven | refuted | unknown
     seconds: float
     reason: str = ""
+    #: The shapes a proof speaks for: the axioms do not model shapes, so a proof holds where
+    #: every operator is applied as the axioms state it (see `proof_scope`).
+    scope: str = ""
+    #: Combinations of operand ranks the numerical check ran the rule on.
+    checked_ranks: int = 0
+
+
+#: What the axioms assume of each operator's operands (they model no shapes, as in TASO).
+AXIOM_DOMAIN = {
+    "matmul": "matmul operands of rank 2 or more (matrices or batches; a vector is a row on "
+              "one side and a column on the other, which the axioms do not distinguish)",
+    "add": "element-wise operands of equal shapes (the axioms do not model broadcasting)",
+    "mul": "element-wise operands of equal shapes (the axioms do not model broadcasting)",
+    "concat": "concatenations of operands that agree off the axis",
+    "split": "splits at the sizes the rule states",
+    "conv2d": "convolutions with dilation 1 for enlarge and pooling properties",
+}
+
+
+def proof_scope(rule: Rule) -> str:
+    """In words: the shapes for which a proof of `rule` from the axioms holds."""
+    ops: list[str] = []
+
+    def walk(t: Term) -> None:
+        if isinstance(t, OpTerm):
+            if t.op not in ops:
+                ops.append(t.op)
+            for a in t.args:
+                walk(a)
+
+    for t in (*rule.sources, *rule.targets):
+        walk(t)
+    parts = list(dict.fromkeys(AXIOM_DOMAIN[op] for op in ops if op in AXIOM_DOMAIN))
+    scope = "; ".join(parts) if parts else "any shapes the operators accept"
+    if rule.conditions:
+        scope += f"; within the rule's conditions ({len(rule.conditions)})"
+    return scope
 
 
 def _int_attr(e: Any, env: dict[str, z3.ArithRef], convert) -> z3.ArithRef | int:
@@ -268,12 +305,14 @@ def prove(rule: Rule, timeout_ms: int = 10_000, use_lemmas: bool = True) -> tupl
 
 def verify_rule(rule: Rule, timeout_ms: int = 10_000, numeric: bool = True) -> Verdict:
     start = time.perf_counter()
+    ranks = 0
     if numeric:
         try:
-            check_rule(rule, examples=2, attempts=200)
+            ranks = len(check_rule(rule, examples=2, attempts=200).ranks)
         except RuleCheckError as exc:
             if "is wrong" in str(exc):
                 return Verdict(rule.name, "refuted", time.perf_counter() - start,
                                str(exc).splitlines()[0])
     ok, reason = prove(rule, timeout_ms)
-    return Verdict(rule.name, "proven" if ok else "unknown", time.perf_counter() - start, reason)
+    return Verdict(rule.name, "proven" if ok else "unknown", time.perf_counter() - start, reason,
+                   proof_scope(rule) if ok else "", ranks)
