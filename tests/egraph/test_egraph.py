@@ -201,3 +201,23 @@ def test_add_op_refuses_shapes_that_do_not_fit():
                (TensorType((3, 5)),))
     with pytest.raises(ShapeError):
         eg.add_op("matmul", EMPTY_ATTRS, [x, y])
+
+
+def test_a_new_match_is_joined_with_old_matches_of_the_other_source():
+    """Semi-naive multi-pattern search: a matmul added next to an old one (whose class did not
+    change) pairs with it in the next search, though only one of the two is new."""
+    rule = next(r for r in RULES if r.name == "merge-matmuls-shared-input")
+    b = GraphBuilder(seed=0)
+    x = b.input("x", (4, 16))
+    w2 = b.input("w2", (16, 8))
+    b.output(b.matmul(x, b.input("w1", (16, 8))), "y1")
+    b.output(b.relu(w2), "y2")
+    enc = egraph_from_graph(b.build())
+    eg = enc.egraph
+    runner = Runner(eg, [rule])
+    assert runner.search([0]) == []  # one matmul: nothing to pair
+    x_class, w2_class = enc.inputs[0], enc.inputs[1]
+    (new,) = eg.add_op("matmul", None, [x_class, w2_class])
+    eg.rebuild()
+    (match,) = runner.search([0])
+    assert new in match.roots and enc.outputs[0] in {eg.find(r) for r in match.roots}

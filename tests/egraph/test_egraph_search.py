@@ -123,3 +123,48 @@ def test_node_costs_stay_right_across_diverged_clones():
         for cls in eg.classes:
             for n in eg.nodes_of(cls):
                 assert shared.cost(eg, n) == fresh.cost(eg, n)
+
+
+def test_matching_past_its_deadline_stops_before_changing_the_egraph():
+    """A multi-pattern join can be long (every match of one source against every match of
+    another); a search past its deadline raises instead of finishing it, with the e-graph
+    as it was."""
+    import time
+
+    from graphsub.egraph.ematch import DeadlineReached
+
+    enc = egraph_from_graph(zoo.build("nasrnn"))
+    runner = Runner(enc.egraph, RULES, node_limit=50_000)
+    multi = [i for i, r in enumerate(RULES) if len(r.sources) > 1]
+    version = enc.egraph.version
+    with pytest.raises(DeadlineReached):
+        runner.iterate(multi, deadline=time.perf_counter() - 1.0)
+    assert enc.egraph.version == version
+
+
+@pytest.mark.parametrize("search", [eqsat_search, mcts_search])
+def test_egraph_searches_stop_at_their_time_limit_with_a_valid_graph(search):
+    graph = zoo.build("nasrnn")
+    result = search(graph, RULES, COST, time_limit=0.05)
+    assert result.stats.stopped_by == "time"
+    assert result.final_cost <= result.initial_cost
+    assert_equivalent(graph, result.graph)
+
+
+def test_semi_naive_joins_lose_no_multi_pattern_match():
+    """After an iteration, new matches of a source are joined with old matches of the others
+    once per combination (the first new source decides which join yields it): the matches of
+    two semi-naive searches hold every match a full search of the final e-graph finds."""
+    graph = zoo.build("nasrnn")
+    multi = [i for i, r in enumerate(RULES) if len(r.sources) > 1]
+    single = [i for i, r in enumerate(RULES) if len(r.sources) == 1]
+    enc = egraph_from_graph(graph)
+    eg = enc.egraph
+    runner = Runner(eg, RULES, node_limit=50_000)
+    first = runner.search(multi)
+    assert runner.apply(runner.search(single))
+    second = runner.search(multi)
+    keys = {m.canonical_key(eg) for m in first + second}
+    assert len({m.canonical_key(eg) for m in second}) == len(second)
+    everything = {m.canonical_key(eg) for m in Runner(eg, RULES, 50_000).search(multi)}
+    assert everything <= keys and second

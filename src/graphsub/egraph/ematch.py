@@ -14,6 +14,8 @@ to renaming) is joined once per unordered pair of roots.
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +27,15 @@ from graphsub.ops.base import norm_axis
 from graphsub.rules.ast import AVar, Expr, OpTerm, OutRef, Rule, Term, Var, term_ops, term_vars
 from graphsub.rules.expr import RuleError, try_evaluate
 from graphsub.rules.matcher import SAME_SHAPES, _compiled_literals, _symmetric
+
+
+#: Multi-pattern combinations joined between two looks at the clock.
+DEADLINE_STRIDE = 256
+
+
+class DeadlineReached(Exception):
+    """A search ran past its deadline in the middle of matching: the e-graph is unchanged,
+    and the search stops (its time limit is a promise)."""
 
 
 class EGraphEnv:
@@ -253,29 +264,37 @@ class SourceIndex:
             [] for _ in rule.sources]
         self.symmetric = _symmetric(rule)
 
-    def search(self, eg: EGraph, changed: set[int] | None) -> list[EMatch]:
+    def search(self, eg: EGraph, changed: set[int] | None,
+               deadline: float | None = None) -> list[EMatch]:
         """The matches that are new since the last search. `changed`: classes whose contents
-        changed since then (None: search everywhere)."""
+        changed since then (None: search everywhere). Past `deadline` (time.perf_counter()
+        seconds) it raises DeadlineReached, leaving this index unusable (the search that
+        asked is over)."""
         rule = self.rule
         first = self.version < 0 or changed is None
         fresh = []
         for k, source in enumerate(rule.sources):
+            if deadline is not None and time.perf_counter() > deadline:
+                raise DeadlineReached(f"{rule.name}: matching its sources")
             near = None if first else up_closure(eg, changed, self.depths[k])
             fresh.append(match_source(eg, source, near) if first or near else [])
         self.version = eg.version
         if len(rule.sources) == 1:
             return [EMatch(rule, (root,), t, a) for root, t, a in fresh[0]
                     if conditions_hold(eg, rule, t, a, (root,))]
-        # Multi-pattern: new matches of any source joined with all matches of the others.
-        new_ids = []
+        # Multi-pattern: new matches of any source joined with all matches of the others,
+        # each combination once (semi-naive: the first new source is k, those before it old).
+        starts = []
         for k in range(len(rule.sources)):
-            start = len(self.seen[k])
+            starts.append(len(self.seen[k]))
             self.seen[k].extend(fresh[k])
-            new_ids.append(set(range(start, len(self.seen[k]))))
         matches: dict[tuple[Any, ...], EMatch] = {}
-        for combo in _join(eg, rule, self.seen):
-            if not any(idx in new_ids[k] for k, idx in enumerate(combo[3])):
-                continue
+        combos = itertools.chain.from_iterable(
+            _join(eg, rule, self.seen, _first_new_at(k, starts))
+            for k in range(len(starts)) if len(self.seen[k]) > starts[k])
+        for n, combo in enumerate(combos):
+            if deadline is not None and n % DEADLINE_STRIDE == 0 and time.perf_counter() > deadline:
+                raise DeadlineReached(f"{rule.name}: joining multi-pattern matches")
             tensors, attrs, roots = combo[0], combo[1], combo[2]
             if len(set(roots)) < len(roots):
                 continue  # two sources on one class: nothing to merge
@@ -288,10 +307,19 @@ class SourceIndex:
         return list(matches.values())
 
 
-def _join(eg: EGraph, rule: Rule, seen: list[list[tuple[int, dict[str, int], dict[str, Any]]]]
+def _first_new_at(k: int, starts: list[int]) -> list[tuple[int, int | None]]:
+    """Spans of match ids for the combinations whose first new match (id >= its source's
+    start) is the k-th: old ones before k, new ones at k, any after."""
+    return [(0, starts[j]) if j < k else (starts[j], None) if j == k else (0, None)
+            for j in range(len(starts))]
+
+
+def _join(eg: EGraph, rule: Rule, seen: list[list[tuple[int, dict[str, int], dict[str, Any]]]],
+          spans: list[tuple[int, int | None]]
           ) -> Iterator[tuple[dict[str, int], dict[str, Any], tuple[int, ...], tuple[int, ...]]]:
-    """Compatible combinations of one match per source (bindings agree on shared names): a
-    hash join on a variable each later source shares with the earlier ones, when it has one."""
+    """Compatible combinations of one match per source (bindings agree on shared names), the
+    k-th taken from seen[k][lo:hi] for spans[k] = (lo, hi): a hash join on a variable each
+    later source shares with the earlier ones, when it has one."""
     find = eg.find
     keys: list[str | None] = [None]
     bound = set(term_vars(rule.sources[0]))
@@ -316,8 +344,10 @@ def _join(eg: EGraph, rule: Rule, seen: list[list[tuple[int, dict[str, int], dic
             yield tensors, attrs, roots, idx
             return
         index, key = indexes[k], keys[k]
-        candidates = (range(len(seen[k])) if index is None or key is None
-                      else index.get(find(tensors[key]), ()))
+        lo, hi = spans[k]
+        hi = len(seen[k]) if hi is None else hi
+        candidates = (range(lo, hi) if index is None or key is None
+                      else [i for i in index.get(find(tensors[key]), ()) if lo <= i < hi])
         for i in candidates:
             root, t, a = seen[k][i]
             if any(name in tensors and find(tensors[name]) != find(c) for name, c in t.items()):

@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from graphsub.cost.base import CostModel
+from graphsub.egraph.ematch import DeadlineReached
 from graphsub.egraph.runner import Runner
 from graphsub.egraph.saturation import EGraphSearch
 from graphsub.ir.graph import Graph
@@ -193,11 +194,12 @@ def mcts_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
     decision (128, as in the paper, when None); `max_depth`: rollout steps; `c`: UCB1's
     exploration constant. The time limit stops construction (the tree's best move so far is
     taken); the ILP extraction gets `extract_time` seconds (default: what is left of
-    `time_limit`, at least saturation.MIN_EXTRACT_TIME)."""
+    `time_limit`; skipped below saturation.MIN_ILP_TIME)."""
     budget = 128 if budget is None else budget
     search = EGraphSearch.begin(graph, rules, cost_model, node_limit)
     runner = search.runner
-    mcts = _Mcts(search, budget, max_depth, c, random.Random(seed), search.start + time_limit)
+    mcts = _Mcts(search, budget, max_depth, c, random.Random(seed),
+                 search.construction_deadline(time_limit))
     root = TreeNode(runner, search.extract_cost(runner))
     mcts.scale = root.cost if root.cost > 0 else 1.0
     root.blacklist = mcts.blacklist_for(runner)
@@ -225,6 +227,8 @@ def mcts_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
             if progress is not None:
                 search.stats.seconds = search.elapsed()
                 progress(search.stats, root.cost)
+    except DeadlineReached:  # in the middle of a rule's matching, on a clone
+        stopped = "time"
     except KeyboardInterrupt:
         stopped = "interrupt"
     final = root.state

@@ -75,15 +75,16 @@ class Runner:
             versions[since] = {c for c, rec in self.egraph.classes.items() if rec.stamp > since}
         return versions[since]
 
-    def search(self, which: Sequence[int]) -> list[EMatch]:
-        """New matches of the rules at these indexes (semi-naive)."""
+    def search(self, which: Sequence[int], deadline: float | None = None) -> list[EMatch]:
+        """New matches of the rules at these indexes (semi-naive). Raises DeadlineReached
+        past the deadline, before anything is applied."""
         versions: dict[int, set[int] | None] = {}
         out: list[EMatch] = []
         for i in which:
             ix = self.indexes[i]
             if ix.version == self.egraph.version:
                 continue  # nothing changed since this rule was last searched
-            out += ix.search(self.egraph, self._changed(versions, ix.version))
+            out += ix.search(self.egraph, self._changed(versions, ix.version), deadline)
         self.stats.matches += len(out)
         return out
 
@@ -105,12 +106,12 @@ class Runner:
 
     def apply_rule(self, index: int, deadline: float | None = None) -> bool:
         """One action: every new match of one rule; whether the e-graph changed."""
-        return self.apply(self.search([index]), deadline)
+        return self.apply(self.search([index], deadline), deadline)
 
     def iterate(self, which: Sequence[int], deadline: float | None = None) -> bool:
         """One iteration over several rules: search them all, then apply everything."""
         self.stats.iterations += 1
-        return self.apply(self.search(which), deadline)
+        return self.apply(self.search(which, deadline), deadline)
 
     def applicable(self, index: int, since: int | None = None,
                    near: dict[int, set[int]] | None = None) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 
 from graphsub.cost.base import CostModel
 from graphsub.egraph.egraph import GraphEncoding, egraph_from_graph
+from graphsub.egraph.ematch import DeadlineReached
 from graphsub.egraph.problem import ExtractionProblem
 from graphsub.egraph.readback import NodeCosts, extraction_problem, graph_from_choice
 from graphsub.egraph.runner import GrowthStats, Runner
@@ -28,8 +29,12 @@ from graphsub.search.result import Candidate, OptimizeResult, SearchStats, Step
 
 ProgressFn = Callable[[SearchStats, float], None]
 
-#: The ILP's time limit when construction used up the search's time.
-MIN_EXTRACT_TIME = 5.0
+#: Below this many seconds left, the ILP is skipped (the greedy extractors take
+#: milliseconds): the search's time limit holds, within a second or 10%.
+MIN_ILP_TIME = 0.5
+#: The share of the time limit for growing the e-graph; the rest is for the rebuild after the
+#: last applications and for extraction.
+CONSTRUCTION_SHARE = 0.85
 
 #: Extractors by name (graphsub.egraph.extract), called with (problem, time limit).
 EXTRACTORS = ("ilp", "dag-greedy", "greedy")
@@ -61,11 +66,17 @@ class EGraphSearch:
     @classmethod
     def begin(cls, graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
               node_limit: int) -> EGraphSearch:
+        start = time.perf_counter()
         if node_limit < 1:
             raise GraphsubError(f"the e-graph node limit must be positive (got {node_limit})")
         encoding = egraph_from_graph(graph)
         return cls(graph, encoding, Runner(encoding.egraph, rules, node_limit),
-                   NodeCosts(cost_model), SearchStats(), time.perf_counter())
+                   NodeCosts(cost_model), SearchStats(), start)
+
+    def construction_deadline(self, time_limit: float) -> float:
+        """When growing the e-graph must stop: the last rebuild and the extraction need the
+        rest of the time limit (CONSTRUCTION_SHARE of it is for growing)."""
+        return self.start + CONSTRUCTION_SHARE * time_limit
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -73,7 +84,7 @@ class EGraphSearch:
     def extraction_time(self, time_limit: float, extract_time: float | None) -> float:
         if extract_time is not None:
             return extract_time
-        return max(time_limit - self.elapsed(), MIN_EXTRACT_TIME)
+        return max(time_limit - self.elapsed(), 0.0)
 
     def extract_cost(self, runner: Runner) -> float:
         """The DAG-aware greedy estimate of a state's best graph (MCTS's reward signal)."""
@@ -91,6 +102,10 @@ class EGraphSearch:
         seen = {self.graph.fingerprint()}
         details = {}
         for name in extractors:
+            if name == "ilp" and time_limit < MIN_ILP_TIME:
+                details[name] = {"cost": None, "seconds": 0.0,
+                                 "status": f"skipped: {time_limit:.2f} s left"}
+                continue
             result = run_extractor(name, ep.problem, time_limit)
             details[name] = {"cost": result.cost, "seconds": round(result.seconds, 3),
                              "status": result.status}
@@ -128,12 +143,12 @@ def eqsat_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
     iteration's multi-pattern rules fill NasRNN's e-graph before any single-pattern rule runs.
     `budget` caps the iterations (none by default: saturation, the node limit or the time
     limit stops it). The ILP extraction gets `extract_time` seconds (default: what is left of
-    `time_limit`, at least MIN_EXTRACT_TIME)."""
+    `time_limit`; skipped below MIN_ILP_TIME, the greedy extractors' graphs then compete)."""
     search = EGraphSearch.begin(graph, rules, cost_model, node_limit)
     runner = search.runner
     single = [i for i, r in enumerate(runner.rules) if len(r.sources) == 1]
     multi = [i for i, r in enumerate(runner.rules) if len(r.sources) > 1]
-    deadline = search.start + time_limit
+    deadline = search.construction_deadline(time_limit)
     growth = runner.stats
     growth.stopped_by = "saturated"
     try:
@@ -145,7 +160,11 @@ def eqsat_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
                 growth.stopped_by = "time"
                 break
             first_multi = growth.iterations < k_multi
-            changed = runner.iterate((multi if first_multi else []) + single, deadline)
+            try:
+                changed = runner.iterate((multi if first_multi else []) + single, deadline)
+            except DeadlineReached:
+                growth.stopped_by = "time"
+                break
             search.stats.explored = growth.iterations
             if progress is not None:
                 search.stats.seconds = search.elapsed()
