@@ -117,6 +117,8 @@ def optimize(graph: Graph, rules: Sequence[Rule] | None = None, algorithm: str =
                    k_multi, threads=threads)
     if isinstance(cost, str):
         model = make_cost_model(cost, threads, target=resolve_target(target, threads))
+        if isinstance(model, MeasuredCostModel):  # timing operators counts against the limit
+            model.deadline = time.perf_counter() + time_limit
     else:
         model = cost
     rules = builtin_rules() if rules is None else list(rules)
@@ -246,6 +248,8 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
     search_seconds = max(search_seconds - (time.perf_counter() - started), 0.05)
     say(f"searching with {algorithm} for up to {search_seconds:.1f} s")
     search_start = time.perf_counter()
+    if isinstance(cost_model, MeasuredCostModel):
+        cost_model.deadline = search_start + search_seconds
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # untimed operators: in the notes

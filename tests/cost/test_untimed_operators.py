@@ -64,3 +64,20 @@ def test_an_operator_that_cannot_be_timed_is_priced_analytically_with_a_note(mon
                                threads=1, measure_seconds=0.2)
     assert any("opaque Expand" in n for n in report.notes), report.notes
     assert report.verdict
+
+
+def test_operators_not_timed_by_the_deadline_are_priced_analytically():
+    """Timing a large model's operators for the first time can outlast the search's time
+    limit; past the deadline the rest are priced analytically (and not cached), with a note."""
+    import time
+
+    graph = graphsub.load(expand_model())
+    model = MeasuredCostModel(target=get_target("ort-cpu", threads=1))
+    model.deadline = time.perf_counter() - 1.0
+    assert model.graph_cost(graph) > 0
+    assert model.measured == 0 and model.late == 2
+    (note,) = model.notes()
+    assert "time ran out while timing operators" in note and "2 signature(s)" in note
+    again = MeasuredCostModel(target=get_target("ort-cpu", threads=1))
+    again.graph_cost(graph)
+    assert again.measured == 2  # nothing analytic was cached as a timing

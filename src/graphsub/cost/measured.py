@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -107,7 +108,11 @@ class MeasuredCostModel(CostModel):
 
     An operator the target cannot time (a library refusing the one-operator model, an opaque
     operator whose inputs cannot be made up) is priced by the analytic model of the target's
-    device instead, and noted in `untimed`: one operator must not end a run."""
+    device instead, and noted in `untimed`: one operator must not end a run. So is every
+    operator not yet timed once `deadline` (a time.perf_counter() value) has passed: timing a
+    large model's operators for the first time can take minutes (Swin-T on torch-cpu, with
+    cold weights: five), and a search's time limit is a promise. Timings made before the
+    deadline are cached, so the next run gets further."""
 
     name = "measured"
 
@@ -128,6 +133,9 @@ class MeasuredCostModel(CostModel):
         self.measured = 0  # signatures timed in this process (not found in the cache)
         #: Operators priced analytically because timing them failed: label -> (count, reason).
         self.untimed: dict[str, tuple[int, str]] = {}
+        #: Past this time.perf_counter() value, operators not in the cache are not timed.
+        self.deadline: float | None = None
+        self.late = 0  # signatures priced analytically because the deadline had passed
         self._fallback = AnalyticCostModel(target.analytic_profile, target.free_ops)
 
     def decide_weights(self, graph: Graph) -> None:
@@ -150,6 +158,9 @@ class MeasuredCostModel(CostModel):
             cached = self.cache.get(key)
             if cached is not None:
                 return cached
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            self.late += 1
+            return self._analytic(sig)
         try:
             seconds = self.target.time_op(sig, cold)
         except Exception as exc:  # noqa: BLE001 (onnxruntime and torch raise their own types)
@@ -169,6 +180,9 @@ class MeasuredCostModel(CostModel):
         if count == 0:
             warnings.warn(f"could not time {label} on {self.target.name} ({reason}); priced "
                           "it with the analytic model instead", RuntimeWarning, stacklevel=2)
+        return self._analytic(sig)
+
+    def _analytic(self, sig: OpSignature) -> float:
         try:
             return self._fallback.op_cost(sig)
         except Exception:  # noqa: BLE001 (an op the analytic model has no counts for)
@@ -176,9 +190,15 @@ class MeasuredCostModel(CostModel):
 
     def notes(self) -> list[str]:
         """What a report should say about operators that were not timed."""
-        return [f"{count} signature(s) of {label} could not be timed on {self.target.name} "
-                f"and were priced by the analytic model ({reason})"
-                for label, (count, reason) in self.untimed.items()]
+        notes = [f"{count} signature(s) of {label} could not be timed on {self.target.name} "
+                 f"and were priced by the analytic model ({reason})"
+                 for label, (count, reason) in self.untimed.items()]
+        if self.late:
+            notes.append(f"the search's time ran out while timing operators on "
+                         f"{self.target.name}: {self.late} signature(s) were priced by the "
+                         f"analytic model instead ({self.measured} timed and cached, so a "
+                         "second run gets further; or give a longer --time-limit)")
+        return notes
 
 
 def _has_layouts(target: Target) -> bool:
