@@ -93,3 +93,31 @@ def test_taso_matmul_rules_hold_for_matrices_only():
     for name in ("taso-0", "taso-1"):
         text = print_rule(rules[name])
         assert "matmul" in text and "where (ge (rank ?x1) 2)" in text, text
+
+
+def test_a_rule_that_passed_is_not_checked_again_until_it_changes(tmp_path, monkeypatch):
+    """Checking the library takes seconds that every run would pay: passes are remembered
+    (in the cache folder), by the rule's text and the checker's and operators' source."""
+    import graphsub.rules.check as check_module
+    from graphsub.rules.check import CheckedRules
+
+    monkeypatch.setenv("GRAPHSUB_CACHE_DIR", str(tmp_path))
+    (rule,) = parse_rules("rule twice-relu: (relu (relu ?x)) => (relu ?x)")
+    calls = []
+    real = check_module.check_rule
+    monkeypatch.setattr(check_module, "check_rule", lambda r: calls.append(r.name) or real(r))
+    with CheckedRules.load() as passed:
+        passed.check(rule)
+    with CheckedRules.load() as passed:
+        passed.check(rule)
+    assert calls == ["twice-relu"]
+    (changed,) = parse_rules("rule twice-relu: (relu (relu ?x)) => (relu (relu (relu ?x)))")
+    with CheckedRules.load() as passed:
+        passed.check(changed)
+    assert calls == ["twice-relu", "twice-relu"]
+    (wrong,) = parse_rules("rule bad: (sigmoid ?x) => (tanh ?x)")
+    for _ in range(2):  # a failure is never remembered as a pass
+        with pytest.raises(RuleCheckError), CheckedRules.load() as passed:
+            passed.check(wrong)
+    (tmp_path / CheckedRules.FILE).write_text("not json")
+    assert not CheckedRules.load().has(rule)  # a damaged cache: checked again, no crash

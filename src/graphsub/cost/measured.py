@@ -11,13 +11,13 @@ rather than fatal.
 from __future__ import annotations
 
 import hashlib
-import os
 import sqlite3
 import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from graphsub.cache import cache_dir
 from graphsub.cost.analytic import AnalyticCostModel
 from graphsub.cost.base import CostModel, OpSignature
 from graphsub.ir.graph import Graph
@@ -27,15 +27,6 @@ if TYPE_CHECKING:
 
 #: Bumped whenever what a cached figure means changes, so old entries are not reused.
 CACHE_VERSION = 5
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("GRAPHSUB_CACHE_DIR")
-    if env:
-        return Path(env)
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("graphsub"))
 
 
 class CostCache:

@@ -1,7 +1,7 @@
 """Rules: the text format, matching, applying, numerical checks and the built-in library.
 
     from graphsub.rules import builtin_rules, load_rules
-    rules = builtin_rules()                       # checked numerically on first load
+    rules = builtin_rules()                       # checked numerically (results cached)
     rules = load_rules(["my.rules"])              # a rule file of your own
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from graphsub.errors import GraphsubError
 from graphsub.rules.applier import apply_match
 from graphsub.rules.ast import Rule
-from graphsub.rules.check import RuleCheckError, check_rule
+from graphsub.rules.check import CheckedRules, RuleCheckError, check_rule
 from graphsub.rules.matcher import Match, find_matches
 from graphsub.rules.parser import RuleSyntaxError, parse_rules, print_rule, print_rules
 
@@ -29,8 +29,9 @@ def library_files() -> list[Path]:
 def _checked(path: str, text: str, check: bool) -> tuple[Rule, ...]:
     rules = parse_rules(text, origin=path)
     if check:
-        for r in rules:
-            check_rule(r)
+        with CheckedRules.load() as passed:
+            for r in rules:
+                passed.check(r)
     return tuple(rules)
 
 

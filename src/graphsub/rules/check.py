@@ -17,14 +17,20 @@ So the checker draws examples for every combination of operand ranks the roles a
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import math
+import os
 from collections.abc import Iterable
+from functools import lru_cache
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from graphsub.cache import cache_dir
 from graphsub.errors import GraphsubError
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
@@ -34,6 +40,7 @@ from graphsub.rules.ast import AVar, Call, Expr, Lit, OpTerm, Rule, Term, Var, t
 from graphsub.rules.expr import Env
 from graphsub.rules.expr import evaluate as evaluate_expr
 from graphsub.rules.matcher import SAME_SHAPES, find_matches
+from graphsub.rules.parser import print_rule
 from graphsub.runtime.compare import diff_arrays
 from graphsub.runtime.reference import evaluate
 
@@ -327,3 +334,70 @@ def check_rule(rule: Rule, examples: int = 3, attempts: int = 1000, rtol: float 
 
 def check_rules(rules: Iterable[Rule], **kwargs: Any) -> list[RuleCheck]:
     return [check_rule(r, **kwargs) for r in rules]
+
+
+class CheckedRules:
+    """The rules that passed the numerical check, kept across runs: checking the built-in
+    library takes seconds, which every run would pay. A rule is known by its text and by the
+    source of everything that decides its check (the checker, matcher, applier and the
+    operators' semantics), so any change to either checks it again."""
+
+    FILE = "checked_rules.json"
+
+    def __init__(self, path: Path, keys: set[str]) -> None:
+        self.path, self.keys, self._dirty = path, keys, False
+
+    @classmethod
+    def load(cls) -> CheckedRules:
+        path = cache_dir() / cls.FILE
+        try:
+            keys = set(json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            keys = set()  # no cache yet, or a damaged one: check again
+        return cls(path, keys)
+
+    @staticmethod
+    def key(rule: Rule) -> str:
+        return hashlib.sha256((_checker_fingerprint() + print_rule(rule)).encode()).hexdigest()
+
+    def has(self, rule: Rule) -> bool:
+        return self.key(rule) in self.keys
+
+    def add(self, rule: Rule) -> None:
+        self.keys.add(self.key(rule))
+        self._dirty = True
+
+    def check(self, rule: Rule) -> None:
+        """check_rule, unless the rule passed before (raises RuleCheckError as it does)."""
+        if not self.has(rule):
+            check_rule(rule)
+            self.add(rule)
+
+    def __enter__(self) -> CheckedRules:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.save()
+
+    def save(self) -> None:
+        if not self._dirty:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(sorted(self.keys)))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a read-only cache folder: the rules are checked again next time
+
+
+@lru_cache(maxsize=1)
+def _checker_fingerprint() -> str:
+    package = Path(__file__).resolve().parents[1]
+    sources = sorted([*package.joinpath("ops").glob("*.py"), package / "runtime" / "reference.py",
+                      *(package / "rules" / f"{m}.py" for m in ("check", "matcher", "applier",
+                                                                 "expr", "ast", "parser"))])
+    h = hashlib.sha256()
+    for source in sources:
+        h.update(source.read_bytes())
+    return h.hexdigest()

@@ -271,28 +271,30 @@ def import_taso_rules(path: str | Path, check: bool = True) -> TasoImport:
     """Convert TASO's rules; with `check`, each is checked numerically under graphsub's
     semantics, and one that fails is retried restricted to ungrouped convolutions (TASO's
     verifier does not model groups) before it is skipped."""
-    from graphsub.rules.check import RuleCheckError, check_rule
+    from graphsub.rules.check import CheckedRules, RuleCheckError
 
     taso = read_taso_rules(path)
     result = TasoImport([], len(taso))
-    for tr in taso:
-        try:
-            rule = convert_rule(tr)
-        except (Unsupported, KeyError) as exc:
-            result.skipped[tr.number] = str(exc)
-            continue
-        if check:
+    with CheckedRules.load() as passed:
+        for tr in taso:
             try:
-                check_rule(rule)
-            except RuleCheckError:
-                rule = convert_rule(tr, ungrouped=True)
+                rule = convert_rule(tr)
+            except (Unsupported, KeyError) as exc:
+                result.skipped[tr.number] = str(exc)
+                continue
+            if check:
                 try:
-                    check_rule(rule)
-                except RuleCheckError as exc:
-                    first = str(exc).splitlines()[0]
-                    result.skipped[tr.number] = ("numerically wrong under graphsub's semantics"
-                                                 if "wrong" in first else "untestable")
-                    continue
-                result.restricted.append(tr.number)
-        result.rules.append(rule)
+                    passed.check(rule)
+                except RuleCheckError:
+                    rule = convert_rule(tr, ungrouped=True)
+                    try:
+                        passed.check(rule)
+                    except RuleCheckError as exc:
+                        first = str(exc).splitlines()[0]
+                        result.skipped[tr.number] = (
+                            "numerically wrong under graphsub's semantics" if "wrong" in first
+                            else "untestable")
+                        continue
+                    result.restricted.append(tr.number)
+            result.rules.append(rule)
     return result
