@@ -151,6 +151,12 @@ def test_optimize_with_split_writes_a_verified_model(tmp_path):
     rep = json.loads(report.read_text())
     assert rep["settings"]["split"] == 20
     assert rep["verification"] and out.exists()
+    split = rep["search"]["split"]
+    assert split["parts"] >= 2 and max(split["part_sizes"]) <= 20
+    assert sum(split["part_sizes"]) >= 20 and split["matches_cut"] >= 0
+    text = " ".join(result.stdout.split())
+    assert f"{split['parts']} parts" in text and "matches cut" in text
+    assert rep["verdict"] in text and f"the report to {report}" in text
 
 
 def test_optimize_with_eqsat_reports_its_egraph(tmp_path):
