@@ -204,3 +204,29 @@ def test_weight_nodes_are_not_kept_alive_by_the_inference_cache():
 
     make_node("weight", (), (), {"value": Constant(np.ones((64, 64), np.float32))})
     assert not any(key[0] == "weight" for key in graph_module._INFERRED)
+
+
+def test_a_cached_shape_error_keeps_nothing_of_its_raisers_alive():
+    """make_node caches inference failures; raising the cached instance itself would attach
+    the raiser's frames to it, keeping a search's graphs alive (found by the fuzzer's runs)."""
+    import gc
+    import weakref
+
+    from graphsub.errors import GraphsubError
+    from graphsub.ir.graph import Value, make_node
+    from graphsub.ir.types import TensorType
+
+    class State:
+        pass
+
+    def step() -> weakref.ref:
+        state = State()
+        with pytest.raises(GraphsubError):
+            make_node("matmul", [Value(0), Value(1)],
+                      [TensorType((2, 3), "float32"), TensorType((4, 5), "float32")])
+        return weakref.ref(state)
+
+    step()  # the first failure is cached
+    ref = step()  # the second is raised from the cache
+    gc.collect()
+    assert ref() is None

@@ -8,6 +8,7 @@ still find the same nodes in a child.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -71,7 +72,9 @@ def make_node(op: str, inputs: Sequence[Value], input_types: Sequence[TensorType
                 _INFERRED.clear()
             _INFERRED[key] = inferred
     if isinstance(inferred, GraphsubError):
-        raise inferred.with_traceback(None)
+        # A fresh copy: raising the cached instance would attach the raiser's frames to it,
+        # and the cache would keep whatever they reference (a search's graphs) alive.
+        raise copy.copy(inferred)
     return Node(op, inferred[0], tuple(inputs), inferred[1], name)
 
 
@@ -85,7 +88,7 @@ def _infer(op: str, in_types: tuple[TensorType, ...], attrs: Mapping[str, Any] |
         canonical = attrs if isinstance(attrs, Attrs) else opdef.make_attrs(attrs or {}, in_types)
         return canonical, tuple(opdef.infer(canonical, in_types))
     except GraphsubError as exc:
-        return exc
+        return exc.with_traceback(None)
 
 
 class Graph:
