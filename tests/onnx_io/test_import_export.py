@@ -242,3 +242,20 @@ def test_flatten_of_every_axis_imports_as_onnx_defines_it(axis):
     (flat,) = g.nodes_by_op("flatten")
     assert g[flat].type.shape == (rows, cols)
     assert_round_trip(model)
+
+
+def test_an_opaque_nodes_output_type_is_what_onnxruntime_computes():
+    """MaxPool with ceil_mode stays opaque; ONNX shape inference gives it 6 rows here, while
+    onnxruntime drops the last window (it starts in the padding) and computes 5. A Slice with
+    a negative start after it was then imported against the wrong length (fuzzer finding)."""
+    model = make_model(
+        [helper.make_node("MaxPool", ["x"], ["p"], ceil_mode=1, kernel_shape=[5, 2],
+                          pads=[2, 1, 4, 0], strides=[2, 2]),
+         helper.make_node("Slice", ["p", "s", "e", "a"], ["y"])],
+        [vi("x", [1, 1, 8, 5])], [vi("y", None)],
+        [init("s", np.array([-1], np.int64)), init("e", np.array([2**62], np.int64)),
+         init("a", np.array([2], np.int64))])
+    g = graphsub.load(model)
+    (pool,) = g.nodes_by_op("opaque")
+    assert g[pool].type.shape == (1, 1, 5, 3)
+    assert_round_trip(model)

@@ -357,13 +357,28 @@ def _fold(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, TensorTy
     return True
 
 
+def _runtime_types(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, TensorType],
+                   inferred: list[TensorType]) -> list[TensorType]:
+    """An opaque node's output types as onnxruntime computes them, which is what the model
+    computes where it runs: ONNX shape inference can disagree (MaxPool with ceil_mode, whose
+    last window onnxruntime drops when it starts in the padding, is a row shorter), and a
+    wrong type would mislead every op graphsub builds after it (found by the fuzzer). Where
+    the node cannot run on made-up inputs, inference's types stay."""
+    try:
+        results = _run_single(node, ctx, in_types)
+    except Exception:  # noqa: BLE001 (onnxruntime's own exception types)
+        return inferred
+    ran = [TensorType(tuple(r.shape), str(r.dtype)) for r in results]
+    return ran if len(ran) == len(inferred) else inferred
+
+
 def _import_opaque(node: onnx.NodeProto, ctx: ImportContext,
                    in_types: dict[str, TensorType]) -> list[Value]:
     if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
            for a in node.attribute):
         raise ModelLoadError(f"{node.op_type} node {node.name!r} has subgraphs (control flow); "
                              "graphsub cannot import control flow yet")
-    out_types = _infer_output_types(node, ctx, in_types)
+    out_types = _runtime_types(node, ctx, in_types, _infer_output_types(node, ctx, in_types))
     slots = tuple(i for i, n in enumerate(node.input) if n)
     domain = "" if node.domain == "ai.onnx" else node.domain
     opsets = tuple(sorted({("", ctx.opset), (domain, ctx.domain_opsets.get(domain, 1))}))
