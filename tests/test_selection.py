@@ -101,3 +101,31 @@ def test_the_verdict_names_what_happened_with_its_figures(outcome, confirm, frag
     interrupted = verdict(report, selection, interrupted=True)
     assert interrupted.startswith("The search was interrupted after 3.2 s.")
     assert not math.isnan(report.predicted_cost_before)
+
+
+def test_a_candidate_onnxruntimes_optimizations_break_is_dropped_not_blamed(monkeypatch):
+    """onnxruntime's fusions have broken valid models (found by the fuzzer: a candidate right
+    as written, wrong at the ALL level). A candidate that is right with onnxruntime's
+    optimizations off is dropped with a note; only a wrong rewrite is a verification error."""
+    target = get_target("ort-cpu", threads=1)
+    prepare = target.prepare
+
+    class Broken:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def run(self, feeds):
+            return {k: v + 1.0 for k, v in self.inner.run(feeds).items()}
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    def breaking_candidates(graph, onnx=None, label=""):
+        runnable = prepare(graph, onnx, label)
+        return Broken(runnable) if label.startswith("candidate") else runnable
+
+    monkeypatch.setattr(target, "prepare", breaking_candidates)
+    _, report = optimize_model(chain(), cost="analytic", target=target, time_limit=6,
+                               threads=1, measure_seconds=0.2)
+    assert report.kept_original and report.outcome == "not-run"
+    assert any("onnxruntime optimizer bug" in n for n in report.notes), report.notes

@@ -84,6 +84,23 @@ def _timed_run(runnable: Runnable, feeds: Mapping[str, np.ndarray]
     return out, time.perf_counter() - t0
 
 
+def _right_without_ort_optimizations(original: bytes, candidate: bytes,
+                                     feeds: Mapping[str, np.ndarray], rtol: float,
+                                     atol: float) -> bool:
+    """Whether the candidate computes what the original computes when onnxruntime runs both
+    as written (no graph optimizations): then a difference with them on is onnxruntime's
+    (its fusions have broken valid models), not a wrong rewrite."""
+    from graphsub.runtime.ort import run
+
+    try:
+        expected = run(original, feeds, threads=1, optimize=False)
+        actual = run(candidate, feeds, threads=1, optimize=False)
+    except Exception:  # noqa: BLE001 (onnxruntime's own exception types)
+        return False
+    diffs, problems = compare_outputs(expected, actual, rtol, atol)
+    return not problems and all(d.ok for d in diffs)
+
+
 def timing_options(run_seconds: float) -> dict[str, float]:
     """Rounds for a model whose run takes `run_seconds`: blocks of five runs with a pause and
     an untimed run before each for fast models (see time_runnables), single runs without
@@ -144,6 +161,16 @@ def measure_and_choose(device: Target, graph: Graph, original: bytes,
                                    f"({_first_line(exc)})")
             continue
         diffs, problems = compare_outputs(reference, outputs, rtol, atol_scale * scale)
+        if ((problems or not all(d.ok for d in diffs)) and device.name.startswith("ort-")
+                and _right_without_ort_optimizations(original, data, feeds, rtol,
+                                                     atol_scale * scale)):
+            runnable.close()
+            reports[i].note = "dropped: onnxruntime's optimizations break it"
+            selection.notes.append(
+                f"candidate {i}: onnxruntime computes it wrongly with its graph optimizations "
+                "on and rightly with them off (an onnxruntime optimizer bug), so it was "
+                "dropped")
+            continue
         if problems or not all(d.ok for d in diffs):
             # A wrong rewrite: an error to report (with its rules), not a candidate to drop.
             runnable.close()
