@@ -101,6 +101,45 @@ def _right_without_ort_optimizations(original: bytes, candidate: bytes,
     return not problems and all(d.ok for d in diffs)
 
 
+@dataclass(frozen=True)
+class Dropped:
+    """A candidate left out, with a short note for its row and a line for the report."""
+
+    note: str
+    message: str
+
+
+def _try_candidate(device: Target, i: int, cand: Candidate, data: bytes, original: bytes,
+                   feeds: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
+                   tolerance: tuple[float, float]) -> tuple[Runnable, float] | Dropped | Comparison:
+    """Build and run a candidate once on the target: its runnable and run time, or why it
+    was dropped, or (when it computes something else) the comparison that shows it."""
+    try:
+        runnable = device.prepare(cand.graph, data, f"candidate {i}")
+    except Exception as exc:  # noqa: BLE001 (a target's libraries raise their own types)
+        return Dropped(f"dropped: {device.name} cannot build it",
+                       f"candidate {i}: {device.name} cannot build it, dropped "
+                       f"({_first_line(exc)})")
+    try:
+        outputs, run_s = _timed_run(runnable, feeds)
+    except Exception as exc:  # noqa: BLE001
+        runnable.close()
+        return Dropped(f"dropped: {device.name} cannot run it",
+                       f"candidate {i}: {device.name} cannot run it, dropped "
+                       f"({_first_line(exc)})")
+    diffs, problems = compare_outputs(reference, outputs, *tolerance)
+    if not problems and all(d.ok for d in diffs):
+        return runnable, run_s
+    runnable.close()
+    if device.name.startswith("ort-") and _right_without_ort_optimizations(
+            original, data, feeds, *tolerance):
+        return Dropped("dropped: onnxruntime's optimizations break it",
+                       f"candidate {i}: onnxruntime computes it wrongly with its graph "
+                       "optimizations on and rightly with them off (an onnxruntime optimizer "
+                       "bug), so it was dropped")
+    return Comparison(False, tuple(diffs), tolerance[0], tolerance[1], 1, tuple(problems))
+
+
 def timing_options(run_seconds: float) -> dict[str, float]:
     """Rounds for a model whose run takes `run_seconds`: blocks of five runs with a pause and
     an untimed run before each for fast models (see time_runnables), single runs without
@@ -135,52 +174,28 @@ def measure_and_choose(device: Target, graph: Graph, original: bytes,
         raise GraphsubError(f"{device.name} cannot run the original model: "
                             f"{_first_line(exc)}") from None
     scale = max((float(np.abs(v).max()) for v in reference.values() if v.size), default=1.0)
-    # Verification later builds two onnxruntime sessions and runs both models a few times (on
-    # the target too when it is not onnxruntime): keep that much time back.
     selection = Selection("not-run", candidates=reports, original_run_s=original_s)
     ready: list[tuple[int, Runnable, float]] = []
+    tolerance = (rtol, atol_scale * scale)
     for i, (cand, data) in enumerate(candidates):
-        reserve = 2 * prepare_s + 6 * original_s
-        if time.perf_counter() + prepare_s + 2 * original_s + reserve > deadline:
+        # Verification later builds two onnxruntime sessions and runs both models a few
+        # times (on the target too when it is not onnxruntime): keep that much time back.
+        if time.perf_counter() + 3 * prepare_s + 8 * original_s > deadline:
             reports[i].note = "not timed: no time left"
             selection.notes.append(f"candidate {i}: not timed, the time limit was reached")
             continue
-        try:
-            runnable = device.prepare(cand.graph, data, f"candidate {i}")
-        except Exception as exc:  # noqa: BLE001 (a target's libraries raise their own types)
-            reports[i].note = f"dropped: {device.name} cannot build it"
-            selection.notes.append(f"candidate {i}: {device.name} cannot build it, dropped "
-                                   f"({_first_line(exc)})")
-            continue
-        try:
-            outputs, run_s = _timed_run(runnable, feeds)
-        except Exception as exc:  # noqa: BLE001
-            runnable.close()
-            reports[i].note = f"dropped: {device.name} cannot run it"
-            selection.notes.append(f"candidate {i}: {device.name} cannot run it, dropped "
-                                   f"({_first_line(exc)})")
-            continue
-        diffs, problems = compare_outputs(reference, outputs, rtol, atol_scale * scale)
-        if ((problems or not all(d.ok for d in diffs)) and device.name.startswith("ort-")
-                and _right_without_ort_optimizations(original, data, feeds, rtol,
-                                                     atol_scale * scale)):
-            runnable.close()
-            reports[i].note = "dropped: onnxruntime's optimizations break it"
-            selection.notes.append(
-                f"candidate {i}: onnxruntime computes it wrongly with its graph optimizations "
-                "on and rightly with them off (an onnxruntime optimizer bug), so it was "
-                "dropped")
-            continue
-        if problems or not all(d.ok for d in diffs):
-            # A wrong rewrite: an error to report (with its rules), not a candidate to drop.
-            runnable.close()
+        tried = _try_candidate(device, i, cand, data, original, feeds, reference, tolerance)
+        if isinstance(tried, Dropped):
+            reports[i].note = tried.note
+            selection.notes.append(tried.message)
+        elif isinstance(tried, Comparison):  # a wrong rewrite: an error, not a dropped one
             original_run.close()
             for _, other, _ in ready:
                 other.close()
-            selection.mismatch = (i, Comparison(False, tuple(diffs), rtol, atol_scale * scale,
-                                                1, tuple(problems)))
+            selection.mismatch = (i, tried)
             return selection
-        ready.append((i, runnable, run_s))
+        else:
+            ready.append((i, *tried))
     if not ready:
         original_run.close()
         if all(r.note.startswith("not timed") for r in reports):
