@@ -4,9 +4,11 @@ with a note, the run fits its limit, and the verdict says what happened with its
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
+import graphsub
 from graphsub.backends import get_target
 from graphsub.ir import GraphBuilder
 from graphsub.optimizer import OptimizeReport, measure_reserve, optimize_model, verdict
@@ -129,3 +131,50 @@ def test_a_candidate_onnxruntimes_optimizations_break_is_dropped_not_blamed(monk
                                threads=1, measure_seconds=0.2)
     assert report.kept_original and report.outcome == "not-run"
     assert any("onnxruntime optimizer bug" in n for n in report.notes), report.notes
+
+
+def test_the_fuzzers_candidate_that_onnxruntime_breaks_is_dropped_with_a_note():
+    """x[4,5] @ W[5,2] @ v[2], and the candidate matmul-as-transposed-product makes of it:
+    Transpose(MatMul(W^T, Transpose(x))) @ v. onnxruntime 1.32's MatMul-Transpose fusion turns
+    that into a FusedMatMul that computes other values at the ALL level; graphsub drops the
+    candidate with a note instead of failing the run (fuzzer finding)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from graphsub.runtime.ort import run
+    from graphsub.search.result import Candidate
+    from graphsub.selection import measure_and_choose
+
+    w = np.random.default_rng(0).standard_normal((5, 2)).astype(np.float32)
+
+    def model(nodes, inits):
+        graph = helper.make_graph(
+            nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5]),
+                         helper.make_tensor_value_info("v", TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]
+                                 ).SerializeToString()
+
+    original = model([helper.make_node("MatMul", ["x", "w"], ["h"]),
+                      helper.make_node("MatMul", ["h", "v"], ["y"])],
+                     [numpy_helper.from_array(w, "w")])
+    candidate = model([helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]),
+                       helper.make_node("MatMul", ["wt", "xt"], ["p"]),
+                       helper.make_node("Transpose", ["p"], ["h"], perm=[1, 0]),
+                       helper.make_node("MatMul", ["h", "v"], ["y"])],
+                      [numpy_helper.from_array(np.ascontiguousarray(w.T), "wt")])
+    graph = graphsub.load(original)
+    feeds = {"x": np.random.default_rng(1).standard_normal((4, 5)).astype(np.float32),
+             "v": np.random.default_rng(2).standard_normal(2).astype(np.float32)}
+    as_written = run(candidate, feeds, optimize=False)["y"]
+    assert np.allclose(as_written, run(original, feeds, optimize=False)["y"], rtol=1e-4, atol=1e-5)
+    ort_breaks_it = not np.allclose(run(candidate, feeds)["y"], as_written, rtol=1e-3, atol=1e-4)
+    selection = measure_and_choose(
+        get_target("ort-cpu", threads=1), graph, original,
+        [(Candidate(graphsub.load(candidate), 0.5, ()), candidate)], feeds,
+        deadline=time.perf_counter() + 10, measure_seconds=0.2)
+    assert selection.mismatch is None  # never blamed on graphsub
+    if ort_breaks_it:
+        assert "onnxruntime optimizer bug" in selection.notes[0]
+    else:  # an onnxruntime that fixed its fusion: an ordinary candidate
+        assert selection.candidates[0].measured_ms is not None

@@ -3,6 +3,8 @@ graph so far when interrupted."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -139,3 +141,30 @@ def test_optimize_api_validates_its_arguments():
 
     r = graphsub.optimize(matmul_chain(), RULES, cost="analytic", algorithm="greedy")
     assert compute_ops(r.graph) == ["matmul"]
+
+
+TASO_PB = Path(__file__).resolve().parents[3] / "shared" / "data" / "taso" / "graph_subst.pb"
+
+
+@pytest.mark.parametrize("algorithm", ["backtracking", "greedy", "pruning", "dpp", "sampling",
+                                       "enumeration", "eqsat", "mcts"])
+@pytest.mark.parametrize("chain", ["vector-in-the-middle", "vector-plus-matrix"])
+def test_matmuls_with_vector_operands_stay_right_under_every_algorithm(algorithm, chain):
+    """The fuzzer's minimized models: x[1,3,3] @ v[3] @ W[3,3], and x v + x W. Associating
+    the first or factoring the second was wrong (the output types agree, so nothing else
+    refused it); every algorithm returned a wrong graph, with the library's and TASO's rules."""
+    from graphsub.rules import load_rules
+
+    b = GraphBuilder(seed=0)
+    x = b.input("x", (1, 3, 3))
+    if chain == "vector-in-the-middle":
+        y = b.matmul(b.matmul(x, b.input("v", (3,))), b.he_weight((3, 3)))
+    else:
+        y = b.add(b.matmul(x, b.input("v", (3,))), b.matmul(x, b.he_weight((3, 3))))
+    b.output(y, "y")
+    graph = b.build()
+    rules = RULES + (load_rules([TASO_PB], check=False) if TASO_PB.exists() else [])
+    result = optimize(graph, rules, algorithm, cost=AnalyticCostModel("cpu"), time_limit=2,
+                      k=3, budget=50)
+    for candidate in result.candidates or [result]:
+        assert_equivalent(graph, candidate.graph)

@@ -1,0 +1,499 @@
+"""Run one ONNX model through every graphsub path and compare each with onnxruntime.
+
+The reference is onnxruntime's CPU provider on the ORIGINAL model with every graph
+optimization turned off (`models.run_reference`): onnxruntime's own rewrites have bugs of their
+own (fusions that break valid models), and a reference that carries them would blame graphsub
+for them. Every model graphsub writes is run the same way, so a difference is graphsub's.
+
+Stages, each giving one `Outcome` per path:
+
+- `roundtrip`: `graphsub.load` then `to_onnx_bytes`, unchanged.
+- `search:<algorithm>`: `graphsub.optimize` with each search algorithm, the built-in rules
+  plus TASO's, the analytic cost model; the best graph and every candidate exported and
+  compared. A search that overruns its time limit by more than max(1 s, 10%) is a `timeout`.
+- `numpy`, `torch-cpu`: the imported graph, and the best graph of each search, run by
+  graphsub's numpy reference evaluator (which the rule checker trusts) and its torch backend.
+- `pipeline`: `graphsub.optimize_model` on the ort-cpu target (search, measure, choose,
+  verify); the bytes it returns compared. Its own VerificationError is `caught`: graphsub
+  refused to hand back a wrong model, which is right, but a candidate was wrong somewhere.
+
+Statuses: `equal`; `wrong` (values beyond the optimizer's tolerances, or a different shape,
+dtype, input or output); `error` (an exception); `timeout`; `refused` (a GraphsubError while
+loading a model onnxruntime runs: graphsub imports unknown ops as opaque nodes, so this is
+normally a bug); `caught`; `skipped` (the stage cannot run here, e.g. no torch).
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from graphsub.backends import TargetUnavailableError, get_target
+from graphsub.cost import make_cost_model
+from graphsub.errors import GraphsubError
+from graphsub.fuzz.models import random_inputs, run_reference
+from graphsub.ir.graph import Graph
+from graphsub.onnx_io import load, to_onnx_bytes
+from graphsub.optimizer import ATOL_SCALE, RTOL, VerificationError, optimize, optimize_model
+from graphsub.rules import Rule, builtin_rules, load_rules
+from graphsub.runtime.compare import compare_outputs
+from graphsub.runtime.reference import evaluate
+from graphsub.search import ALGORITHMS
+
+#: TASO's rule file, next to the repository (../shared/data/taso/graph_subst.pb).
+TASO_RULES = (Path(__file__).resolve().parents[3].parent / "shared" / "data" / "taso"
+              / "graph_subst.pb")
+STAGES = ("roundtrip", "search", "numpy", "torch-cpu", "pipeline")
+DEFAULT_STAGES = ("roundtrip", "search", "numpy", "torch-cpu")
+#: Every status an outcome can have, and those that are findings (caught and skipped are not).
+STATUSES = ("equal", "wrong", "error", "timeout", "refused", "caught", "skipped")
+FAILURES = ("wrong", "error", "timeout", "refused")
+#: Input sets each comparison runs on.
+TRIALS = 2
+
+#: The kind of a wrong outcome whose values match the unchanged graph's export: the import
+#: or export is wrong (the roundtrip stage shows it), not the stage that reported it.
+INHERITED = "as roundtrip"
+#: The kind of a search timeout that full garbage collections during the search explain.
+GC_OVERRUN = "overrun: garbage collection"
+#: The kind of a caught pipeline outcome whose search candidates were all right.
+ORT_OPTIMIZER = "candidates right with onnxruntime optimizations off"
+
+Outputs = dict[str, np.ndarray]
+Runner = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
+Listener = Callable[[str, "Outcome | None"], None]
+
+
+@dataclass
+class Outcome:
+    """What one path did with the model. `kind` groups outcomes with the same likely cause
+    (exception type and graphsub frame, or the rules a wrong candidate applied); `detail`
+    keeps the end of a traceback; `via` names the search whose graph a backend stage failed
+    on (empty: the imported graph)."""
+
+    stage: str
+    status: str
+    message: str = ""
+    seconds: float = 0.0
+    kind: str = ""
+    detail: str = ""
+    via: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status in FAILURES
+
+
+@dataclass
+class ModelReport:
+    outcomes: list[Outcome] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def failures(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.failed]
+
+    def outcome(self, stage: str) -> Outcome | None:
+        return next((o for o in self.outcomes if o.stage == stage), None)
+
+    def as_dict(self) -> dict:
+        return {"outcomes": [asdict(o) for o in self.outcomes], "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    rules: tuple[Rule, ...]
+    notes: tuple[str, ...] = ()
+
+
+@lru_cache(maxsize=4)
+def default_rules(taso: Path | None = TASO_RULES) -> RuleSet:
+    """The built-in rules plus TASO's (when its file is there: a note says when not). Cached:
+    TASO's rules are checked numerically on load, which takes seconds."""
+    rules = list(builtin_rules())
+    if taso is None:
+        return RuleSet(tuple(rules), ("TASO's rules not used",))
+    if not taso.exists():
+        return RuleSet(tuple(rules), (f"TASO's rules not used: {taso} is absent",))
+    return RuleSet(tuple(rules + load_rules([taso])))
+
+
+# ---- the reference and comparisons --------------------------------------------------------
+
+@dataclass(frozen=True)
+class Reference:
+    """The original model's interface and its outputs on TRIALS input sets."""
+
+    inputs: tuple[tuple[str, tuple[int, ...]], ...]
+    outputs: tuple[str, ...]
+    feeds: tuple[dict[str, np.ndarray], ...]
+    expected: tuple[Outputs, ...]
+    atol: float
+
+    @classmethod
+    def of(cls, model: onnx.ModelProto, seed: int) -> Reference:
+        feeds = tuple(random_inputs(model, seed + t) for t in range(TRIALS))
+        expected = tuple(run_reference(model, f) for f in feeds)
+        scale = max((float(np.abs(v).max()) for v in expected[0].values() if v.size),
+                    default=1.0)
+        return cls(_inputs_of(model), tuple(o.name for o in model.graph.output), feeds,
+                   expected, ATOL_SCALE * scale)
+
+    def compare(self, run: Runner) -> tuple[str, str]:
+        """(status, message): `wrong` with the first problem or the worst output, else `equal`."""
+        for feeds, expected in zip(self.feeds, self.expected):
+            actual = run(feeds)
+            problems = [f"output {name!r} has dtype {actual[name].dtype}, expected {e.dtype}"
+                        for name, e in expected.items()
+                        if name in actual and np.asarray(actual[name]).dtype != e.dtype]
+            diffs, shape_problems = compare_outputs(expected, actual, RTOL, self.atol)
+            problems = shape_problems + problems
+            if problems:
+                return "wrong", problems[0]
+            bad = [d for d in diffs if not d.ok]
+            if bad:
+                return "wrong", max(bad, key=lambda d: d.max_rel).describe()
+        return "equal", ""
+
+    def compare_onnx(self, data: bytes) -> tuple[str, str]:
+        """Compare an ONNX model graphsub wrote: same inputs and outputs, same values."""
+        model = onnx.load_from_string(data)
+        inputs = _inputs_of(model)
+        if inputs != self.inputs:
+            return "wrong", f"the inputs changed: {list(self.inputs)} -> {list(inputs)}"
+        outputs = tuple(o.name for o in model.graph.output)
+        if outputs != self.outputs:
+            return "wrong", f"the outputs changed: {list(self.outputs)} -> {list(outputs)}"
+        return self.compare(lambda feeds: run_reference(data, dict(feeds)))
+
+
+def _inputs_of(model: onnx.ModelProto) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    inits = {i.name for i in model.graph.initializer}
+    return tuple((i.name, tuple(d.dim_value for d in i.type.tensor_type.shape.dim))
+                 for i in model.graph.input if i.name not in inits)
+
+
+# ---- exceptions as outcomes --------------------------------------------------------------
+
+def _where(exc: BaseException) -> str:
+    """The innermost graphsub frame (outside this package) that the exception passed
+    through, as path:line (function): where to start looking."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if "/graphsub/" in f.filename and "/graphsub/fuzz/" not in f.filename]
+    if not frames:
+        return ""
+    f = frames[-1]
+    path = f.filename[f.filename.rindex("/graphsub/") + 1:]
+    return f"{path}:{f.lineno} ({f.name})"
+
+
+def _failure(stage: str, exc: BaseException, status: str, seconds: float) -> Outcome:
+    first = (str(exc).splitlines() or [""])[0][:300]
+    where = _where(exc)
+    tail = "".join(traceback.format_exception(exc)[-4:])[-2000:]
+    message = f"{type(exc).__name__}: {first}" + (f" [{where}]" if where else "")
+    return Outcome(stage, status, message, seconds, f"{type(exc).__name__} at {where or '?'}", tail)
+
+
+def _run_stage(stage: str, body: Callable[[], Outcome]) -> Outcome:
+    """Run one stage; whatever it raises becomes its outcome, never the caller's problem."""
+    start = time.perf_counter()
+    try:
+        outcome = body()
+    except Exception as exc:  # any exception is a finding of this stage, not of the others
+        return _failure(stage, exc, "error", time.perf_counter() - start)
+    if not outcome.seconds:
+        outcome.seconds = time.perf_counter() - start
+    return outcome
+
+
+# ---- stages ---------------------------------------------------------------------------------
+
+@dataclass
+class _Subject:
+    """The model under test as every stage needs it: the imported graph, the original bytes,
+    the reference, and (computed on first use) the baseline."""
+
+    graph: Graph
+    data: bytes
+    ref: Reference
+    seed: int
+    #: The distinct best graphs the searches found, by the algorithm that found them first:
+    #: the backend stages run them too (rewrites make operators imports never do, such as
+    #: fused activations, grouped or enlarged convolutions, scalar multiplications).
+    found: dict[str, tuple[Graph, tuple[str, ...]]] = field(default_factory=dict)
+    _baseline: list[Reference | None] = field(default_factory=list)
+
+    def add_found(self, algorithm: str, graph: Graph, rules: Sequence[str]) -> None:
+        hashes = {g.structural_hash() for g, _ in self.found.values()}
+        if graph.structural_hash() not in hashes | {self.graph.structural_hash()}:
+            self.found[algorithm] = (graph, tuple(rules))
+
+    def baseline(self) -> Reference | None:
+        """The unchanged graph as graphsub exports it, run as a second reference; None when
+        that export fails or does not run."""
+        if not self._baseline:
+            try:
+                exported = onnx.load_from_string(to_onnx_bytes(self.graph))
+                self._baseline.append(Reference.of(exported, self.seed))
+            except Exception:  # the roundtrip stage reports this failure
+                self._baseline.append(None)
+        return self._baseline[0]
+
+    def wrong_kind(self, matches: Callable[[Reference], tuple[str, str]], own: str) -> str:
+        """The kind of a wrong outcome: INHERITED when what the stage computed matches the
+        unchanged graph's export (the import or the export is wrong, not this stage), else
+        `own`."""
+        baseline = self.baseline()
+        try:
+            inherited = baseline is not None and matches(baseline)[0] == "equal"
+        except Exception:  # a run that fails here does not match the baseline
+            inherited = False
+        return INHERITED if inherited else own
+
+
+def _roundtrip(subject: _Subject) -> Outcome:
+    status, message = subject.ref.compare_onnx(to_onnx_bytes(subject.graph))
+    return Outcome("roundtrip", status, message, kind="roundtrip" if status != "equal" else "")
+
+
+def _search(subject: _Subject, algorithm: str, rules: Sequence[Rule], time_limit: float,
+            options: Mapping[str, Any]) -> Outcome:
+    """One search; its best graph and candidates exported and compared."""
+    stage = f"search:{algorithm}"
+    with _GcClock() as gc_clock:
+        start = time.perf_counter()
+        result = optimize(subject.graph, rules, algorithm=algorithm, time_limit=time_limit,
+                          cost=make_cost_model("analytic"), threads=1, **options)
+        seconds = time.perf_counter() - start
+    found = [("best", result.graph, result.trace)]
+    found += [(f"candidate {i}", c.graph, c.trace) for i, c in enumerate(result.candidates)]
+    for label, candidate, trace in _distinct(found):
+        outcome = _check_candidate(subject, stage, label, candidate, [s.rule for s in trace])
+        if outcome is not None:
+            outcome.seconds = seconds
+            return outcome
+    subject.add_found(algorithm, result.graph, [s.rule for s in result.trace])
+    return _timing_outcome(stage, seconds, time_limit, gc_clock.seconds, result.stats.stopped_by)
+
+
+def _timing_outcome(stage: str, seconds: float, time_limit: float, gc_seconds: float,
+                    stopped_by: str) -> Outcome:
+    """`equal`, or `timeout` for a search past its limit by more than max(1 s, 10%); the kind
+    tells an overrun that full garbage collections explain (the process's heap, not the
+    algorithm) from the algorithm's own."""
+    allowed = time_limit + max(1.0, 0.1 * time_limit)
+    if seconds <= allowed:
+        return Outcome(stage, "equal", "", seconds)
+    kind = GC_OVERRUN if seconds - gc_seconds <= allowed else f"overrun: {stage.split(':')[1]}"
+    return Outcome(stage, "timeout", f"{seconds:.2f} s for a {time_limit:g} s limit, "
+                   f"{gc_seconds:.2f} s of it in full garbage collections (stopped by "
+                   f"{stopped_by})", seconds, kind)
+
+
+class _GcClock:
+    """Seconds spent in full (generation 2) garbage collections while the block runs."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started:
+            self.seconds += time.perf_counter() - self._started
+            self._started = 0.0
+
+    def __enter__(self) -> _GcClock:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+def _rules_kind(rules: Iterable[str]) -> str:
+    return "rules " + ",".join(sorted(set(rules)))
+
+
+def _distinct(found: Iterable[tuple[str, Graph, tuple]]) -> list[tuple[str, Graph, tuple]]:
+    seen, out = set(), []
+    for label, g, trace in found:
+        h = g.structural_hash()
+        if h not in seen:
+            seen.add(h)
+            out.append((label, g, trace))
+    return out
+
+
+def _check_candidate(subject: _Subject, stage: str, label: str, candidate: Graph,
+                     rules: list[str]) -> Outcome | None:
+    """None when the candidate computes the reference; else its wrong or error outcome,
+    naming the rules that made it (the likely culprits)."""
+    applied = ", ".join(rules) or "no rules"
+    try:
+        data = to_onnx_bytes(candidate)
+        status, message = subject.ref.compare_onnx(data)
+    except Exception as exc:  # an export or run failure of this candidate
+        outcome = _failure(stage, exc, "error", 0.0)
+        outcome.message = f"{label} after [{applied}]: {outcome.message}"
+        return outcome
+    if status == "equal":
+        return None
+    kind = subject.wrong_kind(lambda b: b.compare_onnx(data), _rules_kind(rules))
+    return Outcome(stage, status, f"{label} after [{applied}]: {message}", kind=kind)
+
+
+def _numpy(subject: _Subject) -> Outcome:
+    """graphsub's numpy reference evaluator, which the rule checker trusts."""
+    return _run_graphs(subject, "numpy", lambda graph: (lambda feeds: evaluate(graph, feeds)))
+
+
+def _torch_cpu(subject: _Subject) -> Outcome:
+    """graphsub's torch backend."""
+    try:
+        target = get_target("torch-cpu", threads=1)
+    except TargetUnavailableError as exc:
+        return Outcome("torch-cpu", "skipped", str(exc))
+
+    def runner(graph: Graph) -> Runner:
+        runnable = target.prepare(graph, subject.data if graph is subject.graph else None)
+        return runnable.run
+
+    return _run_graphs(subject, "torch-cpu", runner)
+
+
+def _run_graphs(subject: _Subject, stage: str, runner: Callable[[Graph], Runner]) -> Outcome:
+    """Run the imported graph, then each best graph the searches found, with a backend;
+    the first that differs from the reference (or raises) is the outcome."""
+    graphs = [("original", "", subject.graph, ())]
+    graphs += [(f"best of {a}", a, g, rules) for a, (g, rules) in subject.found.items()]
+    for label, algorithm, graph, rules in graphs:
+        try:
+            run = runner(graph)
+            status, message = subject.ref.compare(run)
+        except Exception as exc:  # a backend failure on this graph
+            outcome = _failure(stage, exc, "error", 0.0)
+            outcome.message, outcome.via = f"{label}: {outcome.message}", algorithm
+            return outcome
+        if status != "equal":
+            kind = (subject.wrong_kind(lambda b: b.compare(run), stage) if not algorithm
+                    else f"{stage} after {_rules_kind(rules)}")
+            return Outcome(stage, status, f"{label} after [{', '.join(rules)}]: {message}"
+                           if algorithm else message, kind=kind, via=algorithm)
+    return Outcome(stage, "equal", f"{len(graphs)} graphs")
+
+
+def _pipeline(subject: _Subject, rules: Sequence[Rule], time_limit: float,
+              measure_seconds: float) -> Outcome:
+    try:
+        written, _ = optimize_model(subject.graph, subject.data, rules=rules, cost="analytic",
+                                    time_limit=time_limit, target="ort-cpu", threads=1,
+                                    measure_seconds=measure_seconds)
+    except VerificationError as exc:
+        return Outcome("pipeline", "caught", str(exc)[:500],
+                       kind="rules " + ",".join(sorted(set(exc.trace))))
+    status, message = subject.ref.compare_onnx(written)
+    kind = "" if status == "equal" else subject.wrong_kind(lambda b: b.compare_onnx(written),
+                                                           "pipeline")
+    return Outcome("pipeline", status, message, kind=kind)
+
+
+# ---- one model --------------------------------------------------------------------------------
+
+def check_model(model: onnx.ModelProto | bytes, *, seed: int = 0, time_limit: float = 1.0,
+                algorithms: Sequence[str] | None = None,
+                stages: Sequence[str] = DEFAULT_STAGES, rules: Sequence[Rule] | None = None,
+                measure_seconds: float = 0.05, search_options: Mapping[str, Any] | None = None,
+                listener: Listener | None = None) -> ModelReport:
+    """Every stage named in `stages` (see STAGES; `search` runs each of `algorithms`, by
+    default all of graphsub.search.ALGORITHMS) on the model, with inputs drawn from `seed`.
+    `rules` defaults to the built-in rules plus TASO's. `search_options` go to
+    graphsub.optimize (budget, k, node_limit: bounds that, unlike the time limit, make a
+    search the same on any machine). A stage's exception is that stage's outcome; a model
+    graphsub cannot load gives the roundtrip outcome alone. `listener` is told when each
+    stage starts (outcome None) and ends, so that a supervisor can tell which stage hangs.
+    A wrong outcome whose values match the unchanged graph's export has kind INHERITED."""
+    unknown = set(stages) - set(STAGES)
+    if unknown:
+        raise ValueError(f"unknown stages {sorted(unknown)}; use {STAGES}")
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model)
+    data = proto.SerializeToString()
+    report = ModelReport()
+    if rules is None:
+        rule_set = default_rules()
+        rules, report.notes = rule_set.rules, list(rule_set.notes)
+    try:
+        ref = Reference.of(proto, seed)
+    except Exception as exc:  # not a graphsub problem: the model itself does not run
+        report.notes.append(f"the reference run failed, nothing checked: {exc}")
+        return report
+    graph = _load(data, report)
+    if graph is None:
+        return report
+    subject = _Subject(graph, data, ref, seed)
+    bodies: list[tuple[str, Callable[[], Outcome]]] = []
+    if "roundtrip" in stages:
+        bodies.append(("roundtrip", lambda: _roundtrip(subject)))
+    if "search" in stages:
+        for algorithm in algorithms if algorithms is not None else list(ALGORITHMS):
+            bodies.append((f"search:{algorithm}", lambda a=algorithm: _search(
+                subject, a, rules, time_limit, search_options or {})))
+    if "numpy" in stages:
+        bodies.append(("numpy", lambda: _numpy(subject)))
+    if "torch-cpu" in stages:
+        bodies.append(("torch-cpu", lambda: _torch_cpu(subject)))
+    if "pipeline" in stages:
+        bodies.append(("pipeline", lambda: _pipeline(subject, rules, time_limit,
+                                                     measure_seconds)))
+    for stage, body in bodies:
+        if listener is not None:
+            listener(stage, None)
+        outcome = _run_stage(stage, body)
+        report.outcomes.append(outcome)
+        if listener is not None:
+            listener(stage, outcome)
+    _explain_caught(report)
+    return report
+
+
+def _explain_caught(report: ModelReport) -> None:
+    """When the pipeline caught a wrong model although every candidate of its search
+    (backtracking) computed the reference with onnxruntime's optimizations off, the model
+    was broken by onnxruntime's optimizer, which graphsub's verification runs with."""
+    pipeline, search = report.outcome("pipeline"), report.outcome("search:backtracking")
+    if pipeline is not None and pipeline.status == "caught" and search is not None \
+            and search.status == "equal":
+        pipeline.kind = ORT_OPTIMIZER
+
+
+def _load(data: bytes, report: ModelReport) -> Graph | None:
+    """The imported graph, or None with a `roundtrip` outcome saying why not."""
+    start = time.perf_counter()
+    try:
+        return load(data)
+    except GraphsubError as exc:
+        outcome = _failure("roundtrip", exc, "refused", time.perf_counter() - start)
+        outcome.kind = f"refused: {_strip_numbers(str(exc))[:120]}"
+    except Exception as exc:  # a crash in the importer
+        outcome = _failure("roundtrip", exc, "error", time.perf_counter() - start)
+    report.outcomes.append(outcome)
+    report.notes.append("graphsub could not load the model: no other stage ran")
+    return None
+
+
+def _strip_numbers(text: str) -> str:
+    """The message with names and numbers blanked, so that one cause gives one kind."""
+    return re.sub(r"'[^']*'|\d+", "#", text)

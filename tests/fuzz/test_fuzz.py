@@ -1,0 +1,166 @@
+"""Differential fuzzing in CI: a seeded campaign of random ONNX models through every graphsub
+path (graphsub.fuzz), plus unit tests of the generator and the minimizer.
+
+The campaign is split into chunks that pytest-xdist spreads over workers. Models, inputs and
+the search bounds (k, budget, node limit) are fixed, so a red run names seeds that reproduce:
+`python bench/fuzz.py --count 1 --seed S` checks one again and minimizes its failures.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import graphsub.ops  # noqa: F401  (registers the ops whose ONNX importers are listed below)
+from graphsub.fuzz.differential import DEFAULT_STAGES, Reference, check_model
+from graphsub.fuzz.minimize import minimize, minimize_rules
+from graphsub.fuzz.models import OPAQUE_OPS, OPSETS, generate, random_model, run_reference, validate
+from graphsub.ops.base import importable_onnx_ops
+
+CHUNKS = 4
+MODELS_PER_CHUNK = 60
+FIRST_SEED = 100_000
+#: Bounds that stop most searches before the time limit, so results do not depend on the
+#: machine's speed (MCTS alone may still stop on time).
+SEARCH_OPTIONS = {"k": 2, "budget": 5, "node_limit": 500}
+TIME_LIMIT = 0.3
+#: Statuses that fail the campaign (timeouts depend on the machine's load: bench/fuzz.py
+#: reports them).
+FAILING = ("wrong", "error", "refused")
+COVERAGE_SEEDS = 300
+
+
+# ---- the campaign ---------------------------------------------------------------------------
+
+def _stages(seed: int) -> tuple[str, ...]:
+    """The first model of each chunk also goes through optimize_model (it takes seconds)."""
+    return DEFAULT_STAGES + (("pipeline",) if (seed - FIRST_SEED) % MODELS_PER_CHUNK == 0 else ())
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_fuzz_campaign(chunk: int) -> None:
+    found = []
+    start = FIRST_SEED + chunk * MODELS_PER_CHUNK
+    for seed in range(start, start + MODELS_PER_CHUNK):
+        model = random_model(seed)
+        report = check_model(model, seed=seed, time_limit=TIME_LIMIT, stages=_stages(seed),
+                             search_options=SEARCH_OPTIONS)
+        assert report.outcomes, f"seed {seed}: nothing was checked ({report.notes})"
+        found += [f"seed {seed} (opset {model.opset_import[0].version}, "
+                  f"{len(model.graph.node)} nodes) {o.stage} {o.status}: {o.message}"
+                  for o in report.outcomes if o.status in FAILING]
+    assert not found, (f"{len(found)} failing outcomes; rerun and minimize one with "
+                       "python bench/fuzz.py --count 1 --seed S:\n" + "\n".join(found))
+
+
+# ---- the generator ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("opset", OPSETS)
+def test_generated_models_are_valid(opset: int) -> None:
+    for seed in range(15):
+        model = random_model(seed, opset=opset)
+        assert model.opset_import[0].version == opset
+        onnx.checker.check_model(model, full_check=True)
+        validate(model, seed)  # runs in onnxruntime, finite outputs of the declared shapes
+        assert 3 <= len(model.graph.node) <= 25
+
+
+def test_generator_is_deterministic_per_seed() -> None:
+    for seed in (0, 1, 17, 12345):
+        assert random_model(seed).SerializeToString() == random_model(seed).SerializeToString()
+    assert random_model(1).SerializeToString() != random_model(2).SerializeToString()
+
+
+def test_generator_covers_every_imported_op_and_opaque_ones() -> None:
+    ops: Counter[str] = Counter()
+    discards = 0
+    for seed in range(COVERAGE_SEEDS):
+        model, stats = generate(seed)
+        ops.update(n.op_type for n in model.graph.node)
+        discards += stats.discards
+    missing = set(importable_onnx_ops()) - set(ops)
+    assert not missing, f"never generated: {sorted(missing)}"
+    assert set(OPAQUE_OPS) & set(ops)
+    assert discards < COVERAGE_SEEDS * 0.1, f"{discards} discarded models"
+
+
+def test_generator_uses_each_opsets_form_of_reduce_axes() -> None:
+    """ReduceMean/ReduceMax take axes as an attribute before opset 18, as an input from 18."""
+    seen = set()
+    for seed in range(200):
+        model = random_model(seed)
+        opset = model.opset_import[0].version
+        for n in model.graph.node:
+            if n.op_type in ("ReduceMean", "ReduceMax"):
+                as_input = len(n.input) > 1
+                as_attribute = any(a.name == "axes" for a in n.attribute)
+                assert not (as_input and opset < 18) and not (as_attribute and opset >= 18)
+                seen.add((opset >= 18, as_input or as_attribute))
+    assert {(False, True), (True, True)} <= seen
+
+
+# ---- the minimizer ------------------------------------------------------------------------------
+
+def _has(op: str):
+    return lambda model: any(n.op_type == op for n in model.graph.node)
+
+
+def test_minimizer_shrinks_to_the_node_a_predicate_needs() -> None:
+    seed = next(s for s in range(100) if _has("Conv")(random_model(s))
+                and len(random_model(s).graph.node) >= 10)
+    model = random_model(seed)
+    small = minimize(model, _has("Conv"), max_seconds=60, seed=seed)
+    assert [n.op_type for n in small.graph.node] == ["Conv"]
+    assert len(small.graph.output) == 1
+    validate(small, seed)
+
+
+def test_minimizer_returns_the_model_when_nothing_smaller_fails() -> None:
+    model = random_model(3)
+    data = model.SerializeToString()
+    assert minimize(model, lambda m: m.SerializeToString() == data, max_seconds=30) == model
+
+
+def test_minimize_rules_finds_the_culprits() -> None:
+    rules = [f"r{i}" for i in range(20)]
+    assert minimize_rules(rules, lambda rs: "r7" in rs and "r13" in rs) == ["r7", "r13"]
+
+
+# ---- the differential runner ----------------------------------------------------------------
+
+def _relu_matmul_model() -> onnx.ModelProto:
+    values = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    w = numpy_helper.from_array(values, "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3])], initializer=[w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_stage_that_raises_does_not_stop_the_others() -> None:
+    report = check_model(_relu_matmul_model(), algorithms=["greedy"], rules=[object()],
+                         time_limit=0.2)
+    status = {o.stage: o.status for o in report.outcomes}
+    assert status == {"roundtrip": "equal", "search:greedy": "error", "numpy": "equal",
+                      "torch-cpu": "equal"}
+    assert report.outcome("search:greedy").message
+
+
+def test_reference_comparison_flags_values_shapes_and_interfaces() -> None:
+    model = _relu_matmul_model()
+    ref = Reference.of(model, seed=0)
+    assert ref.compare(lambda feeds: run_reference(model, dict(feeds))) == ("equal", "")
+    shifted = ref.compare(lambda feeds: {"z": run_reference(model, dict(feeds))["z"] + 1})
+    assert shifted[0] == "wrong"
+    assert ref.compare(lambda feeds: {"z": np.zeros((3, 2), np.float32)})[0] == "wrong"
+    renamed = onnx.ModelProto()
+    renamed.CopyFrom(model)
+    renamed.graph.output[0].name = "other"
+    renamed.graph.node[1].output[0] = "other"
+    status, message = ref.compare_onnx(renamed.SerializeToString())
+    assert status == "wrong" and "outputs changed" in message
