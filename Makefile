@@ -9,7 +9,7 @@ DEMO_ARGS ?=
 DEMO_INSTALL ?= -e .
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast bench bench-generate bench-targets bench-cpu bench-search bench-egraph clean
+.PHONY: demo test test-fast bench bench-generate bench-targets bench-cpu bench-search bench-egraph fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,9 @@ bench-egraph: $(VENV)/.test-installed
 	$(BIN)/python bench/bench_extraction.py
 	$(BIN)/python bench/bench_egraph.py --cost a100
 	$(BIN)/python bench/bench_egraph.py --cost measured --algorithms backtracking,eqsat,mcts --mcts-seconds 60
+
+fuzz: $(VENV)/.test-installed
+	$(BIN)/python bench/fuzz.py --count 1000 --seed 0 --time-limit 1
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build src/*.egg-info
