@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import onnx
 import pytest
 from typer.testing import CliRunner
@@ -15,6 +16,7 @@ from graphsub.ir import GraphBuilder
 from graphsub.optimizer import VerificationError, optimize_model
 from graphsub.rules import parse_rules
 from graphsub.runtime import compare_models, graph_input_specs
+from graphsub.runtime.compare import Comparison, diff_arrays
 from tests.markers import requires_torch
 
 runner = CliRunner()
@@ -169,3 +171,14 @@ def test_unknown_algorithm_and_bad_k_are_clear_errors():
         graphsub.optimize(graph, algorithm="annealing", cost="analytic")
     with pytest.raises(graphsub.GraphsubError, match="k must be at least 1"):
         graphsub.optimize(graph, algorithm="dpp", cost="analytic", k=0)
+
+
+def test_a_shape_mismatch_is_what_the_verification_error_names():
+    """When only an output's shape differs, the message named the worst output that passed
+    ("max |diff| 0") instead of the shape (fuzzer finding)."""
+    passed = diff_arrays("a", np.ones(3), np.ones(3), 1e-3, 1e-4)
+    comparison = Comparison(False, (passed,), 1e-3, 1e-4, 2,
+                            ("output 'b' has shape (4,), expected (3,)",))
+    message = str(VerificationError.of(comparison, ["rule-x"]))
+    assert "output 'b' has shape (4,), expected (3,)" in message
+    assert "max |diff| 0" not in message and "rule-x" in message

@@ -55,6 +55,16 @@ class VerificationError(GraphsubError):
         self.trace = list(trace)
         self.comparison = comparison
 
+    @classmethod
+    def of(cls, comparison: Comparison, rules: Sequence[str]) -> VerificationError:
+        """The error for a failed comparison: what failed (a missing output or a shape, then
+        the outputs whose values differ; never one that passed), and the rules applied."""
+        failing = list(comparison.problems) + [d.describe() for d in comparison.outputs
+                                               if not d.ok]
+        return cls(f"the optimized model does not match the original ({'; '.join(failing)}); "
+                   f"nothing was written. Rules applied, in order: {', '.join(rules)}",
+                   rules, comparison)
+
 
 def resolve_target(target: str | Target | None, threads: int | None = None) -> Target:
     """A Target from a name (None: this machine's default, torch-cuda with a GPU)."""
@@ -299,12 +309,7 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
             selection.runnable.close()
     trace = [] if chosen is None else [asdict(s) for s in chosen.trace]
     if comparison is not None and not comparison.equivalent:
-        failing = [d.describe() for d in comparison.outputs if not d.ok]
-        raise VerificationError(
-            "the optimized model does not match the original "
-            f"({'; '.join(list(comparison.problems) + failing)}); nothing was "
-            f"written. Rules applied, in order: {', '.join(s['rule'] for s in trace)}",
-            [s["rule"] for s in trace], comparison)
+        raise VerificationError.of(comparison, [s["rule"] for s in trace])
     end = time.perf_counter()
 
     report = OptimizeReport(
