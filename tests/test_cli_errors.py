@@ -159,3 +159,20 @@ def test_a_second_ctrl_c_stops_at_once_and_writes_nothing(tmp_path):
     assert proc.returncode == 130, "".join(seen) + rest
     assert "nothing was written" in rest and "Traceback" not in rest
     assert not out.exists() and not list(tmp_path.glob("*.onnx*"))
+
+
+def test_the_targets_table_prints_install_hints_literally(monkeypatch):
+    """`pip install 'graphsub[torch]'` in a "why not" cell lost its `[torch]` to rich markup."""
+    from typer.testing import CliRunner
+
+    import graphsub.backends as backends
+    from graphsub.backends import TargetStatus
+    from graphsub.cli import app
+
+    hint = "target torch-cpu needs PyTorch, which is not installed: pip install 'graphsub[torch]'"
+    monkeypatch.setattr(backends, "target_statuses", lambda: [
+        TargetStatus("ort-cpu", "onnxruntime [CPU]", True, "", True),
+        TargetStatus("torch-cpu", "torch [CPU]", False, hint, False)])
+    result = CliRunner().invoke(app, ["info", "--targets"], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert "pip install 'graphsub[torch]'" in result.stdout and "onnxruntime [CPU]" in result.stdout
