@@ -3,12 +3,16 @@ counts, fingerprints, and known rules found and numerically checked."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from graphsub.generate import Enumerator, candidates, fingerprint, to_rule
 from graphsub.generate.opset import PRIME, GenTensor
 from graphsub.rules import check_rule, print_rule
+from graphsub.rules.check import RuleCheckError
+from graphsub.rules.parser import print_expr
 from graphsub.verify import prove
 
 
@@ -85,12 +89,29 @@ def test_fingerprint_ignores_output_order_but_not_content_or_shape():
 def test_matmul_associativity_is_found_and_checks():
     e = Enumerator({"A": (4, 4), "B": (4, 4), "C": (4, 4)}, 2, ["matmul"]).run()
     texts = {print_rule(to_rule(c, "r")).split("\n", 2)[2] for c in candidates(e)}
-    assert "  (matmul :activation none (matmul :activation none ?A ?B) ?C)\n  => (matmul :activation none ?A (matmul :activation none ?B ?C))" in texts \
-        or "  (matmul :activation none ?A (matmul :activation none ?B ?C))\n  => (matmul :activation none (matmul :activation none ?A ?B) ?C)" in texts
+    ranks = "\n  where (eq (rank ?A) 2), (eq (rank ?B) 2), (eq (rank ?C) 2)"
+    assert "  (matmul :activation none (matmul :activation none ?A ?B) ?C)\n  => (matmul :activation none ?A (matmul :activation none ?B ?C))" + ranks in texts \
+        or "  (matmul :activation none ?A (matmul :activation none ?B ?C))\n  => (matmul :activation none (matmul :activation none ?A ?B) ?C)" + ranks in texts
     for i, c in enumerate(candidates(e)):
         rule = to_rule(c, f"gen-{i}")
-        assert rule is not None and check_rule(rule).examples >= 1
+        assert rule is not None and check_rule(rule).examples >= 1  # at the ranks it names
         assert prove(rule, 5000)[0], print_rule(rule)  # and Z3 proves each
+
+
+def test_generated_rules_hold_only_at_the_ranks_they_were_tested_at():
+    """Associativity was found on 4x4 matrices; with a vector operand it is false (the
+    vector is a column on one side and a row on the other), so the rule names its ranks,
+    and without them the checker, which tries every rank, refutes it."""
+    e = Enumerator({"A": (4, 4), "B": (4, 4), "C": (4, 4)}, 2, ["matmul"]).run()
+    rules = [r for i, c in enumerate(candidates(e)) if (r := to_rule(c, f"gen-{i}"))]
+    assoc = [r for r in rules if len(r.source_vars) == 3]
+    assert assoc
+    for rule in assoc:
+        assert {print_expr(c) for c in rule.conditions} == {
+            f"(eq (rank ?{v}) 2)" for v in "ABC"}
+        assert check_rule(rule).examples >= 1
+        with pytest.raises(RuleCheckError, match="differ on random inputs"):
+            check_rule(dataclasses.replace(rule, conditions=()))
 
 
 def test_figure_2b_is_found_with_symbolic_split_sizes():

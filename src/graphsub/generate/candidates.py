@@ -14,7 +14,7 @@ from graphsub.generate.enumerate import Enumeration, GenGraph, GenNode
 from graphsub.generate.opset import OPS
 from graphsub.ops import get_op
 from graphsub.ops.base import REQUIRED
-from graphsub.rules.ast import Call, ListExpr, Lit, OpTerm, Rule, Term, Var, term_vars
+from graphsub.rules.ast import AVar, Call, Expr, ListExpr, Lit, OpTerm, Rule, Term, Var, term_vars
 from graphsub.rules.parser import print_term
 
 THRESHOLD = 1e-5
@@ -193,4 +193,13 @@ def to_rule(c: Candidate, name: str) -> Rule | None:
     if not all(term_vars(t) <= bound for _, t in pairs):
         return None  # the target reads an input the source does not (it cancels out)
     return Rule(name, tuple(s for s, _ in pairs), tuple(t for _, t in pairs),
+                conditions=_rank_conditions(c.source, bound),
                 doc=f"generated: {c.source.size} -> {c.target.size} operators", origin="generator")
+
+
+def _rank_conditions(g: GenGraph, names: set[str]) -> tuple[Expr, ...]:
+    """(eq (rank ?x) r) for every input, r its rank in the enumeration: the candidate was
+    tested at those ranks only, and many identities do not hold at others (matmul's
+    associativity fails once an operand is a vector, which the rule checker now tries)."""
+    return tuple(Call("eq", (Call("rank", (AVar(s.name),)), Lit(len(s.shape))))
+                 for s in g.inputs if s.name in names)

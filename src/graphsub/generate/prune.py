@@ -22,9 +22,9 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from graphsub.rules.ast import OpTerm, Rule, Term, Var, term_vars
+from graphsub.rules.ast import AVar, Call, Expr, ListExpr, OpTerm, Rule, Term, Var, term_vars
 from graphsub.rules.check import RuleCheckError, check_rule
-from graphsub.rules.parser import parse_rules, print_rule, print_term
+from graphsub.rules.parser import parse_rules, print_expr, print_rule, print_term
 
 Validator = Callable[[Rule], bool]
 
@@ -40,8 +40,29 @@ def numerically_valid(rule: Rule) -> bool:
 
 
 def _text(rule: Rule) -> str:
-    return " , ".join(print_term(t) for t in rule.sources) + " => " + \
+    """Sides and conditions: two rules that differ only in where they hold are different."""
+    text = " , ".join(print_term(t) for t in rule.sources) + " => " + \
         " , ".join(print_term(t) for t in rule.targets)
+    return text + "".join(" where " + print_expr(c) for c in rule.conditions)
+
+
+def _names(e: Expr) -> set[str]:
+    if isinstance(e, AVar):
+        return {e.name}
+    if isinstance(e, (Call, ListExpr)):
+        return set().union(*(_names(a) for a in (e.args if isinstance(e, Call) else e.items)))
+    return set()
+
+
+def _generalized(rule: Rule, sources: tuple[Term, ...], targets: tuple[Term, ...],
+                 how: str) -> Rule | None:
+    """The rule with new sides; conditions on variables the sides no longer have go (a
+    fresh variable has none: the validator tries it at every rank), and None when the target
+    reads a variable the source does not bind."""
+    bound = set().union(*(term_vars(t) for t in sources))
+    kept = tuple(c for c in rule.conditions if _names(c) <= bound)
+    general = Rule(rule.name, sources, targets, rule.lets, kept, rule.doc + how, rule.origin)
+    return general if _closed(general) else None
 
 
 def _var_sequence(text: str) -> list[str]:
@@ -128,10 +149,9 @@ def generalize_common_operator(rule: Rule) -> Rule | None:
         return None  # a multi-output operator used through several outputs: keep it
     taken = set(_var_sequence(_text(rule)))
     fresh = Var(next(f"s{k}" for k in range(len(taken) + 1) if f"s{k}" not in taken))
-    general = Rule(rule.name, tuple(_replace(s, target, fresh) for s in rule.sources),
-                   tuple(_replace(t, target, fresh) for t in rule.targets), rule.lets,
-                   rule.conditions, rule.doc + " (common operator generalized)", rule.origin)
-    return general if _closed(general) else None
+    return _generalized(rule, tuple(_replace(s, target, fresh) for s in rule.sources),
+                        tuple(_replace(t, target, fresh) for t in rule.targets),
+                        " (common operator generalized)")
 
 
 def _closed(rule: Rule) -> bool:
@@ -151,10 +171,8 @@ def strip_common_output(rule: Rule) -> Rule | None:
     differ = [i for i, (a, b) in enumerate(zip(s.args, t.args)) if a != b]
     if not differ or not all(isinstance(s.args[i], OpTerm) for i in differ):
         return None  # a source output must be an operator for the rule to match anything
-    general = Rule(rule.name, tuple(s.args[i] for i in differ), tuple(t.args[i] for i in differ),
-                   rule.lets, rule.conditions, rule.doc + " (common output operator removed)",
-                   rule.origin)
-    return general if _closed(general) else None
+    return _generalized(rule, tuple(s.args[i] for i in differ), tuple(t.args[i] for i in differ),
+                        " (common output operator removed)")
 
 
 STEPS: dict[str, Callable[[Rule], Rule | None]] = {
