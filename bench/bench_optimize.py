@@ -25,6 +25,7 @@ from datetime import date
 import numpy as np
 
 from graphsub import zoo
+from graphsub.backends import get_target
 from graphsub.cost import MeasuredCostModel
 from graphsub.onnx_io import to_onnx_bytes
 from graphsub.optimizer import optimize_model
@@ -104,7 +105,7 @@ def main() -> None:
               flush=True)
 
     # Cost-model fidelity: predicted (sum of measured one-op costs) vs end-to-end latency.
-    model = MeasuredCostModel(threads)
+    model = MeasuredCostModel(get_target("ort-cpu", threads=threads))
     pred = np.array([r["predicted_before_ms"] for r in rows])
     meas = np.array([r["before_ms"] for r in rows])
     corr = float(np.corrcoef(np.log(pred), np.log(meas))[0, 1]) if len(rows) > 2 else float("nan")

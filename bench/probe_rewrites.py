@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from graphsub import zoo
+from graphsub.backends import get_target
 from graphsub.cost import MeasuredCostModel
 from graphsub.ir.graph import Graph
 from graphsub.onnx_io import to_onnx_bytes
@@ -55,7 +56,7 @@ def probe(model: str, rule_names: list[str], cost: MeasuredCostModel) -> None:
 def main() -> None:
     args = sys.argv[1:]
     probes = [(args[i], args[i + 1]) for i in range(0, len(args) - 1, 2)] if args else PROBES
-    cost = MeasuredCostModel()
+    cost = MeasuredCostModel(get_target("ort-cpu"))
     print("| model | rules | applied | predicted before ms | predicted after ms | measured before ms"
           " | measured after ms | speedup (paired) | rounds faster |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -87,7 +87,7 @@ def test_every_imported_package_is_declared() -> None:
 #: Packages of optional extras, and the graphsub packages that may import them at module level
 #: (they are only imported once the extra is known to be installed).
 OPTIONAL_HOMES = {"torch": ("backends/torch/", "frontends/"),
-                  "distributed": ("generate/executors.py",)}
+                  "distributed": ("executors.py",)}
 
 
 def test_optional_packages_are_imported_only_where_they_are_needed() -> None:

@@ -7,32 +7,24 @@ line and exit with status 2.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from graphsub.cli_common import JsonOpt, app, emit_json, err, handle_errors, out
 from graphsub.errors import GraphsubError
 
-app = typer.Typer(help="graphsub: a tensor-graph superoptimizer for ONNX models.",
-                  no_args_is_help=True, add_completion=False,
-                  context_settings={"help_option_names": ["-h", "--help"]})
 zoo_app = typer.Typer(help="The built-in benchmark models.", no_args_is_help=True)
 app.add_typer(zoo_app, name="zoo")
-
-out = Console()
-err = Console(stderr=True)
 
 InputShapeOpt = Annotated[
     Optional[list[str]],
@@ -40,7 +32,6 @@ InputShapeOpt = Annotated[
                  help="Concrete shape of an input with symbolic dimensions, e.g. "
                       "x=1x3x224x224 (repeatable)."),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 ThreadsOpt = Annotated[Optional[int], typer.Option(
     "--threads", "-t", help="CPU threads of onnxruntime or torch (default: all cores).")]
 TargetOpt = Annotated[Optional[str], typer.Option(
@@ -94,25 +85,6 @@ def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Print input errors as one line (no traceback) and exit with status 2; an interrupt
-    that reaches here (a second Ctrl-C, or one outside a search) exits with status 130,
-    as shells expect, with nothing written."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except GraphsubError as exc:
-            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err.print("[bold red]interrupted:[/] stopped; nothing was written", highlight=False)
-            raise typer.Exit(130) from None
-
-    return wrapper
-
-
 def check_output_path(path: Path, option: str, inputs: Sequence[str | Path] = ()) -> None:
     """Refuse, before any work, an output that cannot be written or would replace an input:
     a run that fails at the end, or overwrites the model it read, wastes the user's time or
@@ -155,10 +127,6 @@ class LoadedModel:
         from graphsub.runtime import graph_input_specs
 
         return graph_input_specs(self.graph)
-
-
-def emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 @app.command()

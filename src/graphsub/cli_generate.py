@@ -1,5 +1,5 @@
 """The generator's and verifier's commands: `graphsub generate`, `graphsub verify` and
-`graphsub axioms check`, registered on the main app by `graphsub.cli`."""
+`graphsub axioms check`, registered on the app of graphsub.cli_common (graphsub.cli imports this module)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from graphsub.cli import JsonOpt, app, emit_json, err, handle_errors, out
+from graphsub.cli_common import JsonOpt, app, emit_json, err, handle_errors, out
 from graphsub.errors import GraphsubError
 
 axioms_app = typer.Typer(help="The operator properties (axioms) the verifier proves rules from.",
@@ -60,7 +60,7 @@ def generate(max_ops: Annotated[int, typer.Option("--max-ops", "-n", min=1, max=
              as_json: JsonOpt = False) -> None:
     """Generate substitutions (TASO sections 2-4): enumerate graphs, pair equal fingerprints,
     test, prune, verify with Z3, and write a rule file for `graphsub optimize --rules`."""
-    from graphsub.generate.executors import make_executor
+    from graphsub.executors import make_executor
     from graphsub.generate.opset import DEFAULT_OPS, OPS
     from graphsub.generate.pipeline import generate as run_generate
     from graphsub.generate.pipeline import rules_text
@@ -114,7 +114,7 @@ def verify(rule_file: Annotated[Path, typer.Argument(help="graphsub .rules file 
            as_json: JsonOpt = False) -> None:
     """Prove every rule of a file from the operator axioms with Z3; a rule that fails on
     random inputs is refuted. Exit status 1 when any rule is refuted."""
-    from graphsub.generate.executors import make_executor
+    from graphsub.executors import make_executor
     from graphsub.rules import load_rules
     from graphsub.verify.batch import verify_rules
 

@@ -13,6 +13,7 @@ from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.optimizer import optimize, resolve_target
 from graphsub.rules import Rule, builtin_rules
+import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import ALGORITHMS, EGRAPH_BASED
 
 #: What `graphsub compare` runs unless told otherwise (enumeration is exponential in K).
@@ -60,7 +61,7 @@ def compare_algorithms(graph: Graph, algorithms: Sequence[str] = DEFAULT_ALGORIT
     algorithm is not timed again, so order the runs or use the analytic model to compare
     search times fairly."""
     check_algorithms(algorithms)
-    model = make_cost_model(cost, threads, target=resolve_target(target, threads)) \
+    model = make_cost_model(cost, target=resolve_target(target, threads)) \
         if isinstance(cost, str) else cost
     rules = builtin_rules() if rules is None else list(rules)
     runs = []

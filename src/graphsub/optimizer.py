@@ -33,6 +33,7 @@ from graphsub.onnx_io.exporter import to_onnx_bytes
 from graphsub.rules import Rule, builtin_rules
 from graphsub.runtime.compare import Comparison, compare_models, compare_runners
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
+import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import (ALGORITHMS, EGRAPH_BASED, LENGTH_BOUNDED, Candidate,
                              OptimizeResult, SearchStats)
 from graphsub.search.backtracking import ProgressFn
@@ -126,7 +127,7 @@ def optimize(graph: Graph, rules: Sequence[Rule] | None = None, algorithm: str =
     check_settings(algorithm, alpha, budget, time_limit, cost, k, split, executor, node_limit,
                    k_multi, threads=threads)
     if isinstance(cost, str):
-        model = make_cost_model(cost, threads, target=resolve_target(target, threads))
+        model = make_cost_model(cost, target=resolve_target(target, threads))
         if isinstance(model, MeasuredCostModel):  # timing operators counts against the limit
             model.deadline = time.perf_counter() + time_limit
     else:
@@ -253,7 +254,7 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
     say = stage or (lambda message: None)
     device = resolve_target(target, threads)
     original = original_onnx if original_onnx is not None else to_onnx_bytes(graph)
-    cost_model = make_cost_model(cost, threads, target=device)
+    cost_model = make_cost_model(cost, target=device)
     search_seconds = time_limit - (0.0 if measure_limit is not None else measure_reserve(time_limit))
     search_seconds = max(search_seconds - (time.perf_counter() - started), 0.05)
     say(f"searching with {algorithm} for up to {search_seconds:.1f} s")

@@ -150,8 +150,8 @@ def test_torch_signatures_carry_the_strides_of_views():
     y = b.matmul(b.transpose(x, perm=(1, 0)), b.input("z", (16, 8)))
     b.output(y, "y")
     g = b.build()
-    torch_model = make_cost_model("measured", 1, target=get_target("torch-cpu", threads=1))
-    ort_model = make_cost_model("measured", 1, target=get_target("ort-cpu", threads=1))
+    torch_model = make_cost_model("measured", target=get_target("torch-cpu", threads=1))
+    ort_model = make_cost_model("measured", target=get_target("ort-cpu", threads=1))
     mm = g.outputs[0].node
     torch_sig = node_signature(g, mm, torch_model.layouts)
     assert torch_sig.layouts == ((1, 32), None) and "strides=1,32;" in torch_sig.key()

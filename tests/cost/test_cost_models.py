@@ -9,6 +9,7 @@ import sqlite3
 import numpy as np
 import pytest
 
+from graphsub.backends import get_target
 from graphsub.cost import (AnalyticCostModel, MeasuredCostModel, MultiObjectiveCostModel,
                            Weights, node_signature)
 from graphsub.cost.measured import CostCache
@@ -64,15 +65,15 @@ def test_device_profiles_rank_devices():
 
 def test_measured_costs_persist_in_the_cache(cache_dir):
     g = conv_graph()
-    first = MeasuredCostModel(threads=1)
+    first = MeasuredCostModel(get_target("ort-cpu", threads=1))
     cost = first.graph_cost(g)
     assert cost > 0 and first.measured == 2  # conv and relu
     first.cache.close()
-    second = MeasuredCostModel(threads=1)
+    second = MeasuredCostModel(get_target("ort-cpu", threads=1))
     assert second.graph_cost(g) == pytest.approx(cost)
     assert second.measured == 0
     assert (cache_dir / "op_costs.sqlite").exists()
-    other_threads = MeasuredCostModel(threads=2)
+    other_threads = MeasuredCostModel(get_target("ort-cpu", threads=2))
     other_threads.graph_cost(g)
     assert other_threads.measured == 2  # the thread count is part of the key
 
@@ -80,7 +81,7 @@ def test_measured_costs_persist_in_the_cache(cache_dir):
 def test_corrupt_cache_file_is_rebuilt(cache_dir):
     path = cache_dir / "op_costs.sqlite"
     path.write_bytes(b"this is not an sqlite database" * 100)
-    model = MeasuredCostModel(threads=1)
+    model = MeasuredCostModel(get_target("ort-cpu", threads=1))
     assert model.graph_cost(conv_graph()) > 0
     model.cache.close()
     with sqlite3.connect(path) as conn:

@@ -16,7 +16,8 @@ from graphsub.egraph.saturation import EXTRACTORS, run_extractor
 from graphsub.optimizer import optimize
 from graphsub.rules import builtin_rules
 from graphsub.runtime import evaluate, graph_input_specs, random_feeds
-from graphsub.search import eqsat_search, mcts_search
+from graphsub.egraph.mcts import mcts_search
+from graphsub.egraph.saturation import eqsat_search
 
 RULES = builtin_rules(check=False)
 COST = AnalyticCostModel("a100")

@@ -56,6 +56,9 @@ class Target(ABC):
     free_ops: frozenset[str] = frozenset()
     #: Ops whose outputs are views with their input's layout: a layout change flows through.
     view_ops: frozenset[str] = frozenset()
+    #: Whether operators can be handed views (non-contiguous inputs, see `input_layouts`), so
+    #: that an operator's price depends on its inputs' layouts.
+    passes_views: bool = False
     #: The analytic device profile that approximates this target.
     analytic_profile: str = "cpu"
     #: Where calibration figures persist (the measured cost model lends its cache).

@@ -21,13 +21,16 @@ if TYPE_CHECKING:
     from graphsub.backends.base import Target
 
 
-def make_cost_model(name: str, threads: int | None = None, device: str | None = None,
-                    target: Target | None = None) -> CostModel:
-    """A cost model by name: `measured` (timed on the target; onnxruntime's CPU provider when
-    none is given) or `analytic` (a roofline for the profile named by `device`, by default the
-    one that approximates the target, with the target's views free)."""
+def make_cost_model(name: str, target: Target | None = None,
+                    device: str | None = None) -> CostModel:
+    """A cost model by name: `measured` (timed on the target) or `analytic` (a roofline for
+    the profile named by `device`, by default the one that approximates the target, with the
+    target's views free)."""
     if name == "measured":
-        return MeasuredCostModel(threads, target=target)
+        if target is None:
+            raise GraphsubError("the measured cost model times operators on a target: give one "
+                                "(graphsub.backends.get_target('ort-cpu'))")
+        return MeasuredCostModel(target)
     if name == "analytic":
         if target is None:
             return AnalyticCostModel(device or "cpu")

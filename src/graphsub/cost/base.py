@@ -133,7 +133,7 @@ class CostModel(ABC):
     def sum_of_nodes(self) -> bool:
         """Whether a graph's cost is the sum of `priced`'s node costs, each depending on the
         node's signature alone (no strides that travel through views): then a rewrite can be
-        priced from the nodes it removes and adds (graphsub.rules.pricing)."""
+        priced from the nodes it removes and adds (graphsub.search.pricing)."""
         return self.layouts is None and type(self).graph_cost is CostModel.graph_cost
 
     def priced(self, graph: Graph) -> tuple[float, Mapping[int, float]]:

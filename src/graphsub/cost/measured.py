@@ -107,16 +107,12 @@ class MeasuredCostModel(CostModel):
 
     name = "measured"
 
-    def __init__(self, threads: int | None = None, cache: bool = True,
-                 target: Target | None = None, cold_weights: bool | None = None) -> None:
+    def __init__(self, target: Target, cache: bool = True,
+                 cold_weights: bool | None = None) -> None:
         super().__init__()
         self.cold_weights = cold_weights
-        if target is None:
-            from graphsub.backends import get_target
-
-            target = get_target("ort-cpu", threads=threads)
         self.target = target
-        self.layouts = target.input_layouts if _has_layouts(target) else None
+        self.layouts = target.input_layouts if target.passes_views else None
         self.layout_ops = target.view_ops
         context = f"v{CACHE_VERSION}|{target.device().key()}"
         self.cache = CostCache(cache_dir() / "op_costs.sqlite", context) if cache else None
@@ -190,9 +186,3 @@ class MeasuredCostModel(CostModel):
                          f"analytic model instead ({self.measured} timed and cached, so a "
                          "second run gets further; or give a longer --time-limit)")
         return notes
-
-
-def _has_layouts(target: Target) -> bool:
-    from graphsub.backends.base import Target as Base
-
-    return type(target).input_layouts is not Base.input_layouts

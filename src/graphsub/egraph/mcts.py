@@ -44,6 +44,7 @@ from graphsub.egraph.runner import Runner
 from graphsub.egraph.saturation import EGraphSearch
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import Rule
+from graphsub.search.registry import register
 from graphsub.search.result import OptimizeResult, SearchStats
 
 ProgressFn = Callable[[SearchStats, float], None]
@@ -184,6 +185,7 @@ class _Mcts:
         return max(visited, key=lambda ch: ch.value / ch.visits)
 
 
+@register("mcts", "egraph")
 def mcts_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
                 time_limit: float = 60.0, budget: int | None = None, max_depth: int = 10,
                 node_limit: int = 2000, c: float = 0.5, seed: int = 0,

@@ -25,6 +25,7 @@ from graphsub.egraph.runner import GrowthStats, Runner
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import Rule
+from graphsub.search.registry import register
 from graphsub.search.result import Candidate, OptimizeResult, SearchStats, Step
 
 ProgressFn = Callable[[SearchStats, float], None]
@@ -133,6 +134,7 @@ class EGraphSearch:
                               candidates[:keep])
 
 
+@register("eqsat", "egraph")
 def eqsat_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
                  time_limit: float = 60.0, budget: int | None = None, node_limit: int = 20_000,
                  k_multi: int = 1, extractors: Sequence[str] = ("ilp", "dag-greedy", "greedy"),

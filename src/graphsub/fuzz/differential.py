@@ -48,6 +48,7 @@ from graphsub.optimizer import ATOL_SCALE, RTOL, VerificationError, optimize, op
 from graphsub.rules import Rule, builtin_rules, load_rules
 from graphsub.runtime.compare import compare_outputs
 from graphsub.runtime.reference import evaluate
+import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import ALGORITHMS
 
 #: TASO's rule file, next to the repository (../shared/data/taso/graph_subst.pb).

@@ -12,7 +12,7 @@ The parts can be used on their own: `Enumerator` (Algorithm 1 over given input t
 
 from graphsub.generate.candidates import Candidate, candidates, output_mapping, to_rule
 from graphsub.generate.enumerate import Enumeration, Enumerator, GenGraph, fingerprint, hash1
-from graphsub.generate.executors import make_executor
+from graphsub.executors import make_executor
 from graphsub.generate.pipeline import GenerationReport, generate, rules_text
 
 __all__ = ["Candidate", "Enumeration", "Enumerator", "GenGraph", "GenerationReport",

@@ -29,7 +29,7 @@ from typing import Any
 from graphsub.generate.candidates import group_pairs, pair_candidates, to_rule
 from graphsub.generate.config import Family, families
 from graphsub.generate.enumerate import Encoded, Enumerator, GenGraph
-from graphsub.generate.executors import Executor, SerialExecutor
+from graphsub.executors import Executor, SerialExecutor
 from graphsub.generate.opset import DEFAULT_OPS
 from graphsub.generate.prune import PruneReport, prune
 from graphsub.generate.renaming import is_representative, variable_classes

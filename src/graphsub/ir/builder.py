@@ -21,6 +21,7 @@ import numpy as np
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph, Node, Value, make_node
 from graphsub.ir.types import Constant, TensorType
+from graphsub.ops import all_ops
 
 
 class GraphBuilder:
@@ -89,8 +90,6 @@ class GraphBuilder:
     def __getattr__(self, op: str) -> Callable[..., Any]:
         if op.startswith("_"):
             raise AttributeError(op)
-        from graphsub.ops import all_ops
-
         if op not in all_ops():
             raise AttributeError(f"GraphBuilder has no method or operator {op!r}")
         return lambda *inputs, **attrs: self.op(op, *inputs, **attrs)

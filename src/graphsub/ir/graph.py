@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from graphsub.errors import CycleError, GraphsubError, ShapeError
 from graphsub.ir.incremental import GraphDelta
 from graphsub.ir.types import Attrs, Constant, TensorType
+from graphsub.ops import get_op, is_deterministic
 
 
 class Value(NamedTuple):
@@ -80,8 +81,6 @@ def make_node(op: str, inputs: Sequence[Value], input_types: Sequence[TensorType
 
 def _infer(op: str, in_types: tuple[TensorType, ...], attrs: Mapping[str, Any] | None
            ) -> tuple[Attrs, tuple[TensorType, ...]] | GraphsubError:
-    from graphsub.ops import get_op
-
     opdef = get_op(op)
     try:
         opdef.check_arity(len(in_types))
@@ -272,8 +271,6 @@ class Graph:
         weights with equal content) are one node. Traced graphs repeat computations (one
         reshape of an input per layer reading it), and rules that join on a shared input, such
         as merging the projections that read it, only see the sharing once it is one node."""
-        from graphsub.ops import is_deterministic
-
         canon: dict[int, int] = {}
         seen: dict[tuple[Any, ...], int] = {}
         for nid in self.topo_order():
@@ -315,8 +312,6 @@ class Graph:
 
 
 def _is_weight_only(node: Node, weight_only: set[int] | frozenset[int]) -> bool:
-    from graphsub.ops import is_deterministic
-
     return node.op == "weight" or bool(
         node.inputs and is_deterministic(node) and all(v.node in weight_only for v in node.inputs))
 

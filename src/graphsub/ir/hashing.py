@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from graphsub.ir.types import Attrs, Constant
+from graphsub.ops import all_ops
 
 if TYPE_CHECKING:
     from graphsub.ir.graph import Graph, Node
@@ -54,8 +55,6 @@ def node_digest(node: Node, input_digests: list[bytes]) -> bytes:
 
 @lru_cache(maxsize=1)
 def _commutative_ops() -> frozenset[str]:
-    from graphsub.ops import all_ops
-
     return frozenset(name for name, op in all_ops().items() if op.commutative)
 
 

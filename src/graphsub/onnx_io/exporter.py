@@ -21,6 +21,7 @@ from onnx import helper, numpy_helper
 from graphsub.errors import ExportError
 from graphsub.ir.graph import Graph, Value
 from graphsub.ops import get_op
+from graphsub.runtime.ort import make_model
 from graphsub.runtime.reference import materialized_weights
 
 #: The opset written for graphs that did not come from an ONNX file.
@@ -89,15 +90,6 @@ class ExportContext:
 
     def add_initializer(self, name: str, array: np.ndarray) -> None:
         self.initializers.append(numpy_helper.from_array(np.asarray(array, order="C"), name))
-
-
-def make_model(graph: onnx.GraphProto, opsets: Sequence[tuple[str, int]]) -> onnx.ModelProto:
-    """A ModelProto with the lowest IR version these opsets allow, so that onnxruntime builds
-    older than the onnx package still read it."""
-    ids = [helper.make_opsetid(d, v) for d, v in opsets]
-    model = helper.make_model(graph, opset_imports=ids, producer_name="graphsub")
-    model.ir_version = helper.find_min_ir_version_for(ids, ignore_unknown=True)
-    return model
 
 
 def _value_info(name: str, t) -> onnx.ValueInfoProto:

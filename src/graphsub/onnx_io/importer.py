@@ -22,8 +22,9 @@ from onnx import helper, numpy_helper
 from graphsub.errors import GraphsubError, MissingInputShapeError, ModelLoadError
 from graphsub.ir.graph import Graph, Value, make_node
 from graphsub.ir.types import Constant, TensorType
+from graphsub.onnx_io.exporter import MAX_OPSET, MIN_OPSET
 from graphsub.ops import importer_for
-from graphsub.onnx_io.exporter import MAX_OPSET, MIN_OPSET, make_model
+from graphsub.runtime.ort import make_model
 
 _MISSING = object()
 #: Ops folded whenever all their inputs are constant, whatever their output type.

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
+from onnx import helper
 
 from graphsub.runtime.timing import (PairedComparison, Runnable, Timing, compare_runnables,
                                      time_runnables)
@@ -24,6 +26,15 @@ def _as_bytes(model: Any) -> bytes | str:
     if isinstance(model, (str, Path)):
         return str(model)
     return model.SerializeToString()
+
+
+def make_model(graph: onnx.GraphProto, opsets: Sequence[tuple[str, int]]) -> onnx.ModelProto:
+    """A ModelProto with the lowest IR version these opsets allow, so that onnxruntime builds
+    older than the onnx package still read it."""
+    ids = [helper.make_opsetid(d, v) for d, v in opsets]
+    model = helper.make_model(graph, opset_imports=ids, producer_name="graphsub")
+    model.ir_version = helper.find_min_ir_version_for(ids, ignore_unknown=True)
+    return model
 
 
 def make_session(model: Any, threads: int | None = None, optimize: bool = True,

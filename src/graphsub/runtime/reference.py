@@ -9,6 +9,7 @@ import numpy as np
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph, Value
 from graphsub.ops import get_op
+from graphsub.runtime import opaque  # noqa: F401  (onnxruntime evaluates opaque nodes)
 
 
 def evaluate(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -1,7 +1,7 @@
 """Cost-based backtracking search (MetaFlow Algorithm 1, TASO Algorithm 2).
 
 Candidate graphs wait in a priority queue ordered by cost. Each dequeued graph is expanded by
-pricing every rule at every match (graphsub.rules.pricing: without building the child); a new
+pricing every rule at every match (graphsub.search.pricing: without building the child); a new
 graph becomes the best if it is cheaper, and is queued if its cost is below alpha times the
 best cost. alpha = 1 is greedy (only
 improvements are explored); alpha > 1 allows relaxed substitutions that raise cost on the way
@@ -22,12 +22,14 @@ from graphsub.rules.applier import REJECTIONS, apply_match
 from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match
-from graphsub.rules.pricing import price_rewrite
+from graphsub.search.pricing import price_rewrite
+from graphsub.search.registry import register
 from graphsub.search.result import Candidate, OptimizeResult, SearchStats, Step
 
 ProgressFn = Callable[[SearchStats, float], None]
 
 
+@register("backtracking")
 def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
                         alpha: float = 1.05, budget: int = 1000, time_limit: float = 60.0,
                         max_node_factor: float = 2.0, keep: int = 5,
@@ -118,6 +120,7 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
     return OptimizeResult(top.graph, top.trace, stats, initial_cost, top.cost, list(best))
 
 
+@register("greedy")
 def greedy_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
                   **kwargs) -> OptimizeResult:
     """Backtracking with alpha = 1: only substitutions that lower the cost are followed."""

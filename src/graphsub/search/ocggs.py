@@ -34,6 +34,7 @@ from graphsub.rules.applier import REJECTIONS, apply_match
 from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match, find_matches
+from graphsub.search.registry import register
 from graphsub.search.result import Candidate, OptimizeResult, SearchStats, Step
 
 ProgressFn = Callable[[SearchStats, float], None]
@@ -209,6 +210,7 @@ def _exact_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k:
     return search.result()
 
 
+@register("pruning", "length-bounded")
 def pruning_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int = 10,
                    time_limit: float = 60.0, budget: int = 10**9, keep: int = 5,
                    progress: ProgressFn | None = None, **_: object) -> OptimizeResult:
@@ -218,6 +220,7 @@ def pruning_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k
                          progress)
 
 
+@register("dpp", "length-bounded")
 def dpp_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int = 10,
                time_limit: float = 60.0, budget: int = 10**9, keep: int = 5,
                progress: ProgressFn | None = None, **_: object) -> OptimizeResult:
@@ -227,6 +230,7 @@ def dpp_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: in
                          progress)
 
 
+@register("enumeration", "length-bounded")
 def enumeration_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
                        k: int = 3, time_limit: float = 60.0, budget: int = 10**9,
                        keep: int = 5, progress: ProgressFn | None = None,
@@ -236,6 +240,7 @@ def enumeration_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMode
                          progress)
 
 
+@register("sampling", "length-bounded")
 def sampling_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int = 10,
                     q: int = 20, eta: int = 1, time_limit: float = 60.0, budget: int = 10**9,
                     keep: int = 5, progress: ProgressFn | None = None,

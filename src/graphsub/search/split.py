@@ -333,7 +333,7 @@ def split_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, sea
     """Split, search every part with `search` (any algorithm; `kwargs` go to it), stitch,
     search around the cuts. The time limit covers it all: the parts share
     1 - BOUNDARY_SHARE of it in proportion to their size (spread over the workers)."""
-    from graphsub.generate.executors import SerialExecutor, make_executor
+    from graphsub.executors import SerialExecutor, make_executor
 
     start = time.perf_counter()
     stats = SearchStats()

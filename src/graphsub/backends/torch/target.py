@@ -35,6 +35,7 @@ class TorchTarget(Target):
     device_type = "cpu"
     free_ops = VIEW_OPS
     view_ops = VIEW_OPS
+    passes_views = True
 
     def __init__(self, threads: int | None = None, cuda_graphs: bool = True,
                  allow_tf32: bool = False) -> None:

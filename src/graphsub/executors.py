@@ -1,5 +1,6 @@
-"""Where the generator's independent tasks run: in this process, in a local process pool
-(the default), or on a Dask distributed cluster (`--executor dask`).
+"""Where independent tasks run (the generator's enumeration and candidate shards, the split
+search's parts): in this process, in a local process pool (the default), or on a Dask
+distributed cluster (`--executor dask`).
 
 Every executor has one method, `run(fn, args)`, yielding results as tasks finish, in any
 order, so callers can advance a progress bar. Tasks and results must be picklable; tasks

@@ -11,10 +11,10 @@ import pytest
 from graphsub import zoo
 from graphsub.cost import AnalyticCostModel, MultiObjectiveCostModel, Weights
 from graphsub.rules import builtin_rules, load_rules
-from graphsub.rules import pricing
+from graphsub.search import pricing
 from graphsub.rules.applier import REJECTIONS, apply_match
 from graphsub.rules.incremental import IncrementalMatcher
-from graphsub.rules.pricing import price_rewrite
+from graphsub.search.pricing import price_rewrite
 
 TASO_PB = Path(__file__).resolve().parents[3] / "shared" / "data" / "taso" / "graph_subst.pb"
 
