@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from graphsub.cost.base import CostModel, OpSignature
 from graphsub.errors import GraphsubError
-from graphsub.ops import get_op
+from graphsub.ops import get_op, view_ops
 
-#: Ops that onnxruntime runs as metadata changes, without moving data.
-VIEW_OPS = frozenset({"reshape", "flatten", "squeeze", "unsqueeze", "identity", "dropout"})
+#: Ops that every target runs as metadata changes, without moving data.
+ALIAS_OPS = view_ops("alias")
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class AnalyticCostModel(CostModel):
         p = self.profile
         if sig.op in self.free_ops:
             return 0.0
-        if sig.op in VIEW_OPS:
+        if sig.op in ALIAS_OPS:
             return p.launch_overhead
         opdef = get_op(sig.op)
         flops = opdef.flops(sig.attrs, sig.inputs, sig.outputs)

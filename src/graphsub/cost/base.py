@@ -196,12 +196,3 @@ class CostModel(ABC):
             entry = (node, consts, self.signature_cost(node_signature(graph, nid, self.layouts)))
             self._by_node[id(node)] = entry
         return entry[2]
-
-    def breakdown(self, graph: Graph) -> dict[str, float]:
-        """Cost per op type: where the predicted time goes."""
-        out: dict[str, float] = {}
-        for nid in graph.topo_order():
-            c = self.node_cost(graph, nid)
-            if c:
-                out[graph[nid].op] = out.get(graph[nid].op, 0.0) + c
-        return dict(sorted(out.items(), key=lambda kv: -kv[1]))

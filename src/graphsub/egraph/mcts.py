@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from graphsub.cost.base import CostModel
@@ -45,9 +45,8 @@ from graphsub.egraph.saturation import EGraphSearch
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import Rule
 from graphsub.search.registry import register
-from graphsub.search.result import OptimizeResult, SearchStats
+from graphsub.search.result import OptimizeResult, ProgressFn
 
-ProgressFn = Callable[[SearchStats, float], None]
 
 
 @dataclass(eq=False)

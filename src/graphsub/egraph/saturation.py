@@ -12,7 +12,7 @@ extractor's estimate.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +26,8 @@ from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import Rule
 from graphsub.search.registry import register
-from graphsub.search.result import Candidate, OptimizeResult, SearchStats, Step
+from graphsub.search.result import Candidate, OptimizeResult, ProgressFn, SearchStats, Step
 
-ProgressFn = Callable[[SearchStats, float], None]
 
 #: Below this many seconds left, the ILP is skipped (the greedy extractors take
 #: milliseconds): the search's time limit holds, within a second or 10%.

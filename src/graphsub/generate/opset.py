@@ -50,10 +50,6 @@ class GenTensor:
     seams: Seams = ()
     role: str = ""  # "data", "kernel" or "constant" for the enumeration's inputs
 
-    @property
-    def is_input(self) -> bool:
-        return bool(self.role)
-
     def seams_on(self, axis: int) -> tuple[Seam, ...]:
         return self.seams[axis] if axis < len(self.seams) else ()
 

@@ -407,10 +407,6 @@ class GraphEditor:
         self._outputs = [new if v == old else v for v in self._outputs]
         self._replaced.append(old.node)
 
-    def set_outputs(self, outputs: Sequence[Value]) -> None:
-        self._replaced.extend(v.node for v in self._outputs)
-        self._outputs = list(outputs)
-
     def finish(self) -> Graph:
         """The edited graph, without dead nodes; raises CycleError if an edit made a cycle.
 

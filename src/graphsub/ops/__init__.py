@@ -3,7 +3,7 @@
 from graphsub.ops import (conv, elementwise, linalg, norm, opaque, pool, reduce,  # noqa: F401
                           shape, source)
 from graphsub.ops.base import (AttrSpec, OpDef, all_ops, get_op, importable_onnx_ops,
-                               importer_for, register)
+                               importer_for, register, view_ops)
 
 
 def is_deterministic(node) -> bool:
@@ -14,4 +14,4 @@ def is_deterministic(node) -> bool:
 
 
 __all__ = ["AttrSpec", "OpDef", "all_ops", "get_op", "importable_onnx_ops", "importer_for",
-           "is_deterministic", "register"]
+           "is_deterministic", "register", "view_ops"]

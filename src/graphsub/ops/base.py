@@ -72,6 +72,11 @@ class OpDef:
     #: Binary and commutative: rules match it with operands in either order, and the
     #: structural hash does not depend on their order.
     commutative: bool = False
+    #: Whether the output can be the input's memory without a kernel: "alias" (the same
+    #: bytes read as another shape: reshape and its kin, free on every target), "strided" (a
+    #: view with other strides: transpose, split, slice; free where a target hands operators
+    #: strided inputs, torch) or "" (a kernel computes it).
+    view: str = ""
     doc: str = ""
     _spec_by_name: dict[str, AttrSpec] = field(init=False, repr=False, compare=False)
 
@@ -153,6 +158,11 @@ def get_op(name: str) -> OpDef:
 
 def all_ops() -> dict[str, OpDef]:
     return dict(_REGISTRY)
+
+
+def view_ops(*kinds: str) -> frozenset[str]:
+    """The operators whose `view` is one of `kinds` ("alias", "strided")."""
+    return frozenset(name for name, op in _REGISTRY.items() if op.view in kinds)
 
 
 def importer_for(onnx_op_type: str) -> ImportFn | None:

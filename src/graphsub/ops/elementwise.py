@@ -103,9 +103,9 @@ def _float_only(name: str) -> Callable[[Attrs, Types], Types]:
 
 
 def _unary(name: str, onnx_type: str, fn: Callable[[np.ndarray], np.ndarray], flops: int,
-           float_only: bool = True) -> OpDef:
+           float_only: bool = True, view: str = "") -> OpDef:
     return register(OpDef(
-        name=name, inputs=(1, 1),
+        name=name, inputs=(1, 1), view=view,
         infer=_float_only(name) if float_only else _same_type,
         evaluate=lambda attrs, xs: (np.asarray(fn(xs[0])).astype(xs[0].dtype),),
         export=lambda ctx, attrs, ins, outs, types: ctx.emit(onnx_type, ins, outs),
@@ -123,10 +123,10 @@ LOG = _unary("log", "Log", np.log, 1)
 SQRT = _unary("sqrt", "Sqrt", np.sqrt, 1)
 NEG = _unary("neg", "Neg", np.negative, 1, float_only=False)
 RECIPROCAL = _unary("reciprocal", "Reciprocal", np.reciprocal, 1)
-IDENTITY = _unary("identity", "Identity", lambda x: x, 0, float_only=False)
+IDENTITY = _unary("identity", "Identity", lambda x: x, 0, float_only=False, view="alias")
 
 register(OpDef(
-    name="dropout", inputs=(1, 1), attrs=(AttrSpec("ratio", 0.5, f32),),
+    name="dropout", inputs=(1, 1), view="alias", attrs=(AttrSpec("ratio", 0.5, f32),),
     infer=_same_type, evaluate=lambda attrs, xs: (xs[0],),
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("Identity", ins, outs),
     doc="Dropout at inference: the identity. Kept so imported graphs stay faithful; exported "

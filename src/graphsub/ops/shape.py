@@ -72,7 +72,7 @@ def _split_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Typ
 
 
 register(OpDef(
-    name="split", inputs=(1, 1),
+    name="split", inputs=(1, 1), view="strided",
     attrs=(AttrSpec("axis", convert=int), AttrSpec("sizes", convert=ints)),
     infer=_split_infer, evaluate=_split_eval, export=_split_export,
     canonicalize=lambda v, ins: _axis_canon(v, ins, "split"),
@@ -114,7 +114,7 @@ def _transpose_infer(attrs: Attrs, ins: Types) -> Types:
 
 
 register(OpDef(
-    name="transpose", inputs=(1, 1), attrs=(AttrSpec("perm", convert=ints),),
+    name="transpose", inputs=(1, 1), view="strided", attrs=(AttrSpec("perm", convert=ints),),
     infer=_transpose_infer,
     evaluate=lambda attrs, xs: (np.asarray(np.transpose(xs[0], attrs["perm"]), order="C"),),
     export=lambda ctx, attrs, ins, outs, types: (
@@ -147,7 +147,7 @@ def _export_reshape(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: T
 
 
 register(OpDef(
-    name="reshape", inputs=(1, 1), attrs=(AttrSpec("shape", convert=ints),),
+    name="reshape", inputs=(1, 1), view="alias", attrs=(AttrSpec("shape", convert=ints),),
     infer=_reshape_infer,
     evaluate=lambda attrs, xs: (xs[0].reshape(attrs["shape"]),),
     export=_export_reshape,
@@ -190,7 +190,7 @@ def _flatten_canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
 
 
 register(OpDef(
-    name="flatten", inputs=(1, 1), attrs=(AttrSpec("axis", 1, int),),
+    name="flatten", inputs=(1, 1), view="alias", attrs=(AttrSpec("axis", 1, int),),
     infer=_flatten_infer,
     evaluate=lambda attrs, xs: (xs[0].reshape(_flatten_infer(
         attrs, (TensorType(xs[0].shape, str(xs[0].dtype)),))[0].shape),),
@@ -231,7 +231,7 @@ def _axes_export(onnx_type: str):
 
 
 register(OpDef(
-    name="squeeze", inputs=(1, 1), attrs=(AttrSpec("axes", None, ints),),
+    name="squeeze", inputs=(1, 1), view="alias", attrs=(AttrSpec("axes", None, ints),),
     infer=_squeeze_infer,
     evaluate=lambda attrs, xs: (np.squeeze(xs[0], axis=attrs["axes"]),),
     export=_axes_export("Squeeze"), canonicalize=_squeeze_canon,
@@ -255,7 +255,7 @@ def _unsqueeze_infer(attrs: Attrs, ins: Types) -> Types:
 
 
 register(OpDef(
-    name="unsqueeze", inputs=(1, 1), attrs=(AttrSpec("axes", convert=ints),),
+    name="unsqueeze", inputs=(1, 1), view="alias", attrs=(AttrSpec("axes", convert=ints),),
     infer=_unsqueeze_infer,
     evaluate=lambda attrs, xs: (np.expand_dims(xs[0], attrs["axes"]),),
     export=_axes_export("Unsqueeze"), canonicalize=_unsqueeze_canon,
@@ -344,7 +344,7 @@ def _slice_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Typ
 
 
 register(OpDef(
-    name="slice", inputs=(1, 1),
+    name="slice", inputs=(1, 1), view="strided",
     attrs=(AttrSpec("starts", convert=ints), AttrSpec("ends", convert=ints),
            AttrSpec("axes", None, ints), AttrSpec("steps", None, ints)),
     infer=_slice_infer,

@@ -104,12 +104,6 @@ class Rule:
     def source_vars(self) -> frozenset[str]:
         return self._vars
 
-    def source_ops(self) -> list[str]:
-        ops: list[str] = []
-        for s in self.sources:
-            ops += term_ops(s)
-        return ops
-
 
 def term_vars(term: Term) -> set[str]:
     """Tensor variables of a term."""

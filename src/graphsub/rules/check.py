@@ -22,7 +22,6 @@ import itertools
 import json
 import math
 import os
-from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 from dataclasses import dataclass
@@ -335,10 +334,6 @@ def check_rule(rule: Rule, examples: int = 3, attempts: int = 1000, rtol: float 
                              f"graph of its source could be built and rewritten in {attempts} "
                              "attempts (check its shapes and conditions)")
     return RuleCheck(rule.name, done, worst, tuple(sorted(covered)))
-
-
-def check_rules(rules: Iterable[Rule], **kwargs: Any) -> list[RuleCheck]:
-    return [check_rule(r, **kwargs) for r in rules]
 
 
 class CheckedRules:

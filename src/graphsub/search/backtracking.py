@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from graphsub.cost.base import CostModel
 from graphsub.ir.graph import Graph
@@ -24,9 +24,8 @@ from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match
 from graphsub.search.pricing import price_rewrite
 from graphsub.search.registry import register
-from graphsub.search.result import Candidate, OptimizeResult, SearchStats, Step
+from graphsub.search.result import Candidate, OptimizeResult, ProgressFn, SearchStats, Step
 
-ProgressFn = Callable[[SearchStats, float], None]
 
 
 @register("backtracking")

@@ -25,7 +25,7 @@ by their potential (Definition 12), with at most eta such steps in a row.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from graphsub.cost.base import CostModel
@@ -35,9 +35,8 @@ from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match, find_matches
 from graphsub.search.registry import register
-from graphsub.search.result import Candidate, OptimizeResult, SearchStats, Step
+from graphsub.search.result import Candidate, OptimizeResult, ProgressFn, SearchStats, Step
 
-ProgressFn = Callable[[SearchStats, float], None]
 
 #: The dummy substitution N of the paper: every initial node is "generated" by it.
 N = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,10 @@ class SearchStats:
                 "rejected": dict(self.rejected), "seconds": round(self.seconds, 3),
                 "stopped_by": self.stopped_by, **({"egraph": self.egraph} if self.egraph else {}),
                 **({"split": self.split} if self.split else {})}
+
+
+#: Called as a search goes, with its statistics so far and the best cost so far.
+ProgressFn = Callable[[SearchStats, float], None]
 
 
 @dataclass

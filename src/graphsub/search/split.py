@@ -36,7 +36,7 @@ from graphsub.ir.types import Attrs, ConstantStub
 from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match
-from graphsub.search.result import Candidate, OptimizeResult, SearchStats, Step
+from graphsub.search.result import Candidate, OptimizeResult, ProgressFn, SearchStats, Step
 
 #: MetaFlow splits subgraphs with more than 30 operators (section 5).
 DEFAULT_THRESHOLD = 30
@@ -328,7 +328,7 @@ def _add_stats(total: SearchStats, part: SearchStats) -> None:
 def split_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, search: SearchFn,
                  threshold: int = DEFAULT_THRESHOLD, time_limit: float = 60.0,
                  executor: str = "process", workers: int | None = None,
-                 progress: Callable[[SearchStats, float], None] | None = None,
+                 progress: ProgressFn | None = None,
                  **kwargs: Any) -> OptimizeResult:
     """Split, search every part with `search` (any algorithm; `kwargs` go to it), stitch,
     search around the cuts. The time limit covers it all: the parts share

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from graphsub.errors import GraphsubError
 from graphsub.ir.types import Attrs, TensorType
+from graphsub.ops import view_ops
 from graphsub.ops.conv import resolve_pads
 
 Types = tuple[TensorType, ...]
@@ -52,9 +53,9 @@ class LowerContext:
 
 LowerFn = Callable[[LowerContext, Attrs, Types, Types], Fn]
 LOWERINGS: dict[str, LowerFn] = {}
-#: Ops lowered to views of their input (no kernel); slices only when every step is positive.
-VIEW_OPS = frozenset({"transpose", "reshape", "flatten", "squeeze", "unsqueeze", "split",
-                      "identity", "dropout", "slice"})
+#: Ops lowered to views of their input (no kernel): torch takes strided views too (slices
+#: only when every step is positive).
+VIEW_OPS = view_ops("alias", "strided")
 
 _DTYPES = {
     "float32": torch.float32, "float16": torch.float16, "float64": torch.float64,
