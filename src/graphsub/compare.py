@@ -15,6 +15,7 @@ from graphsub.optimizer import optimize, resolve_target
 from graphsub.rules import Rule, builtin_rules
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import ALGORITHMS, EGRAPH_BASED
+from graphsub.search.result import StopReason
 
 #: What `graphsub compare` runs unless told otherwise (enumeration is exponential in K).
 DEFAULT_ALGORITHMS = ("backtracking", "greedy", "pruning", "dpp", "sampling")
@@ -31,7 +32,7 @@ class AlgorithmRun:
     generated: int
     matches_computed: int
     matches_reused: int
-    stopped_by: str
+    stopped_by: StopReason
     rules_used: dict[str, int]
 
     @property

@@ -36,7 +36,7 @@ from graphsub.runtime.inputs import graph_input_specs, random_feeds
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import (ALGORITHMS, EGRAPH_BASED, LENGTH_BOUNDED, Candidate,
                              OptimizeResult, SearchStats)
-from graphsub.search.backtracking import ProgressFn
+from graphsub.search.result import ProgressFn, StopReason
 from graphsub.search.split import split_search
 from graphsub.selection import (MIN_GAIN, MIN_WINS, CandidateReport, Selection,
                                 measure_and_choose)
@@ -270,11 +270,11 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
     except KeyboardInterrupt:
         # Interrupted before the search loop took over (while pricing the input graph, or
         # between a split search's parts): nothing found, so the original stays.
-        stats = SearchStats(stopped_by="interrupt", seconds=time.perf_counter() - search_start)
+        stats = SearchStats(stopped_by=StopReason.INTERRUPT, seconds=time.perf_counter() - search_start)
         result = OptimizeResult(graph, (), stats, math.nan, math.nan, [])
     search_end = time.perf_counter()
     notes = list(cost_model.notes()) if isinstance(cost_model, MeasuredCostModel) else []
-    interrupted = result.stats.stopped_by == "interrupt"
+    interrupted = result.stats.stopped_by == StopReason.INTERRUPT
     if interrupted:
         say("interrupted: the search stopped; measuring and verifying what it found "
             "(Ctrl-C again to stop at once, writing nothing)")

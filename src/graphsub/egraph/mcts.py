@@ -45,7 +45,7 @@ from graphsub.egraph.saturation import EGraphSearch
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import Rule
 from graphsub.search.registry import register
-from graphsub.search.result import OptimizeResult, ProgressFn
+from graphsub.search.result import OptimizeResult, ProgressFn, StopReason
 
 
 
@@ -205,21 +205,21 @@ def mcts_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
     mcts.scale = root.cost if root.cost > 0 else 1.0
     root.blacklist = mcts.blacklist_for(runner)
     decisions: list[str] = []
-    stopped = "saturated"
+    stopped = StopReason.SATURATED
     try:
         while True:
             if root.state.full:
-                stopped = "node limit"
+                stopped = StopReason.NODE_LIMIT
                 break
             if mcts.out_of_time():
-                stopped = "time"
+                stopped = StopReason.TIME
                 break
             t0 = time.perf_counter()
             best = mcts.decide(root)
             mcts.trace.decision_seconds.append(time.perf_counter() - t0)
             if best is None:
                 if mcts.out_of_time():
-                    stopped = "time"
+                    stopped = StopReason.TIME
                 break
             decisions.append(runner.rules[best.action].name)
             best.parent = None
@@ -229,9 +229,9 @@ def mcts_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
                 search.stats.seconds = search.elapsed()
                 progress(search.stats, root.cost)
     except DeadlineReached:  # in the middle of a rule's matching, on a clone
-        stopped = "time"
+        stopped = StopReason.TIME
     except KeyboardInterrupt:
-        stopped = "interrupt"
+        stopped = StopReason.INTERRUPT
     final = root.state
     growth = final.stats
     growth.stopped_by = stopped

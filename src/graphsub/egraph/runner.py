@@ -19,6 +19,7 @@ from graphsub.egraph.egraph import EGraph
 from graphsub.egraph.ematch import EMatch, SourceIndex, source_occurs, up_closure
 from graphsub.egraph.rewrite import apply_ematch
 from graphsub.rules.ast import Rule
+from graphsub.search.result import StopReason
 
 
 @dataclass
@@ -28,7 +29,7 @@ class GrowthStats:
     matches: int = 0           # matches found
     cycles_broken: int = 0     # e-nodes blacklisted by the post-pass
     rejected: Counter[str] = field(default_factory=Counter)
-    stopped_by: str = "saturated"  # saturated | node limit | iterations | time
+    stopped_by: StopReason = StopReason.SATURATED
 
     def as_dict(self) -> dict[str, Any]:
         return {"iterations": self.iterations, "applications": self.applications,

@@ -26,7 +26,8 @@ from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import Rule
 from graphsub.search.registry import register
-from graphsub.search.result import Candidate, OptimizeResult, ProgressFn, SearchStats, Step
+from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn,
+                                    SearchStats, Step, StopReason)
 
 
 #: Below this many seconds left, the ILP is skipped (the greedy extractors take
@@ -151,31 +152,31 @@ def eqsat_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
     multi = [i for i, r in enumerate(runner.rules) if len(r.sources) > 1]
     deadline = search.construction_deadline(time_limit)
     growth = runner.stats
-    growth.stopped_by = "saturated"
+    growth.stopped_by = StopReason.SATURATED
     try:
         while True:
             if budget is not None and growth.iterations >= budget:
-                growth.stopped_by = "iterations"
+                growth.stopped_by = StopReason.ITERATIONS
                 break
             if time.perf_counter() > deadline:
-                growth.stopped_by = "time"
+                growth.stopped_by = StopReason.TIME
                 break
             first_multi = growth.iterations < k_multi
             try:
                 changed = runner.iterate((multi if first_multi else []) + single, deadline)
             except DeadlineReached:
-                growth.stopped_by = "time"
+                growth.stopped_by = StopReason.TIME
                 break
             search.stats.explored = growth.iterations
             if progress is not None:
                 search.stats.seconds = search.elapsed()
                 progress(search.stats, float("nan"))
             if runner.full:
-                growth.stopped_by = "node limit"
+                growth.stopped_by = StopReason.NODE_LIMIT
                 break
             if not changed and not (growth.iterations < k_multi):
                 break
     except KeyboardInterrupt:
-        growth.stopped_by = "interrupt"
+        growth.stopped_by = StopReason.INTERRUPT
     return search.finish(runner, extractors, search.extraction_time(time_limit, extract_time),
                          keep, growth)

@@ -50,6 +50,7 @@ from graphsub.runtime.compare import compare_outputs
 from graphsub.runtime.reference import evaluate
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import ALGORITHMS
+from graphsub.search.result import StopReason
 
 #: TASO's rule file, next to the repository (../shared/data/taso/graph_subst.pb).
 TASO_RULES = (Path(__file__).resolve().parents[3].parent / "shared" / "data" / "taso"
@@ -288,7 +289,7 @@ def _search(subject: _Subject, algorithm: str, rules: Sequence[Rule], time_limit
 
 
 def _timing_outcome(stage: str, seconds: float, time_limit: float, gc_seconds: float,
-                    stopped_by: str) -> Outcome:
+                    stopped_by: StopReason) -> Outcome:
     """`equal`, or `timeout` for a search past its limit by more than max(1 s, 10%); the kind
     tells an overrun that full garbage collections explain (the process's heap, not the
     algorithm) from the algorithm's own."""

@@ -24,7 +24,8 @@ from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match
 from graphsub.search.pricing import price_rewrite
 from graphsub.search.registry import register
-from graphsub.search.result import Candidate, OptimizeResult, ProgressFn, SearchStats, Step
+from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn,
+                                    SearchStats, Step, StopReason)
 
 
 
@@ -63,10 +64,10 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
     try:
         while queue:
             if stats.explored >= budget:
-                stats.stopped_by = "budget"
+                stats.stopped_by = StopReason.BUDGET
                 break
             if time.perf_counter() - start > time_limit:
-                stats.stopped_by = "time"
+                stats.stopped_by = StopReason.TIME
                 break
             cost, _, entry, trace = heapq.heappop(queue)
             g = entry if isinstance(entry, Graph) else apply_match(*entry)
@@ -110,7 +111,7 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
                 stats.seconds = time.perf_counter() - start
                 progress(stats, best_cost())
     except KeyboardInterrupt:
-        stats.stopped_by = "interrupt"
+        stats.stopped_by = StopReason.INTERRUPT
     stats.seconds = time.perf_counter() - start
     stats.rejected = REJECTIONS - rejected_before
     stats.matches_computed = matcher.counts.computed

@@ -35,7 +35,8 @@ from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match, find_matches
 from graphsub.search.registry import register
-from graphsub.search.result import Candidate, OptimizeResult, ProgressFn, SearchStats, Step
+from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn,
+                                    SearchStats, Step, StopReason)
 
 
 #: The dummy substitution N of the paper: every initial node is "generated" by it.
@@ -125,10 +126,10 @@ class _Search:
 
     def out_of_time(self) -> bool:
         if self.stats.explored >= self.budget:
-            self.stats.stopped_by = "budget"
+            self.stats.stopped_by = StopReason.BUDGET
             return True
         if time.perf_counter() - self.start > self.time_limit:
-            self.stats.stopped_by = "time"
+            self.stats.stopped_by = StopReason.TIME
             return True
         return False
 
@@ -198,14 +199,14 @@ def _exact_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k:
             return
         for child in list(search.children(seq, ordered)):
             descend(child)
-            if search.stats.stopped_by != "exhausted":
+            if search.stats.stopped_by != StopReason.EXHAUSTED:
                 return
         search.report()
 
     try:
         descend(search.root)
     except KeyboardInterrupt:
-        search.stats.stopped_by = "interrupt"
+        search.stats.stopped_by = StopReason.INTERRUPT
     return search.result()
 
 
@@ -214,7 +215,7 @@ def pruning_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k
                    time_limit: float = 60.0, budget: int = 10**9, keep: int = 5,
                    progress: ProgressFn | None = None, **_: object) -> OptimizeResult:
     """OCGGS Algorithm 1: every ordered sequence of length <= k, each graph matched anew.
-    Exact for k when it finishes (stats.stopped_by == "exhausted")."""
+    Exact for k when it finishes (stats.stopped_by == StopReason.EXHAUSTED)."""
     return _exact_search(graph, rules, cost_model, k, False, True, time_limit, budget, keep,
                          progress)
 
@@ -323,5 +324,5 @@ def sampling_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, 
             current = distinct(des[:half] + inc[:half])
             search.report()
     except KeyboardInterrupt:
-        search.stats.stopped_by = "interrupt"
+        search.stats.stopped_by = StopReason.INTERRUPT
     return search.result()

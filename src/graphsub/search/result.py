@@ -5,9 +5,22 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from graphsub.ir.graph import Graph
+
+
+class StopReason(StrEnum):
+    """Why a search stopped. A str, so reports and JSON carry the word."""
+
+    EXHAUSTED = "exhausted"    # nothing left to explore
+    SATURATED = "saturated"    # the e-graph stopped growing
+    BUDGET = "budget"          # the expansion budget was spent
+    NODE_LIMIT = "node limit"  # the e-graph reached its node limit
+    ITERATIONS = "iterations"  # the e-graph search ran its iterations
+    TIME = "time"              # the time limit
+    INTERRUPT = "interrupt"    # Ctrl-C
 
 
 @dataclass(frozen=True)
@@ -36,7 +49,7 @@ class SearchStats:
     matches_reused: int = 0    # matches carried over from the parent graph (incremental)
     rejected: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
-    stopped_by: str = "exhausted"  # exhausted | budget | time | interrupt (e-graphs: saturated...)
+    stopped_by: StopReason = StopReason.EXHAUSTED
     #: E-graph searches (eqsat, mcts): the e-graph's size, growth and extraction details.
     egraph: dict[str, Any] = field(default_factory=dict)
     #: MetaFlow's split (--split): parts, their sizes, matches the cuts disabled, regions

@@ -36,7 +36,8 @@ from graphsub.ir.types import Attrs, ConstantStub
 from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match
-from graphsub.search.result import Candidate, OptimizeResult, ProgressFn, SearchStats, Step
+from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn,
+                                    SearchStats, Step, StopReason)
 
 #: MetaFlow splits subgraphs with more than 30 operators (section 5).
 DEFAULT_THRESHOLD = 30
@@ -321,7 +322,7 @@ def _add_stats(total: SearchStats, part: SearchStats) -> None:
                  "matches_computed", "matches_reused"):
         setattr(total, name, getattr(total, name) + getattr(part, name))
     total.rejected.update(part.rejected)
-    if part.stopped_by != "exhausted":
+    if part.stopped_by != StopReason.EXHAUSTED:
         total.stopped_by = part.stopped_by
 
 
