@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich import box
@@ -22,6 +22,9 @@ from rich.table import Table
 
 from graphsub.cli_common import JsonOpt, app, emit_json, err, handle_errors, out
 from graphsub.errors import GraphsubError
+
+if TYPE_CHECKING:
+    from graphsub.search.result import SearchProgress
 
 zoo_app = typer.Typer(help="The built-in benchmark models.", no_args_is_help=True)
 app.add_typer(zoo_app, name="zoo")
@@ -327,12 +330,11 @@ def _search_progress(time_limit: float, budget: int | None):
                    transient=True)
     task = bar.add_task("", total=1.0)
 
-    def update(stats, best_cost: float) -> None:
-        done = max(stats.explored / budget if budget else 0.0, stats.seconds / time_limit)
-        best = "" if math.isnan(best_cost) else f", best {best_cost * 1e3:.3f}"
-        what = "iterations" if math.isnan(best_cost) else "expanded"  # eqsat: no best yet
+    def update(p: SearchProgress) -> None:
+        done = max(p.steps / budget if budget else 0.0, p.seconds / time_limit)
+        best = "" if p.best_cost is None else f", best {p.best_cost * 1e3:.3f}"
         bar.update(task, completed=min(done, 1.0),
-                   description=f"{stats.explored} {what}, {stats.generated} graphs{best}")
+                   description=f"{p.steps} {p.unit}, {p.generated} graphs{best}")
 
     return bar, update
 

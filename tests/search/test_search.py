@@ -120,8 +120,8 @@ def test_interrupt_returns_the_best_graph_so_far():
     g = matmul_chain()
     calls = []
 
-    def interrupt(stats, best):
-        calls.append(best)
+    def interrupt(progress):
+        calls.append(progress.best_cost)
         raise KeyboardInterrupt
 
     r = backtracking_search(g, RULES, AnalyticCostModel(), progress=interrupt)

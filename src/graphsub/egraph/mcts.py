@@ -45,7 +45,7 @@ from graphsub.egraph.saturation import EGraphSearch
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import Rule
 from graphsub.search.registry import register
-from graphsub.search.result import OptimizeResult, ProgressFn, StopReason
+from graphsub.search.result import OptimizeResult, ProgressFn, SearchProgress, StopReason
 
 
 
@@ -227,7 +227,7 @@ def mcts_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
             search.stats.explored = len(decisions)
             if progress is not None:
                 search.stats.seconds = search.elapsed()
-                progress(search.stats, root.cost)
+                progress(SearchProgress.of(search.stats, root.cost, "decisions"))
     except DeadlineReached:  # in the middle of a rule's matching, on a clone
         stopped = StopReason.TIME
     except KeyboardInterrupt:

@@ -26,7 +26,7 @@ from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import Rule
 from graphsub.search.registry import register
-from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn,
+from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn, SearchProgress,
                                     SearchStats, Step, StopReason)
 
 
@@ -170,7 +170,7 @@ def eqsat_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
             search.stats.explored = growth.iterations
             if progress is not None:
                 search.stats.seconds = search.elapsed()
-                progress(search.stats, float("nan"))
+                progress(SearchProgress.of(search.stats, None, "iterations"))
             if runner.full:
                 growth.stopped_by = StopReason.NODE_LIMIT
                 break

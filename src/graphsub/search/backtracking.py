@@ -24,7 +24,7 @@ from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match
 from graphsub.search.pricing import price_rewrite
 from graphsub.search.registry import register
-from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn,
+from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn, SearchProgress,
                                     SearchStats, Step, StopReason)
 
 
@@ -109,7 +109,7 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
                     break
             if progress is not None:
                 stats.seconds = time.perf_counter() - start
-                progress(stats, best_cost())
+                progress(SearchProgress.of(stats, best_cost()))
     except KeyboardInterrupt:
         stats.stopped_by = StopReason.INTERRUPT
     stats.seconds = time.perf_counter() - start

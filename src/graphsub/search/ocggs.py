@@ -35,7 +35,7 @@ from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match, find_matches
 from graphsub.search.registry import register
-from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn,
+from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn, SearchProgress,
                                     SearchStats, Step, StopReason)
 
 
@@ -176,7 +176,7 @@ class _Search:
     def report(self) -> None:
         if self.progress is not None:
             self.stats.seconds = time.perf_counter() - self.start
-            self.progress(self.stats, self.best[0].cost)
+            self.progress(SearchProgress.of(self.stats, self.best[0].cost))
 
     def result(self) -> OptimizeResult:
         self.stats.seconds = time.perf_counter() - self.start

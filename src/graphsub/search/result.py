@@ -66,8 +66,24 @@ class SearchStats:
                 **({"split": self.split} if self.split else {})}
 
 
-#: Called as a search goes, with its statistics so far and the best cost so far.
-ProgressFn = Callable[[SearchStats, float], None]
+@dataclass(frozen=True)
+class SearchProgress:
+    """How far a search has got, for progress displays."""
+
+    seconds: float
+    steps: int                # what the search counts, in `unit`
+    unit: str                 # "expanded" (graphs), "iterations" (eqsat), "decisions" (MCTS)
+    generated: int            # graphs produced so far
+    best_cost: float | None   # None until the search has a graph (eqsat extracts at the end)
+
+    @classmethod
+    def of(cls, stats: SearchStats, best_cost: float | None,
+           unit: str = "expanded") -> SearchProgress:
+        return cls(stats.seconds, stats.explored, unit, stats.generated, best_cost)
+
+
+#: Called as a search goes.
+ProgressFn = Callable[[SearchProgress], None]
 
 
 @dataclass

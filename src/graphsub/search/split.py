@@ -36,7 +36,7 @@ from graphsub.ir.types import Attrs, ConstantStub
 from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match
-from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn,
+from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn, SearchProgress,
                                     SearchStats, Step, StopReason)
 
 #: MetaFlow splits subgraphs with more than 30 operators (section 5).
@@ -369,7 +369,7 @@ def split_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, sea
                 _add_stats(stats, outcome[2])
                 if progress is not None:
                     stats.seconds = time.perf_counter() - start
-                    progress(stats, initial_cost)
+                    progress(SearchProgress.of(stats, initial_cost))
             current = cost_model.graph_cost(base)
             for i in range(len(cut)):
                 _, part_trace, _, before, after = done[i]
