@@ -149,3 +149,10 @@ def test_sampling_reaches_brute_force_on_a_small_case():
     brute = enumeration_search(g, RULES, COST, k=3, time_limit=600)
     sampled = sampling_search(g, RULES, COST, k=3, time_limit=600)
     assert sampled.final_cost <= brute.final_cost * (1 + 1e-12)
+
+
+def test_an_option_the_search_does_not_take_is_an_error():
+    """Every search takes its own options and refuses others (they once vanished silently
+    into `**_`: an alpha given to pruning did nothing)."""
+    with pytest.raises(TypeError, match="alpha"):
+        pruning_search(zoo.build("squeezenet"), RULES, COST, alpha=1.0)

@@ -213,7 +213,7 @@ def _exact_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k:
 @register("pruning", "length-bounded")
 def pruning_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int = 10,
                    time_limit: float = 60.0, budget: int = 10**9, keep: int = 5,
-                   progress: ProgressFn | None = None, **_: object) -> OptimizeResult:
+                   progress: ProgressFn | None = None) -> OptimizeResult:
     """OCGGS Algorithm 1: every ordered sequence of length <= k, each graph matched anew.
     Exact for k when it finishes (stats.stopped_by == StopReason.EXHAUSTED)."""
     return _exact_search(graph, rules, cost_model, k, False, True, time_limit, budget, keep,
@@ -223,7 +223,7 @@ def pruning_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k
 @register("dpp", "length-bounded")
 def dpp_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int = 10,
                time_limit: float = 60.0, budget: int = 10**9, keep: int = 5,
-               progress: ProgressFn | None = None, **_: object) -> OptimizeResult:
+               progress: ProgressFn | None = None) -> OptimizeResult:
     """OCGGS Algorithm 2: Pruning with each sequence's child substitutions reused from its
     father's (Theorem 6); the statistics count matches reused and computed."""
     return _exact_search(graph, rules, cost_model, k, True, True, time_limit, budget, keep,
@@ -233,8 +233,7 @@ def dpp_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: in
 @register("enumeration", "length-bounded")
 def enumeration_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
                        k: int = 3, time_limit: float = 60.0, budget: int = 10**9,
-                       keep: int = 5, progress: ProgressFn | None = None,
-                       **_: object) -> OptimizeResult:
+                       keep: int = 5, progress: ProgressFn | None = None) -> OptimizeResult:
     """The brute force the paper compares against (ENU): every sequence of length <= k."""
     return _exact_search(graph, rules, cost_model, k, True, False, time_limit, budget, keep,
                          progress)
@@ -243,8 +242,7 @@ def enumeration_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMode
 @register("sampling", "length-bounded")
 def sampling_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int = 10,
                     q: int = 20, eta: int = 1, time_limit: float = 60.0, budget: int = 10**9,
-                    keep: int = 5, progress: ProgressFn | None = None,
-                    **_: object) -> OptimizeResult:
+                    keep: int = 5, progress: ProgressFn | None = None) -> OptimizeResult:
     """OCGGS Algorithm 3 with sample size `q` and at most `eta` cost-increasing substitutions
     in a row (the paper's settings: q = 20, eta = 1, k = 10)."""
     search = _Search(graph, rules, cost_model, time_limit, budget, keep, progress, reuse=True)
