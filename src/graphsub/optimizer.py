@@ -22,7 +22,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from graphsub.backends import Target, get_target
@@ -30,6 +30,7 @@ from graphsub.cost import CostModel, MeasuredCostModel, make_cost_model
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.onnx_io.exporter import to_onnx_bytes
+from graphsub.report.optimize import OptimizeReport, verdict
 from graphsub.rules import Rule, builtin_rules
 from graphsub.runtime.compare import Comparison, compare_models, compare_runners
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
@@ -38,8 +39,7 @@ from graphsub.search import (ALGORITHMS, EGRAPH_BASED, LENGTH_BOUNDED, Candidate
                              OptimizeResult, SearchStats)
 from graphsub.search.result import ProgressFn, StopReason
 from graphsub.search.split import split_search
-from graphsub.selection import (MIN_GAIN, MIN_WINS, CandidateReport, Selection,
-                                measure_and_choose)
+from graphsub.selection import measure_and_choose
 
 #: Tolerances for "computes the same function": rewrites reassociate float32 sums, so the
 #: absolute tolerance scales with each output's magnitude.
@@ -157,42 +157,6 @@ def measure_reserve(time_limit: float) -> float:
     """The part of a time limit kept for timing and verifying candidates when no
     --measure-limit is given: a quarter, at least 2 s, at most half of the limit and 60 s."""
     return min(max(MEASURE_SHARE * time_limit, 2.0), 0.5 * time_limit, 60.0)
-
-
-@dataclass
-class OptimizeReport:
-    """Everything `graphsub optimize` found out, as written to --report."""
-
-    model: str
-    settings: dict[str, Any]
-    target: str
-    device: dict[str, Any]
-    predicted_cost_before: float
-    predicted_cost_after: float
-    latency_before_ms: float | None
-    latency_after_ms: float | None
-    speedup: float | None
-    kept_original: bool
-    trace: list[dict[str, Any]]
-    rules_used: dict[str, int]
-    search: dict[str, Any]
-    candidates: list[CandidateReport] = field(default_factory=list)
-    verification: dict[str, Any] = field(default_factory=dict)
-    confirmation: dict[str, Any] = field(default_factory=dict)
-    nodes_before: int = 0
-    nodes_after: int = 0
-    #: faster | no-cheaper-graph | not-faster | not-confirmed | no-time | not-run
-    outcome: str = ""
-    #: The outcome in one or two sentences, with its figures.
-    verdict: str = ""
-    #: Whatever degraded the result without ending the run (operators priced analytically,
-    #: candidates dropped), one line each.
-    notes: list[str] = field(default_factory=list)
-    #: Seconds spent: search, measure (timing and confirming), verify, total; and the limits.
-    seconds: dict[str, float | None] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _distinct(candidates: list[Candidate], original_hash: str, limit: int) -> list[Candidate]:
@@ -340,46 +304,6 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
                  "time_limit": time_limit, "measure_limit": measure_limit})
     report.verdict = verdict(report, selection, interrupted)
     return chosen_bytes, report
-
-
-def verdict(report: OptimizeReport, selection: Selection, interrupted: bool = False) -> str:
-    """What happened, in words a user can act on, with the figures behind it."""
-    search = report.search
-    cands = [c for c in report.candidates if c.measured_ms is not None] or report.candidates
-    best_predicted = min((c.predicted_cost for c in cands), default=report.predicted_cost_before)
-    predicted_gain = 1 - best_predicted / report.predicted_cost_before if report.predicted_cost_before else 0.0
-    target = report.target
-    prefix = f"The search was interrupted after {search['seconds']:.1f} s. " if interrupted else ""
-    outcome = selection.outcome
-    if outcome == "faster":
-        c = report.confirmation
-        return (prefix + f"The optimized model runs {c['speedup']:.3f}x as fast as the original "
-                f"on {target} (median of {c['rounds']} head-to-head rounds, faster in "
-                f"{c['wins']:.0%} of them) and matches it on random inputs.")
-    if outcome == "no-cheaper-graph":
-        return (prefix + "The search found no graph predicted cheaper than the original "
-                f"({search['explored']} expanded, stopped by {search['stopped_by']}); the "
-                "original model is kept.")
-    if outcome == "not-faster":
-        return (prefix + f"The search found {len(report.candidates)} candidate(s), the best "
-                f"predicted {predicted_gain:.1%} cheaper, but none ran faster than the "
-                f"original on {target} (the fastest: {selection.screen_ratio:.3f}x); the "
-                "original model is kept.")
-    if outcome == "not-confirmed":
-        c = report.confirmation
-        return (prefix + f"The fastest candidate (predicted {predicted_gain:.1%} cheaper) "
-                f"measured {c['speedup'] - 1:+.1%} against the original in the median "
-                f"head-to-head round and was faster in {c['wins']:.0%} of {c['rounds']} rounds; "
-                f"keeping it needs {MIN_GAIN:.0%} and {MIN_WINS:.0%}, so the original model "
-                "is kept.")
-    if outcome == "no-time":
-        run_ms = selection.original_run_s * 1e3
-        return (prefix + f"The candidates (best predicted {predicted_gain:.1%} cheaper) could "
-                f"not be measured and confirmed on {target} within the time limit (one run of "
-                f"the model takes {run_ms:.0f} ms); the original model is kept. Give "
-                "--measure-limit SECONDS for more measuring time.")
-    return (prefix + f"No candidate could run on {target} (see the notes); the original model "
-            "is kept.")
 
 
 def verify(a: bytes, b: bytes, specs, threads: int) -> Comparison:

@@ -23,6 +23,7 @@ import numpy as np
 from graphsub.backends import Target
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
+from graphsub.report.optimize import CandidateReport
 from graphsub.runtime.compare import Comparison, compare_outputs
 from graphsub.runtime.timing import PairedComparison, Runnable, compare_runnables, time_runnables
 from graphsub.search.result import Candidate
@@ -37,14 +38,6 @@ MIN_CONFIRM_ROUNDS = 5
 #: The share of the measuring time (after the verification reserve) spent screening; the rest
 #: confirms the fastest candidate head to head.
 SCREEN_SHARE = 0.4
-
-
-@dataclass
-class CandidateReport:
-    predicted_cost: float
-    measured_ms: float | None
-    rules: list[str]
-    note: str = ""
 
 
 @dataclass
