@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import platform
-import statistics
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +22,7 @@ from graphsub.cost.base import OpSignature
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph
 from graphsub.runtime.ort import OrtRunnable, make_session
+from graphsub.runtime.timing import median_call_time, timed_calls
 
 #: Shape of the tensor used to calibrate the per-operator overhead: large enough that
 #: onnxruntime runs the operator on its thread pool, as it does the model's real operators.
@@ -54,16 +53,8 @@ def time_session(sess, feeds: Mapping[str, np.ndarray], min_runs: int = 5,
         binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(arr, device, 0))
     for out in sess.get_outputs():
         binding.bind_output(out.name, device)
-    for _ in range(2):
-        sess.run_with_iobinding(binding)
-    samples: list[float] = []
-    start = time.perf_counter()
-    while len(samples) < min_runs or (time.perf_counter() - start < min_seconds
-                                      and len(samples) < max_runs):
-        t0 = time.perf_counter()
-        sess.run_with_iobinding(binding)
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples)
+    return median_call_time(lambda: sess.run_with_iobinding(binding), 2, min_runs, min_seconds,
+                            max_runs)
 
 
 class OrtTarget(Target):
@@ -170,13 +161,8 @@ class OrtCudaRunnable(OrtRunnable):
         for out in self.session.get_outputs():
             self._binding.bind_output(out.name, "cuda")
 
-    def timed(self, n: int) -> list[float]:
-        out = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            self.session.run_with_iobinding(self._binding)  # synchronizes the provider
-            out.append(time.perf_counter() - t0)
-        return out
+    def timed(self, n: int) -> list[float]:  # run_with_iobinding synchronizes the provider
+        return timed_calls(lambda: self.session.run_with_iobinding(self._binding), n)
 
 
 class OrtCpuTarget(OrtTarget):

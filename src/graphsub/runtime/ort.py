@@ -7,7 +7,6 @@ and lives in `runtime.timing`.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import onnx
 from onnx import helper
 
 from graphsub.runtime.timing import (PairedComparison, Runnable, Timing, compare_runnables,
-                                     time_runnables)
+                                     time_runnables, timed_calls)
 
 
 def _as_bytes(model: Any) -> bytes | str:
@@ -80,12 +79,7 @@ class OrtRunnable(Runnable):
         self._feeds = {k: np.asarray(v) for k, v in feeds.items()}
 
     def timed(self, n: int) -> list[float]:
-        out = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            self.session.run(None, self._feeds)
-            out.append(time.perf_counter() - t0)
-        return out
+        return timed_calls(lambda: self.session.run(None, self._feeds), n)
 
 
 def time_models(models: Sequence[Any], feeds: Mapping[str, np.ndarray],

@@ -11,10 +11,35 @@ from __future__ import annotations
 import statistics
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+
+def timed_calls(call: Callable[[], object], n: int) -> list[float]:
+    """Seconds of each of n calls: what a CPU runnable's `timed` measures."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        call()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def median_call_time(call: Callable[[], object], warmup: int = 2, min_runs: int = 5,
+                     min_seconds: float = 0.02, max_runs: int = 200) -> float:
+    """Median seconds of one call, after `warmup` untimed ones: at least `min_runs` calls and
+    `min_seconds` of them, at most `max_runs`. How every target times one operator on the
+    CPU (a CUDA target times with events instead)."""
+    for _ in range(warmup):
+        call()
+    samples: list[float] = []
+    start = time.perf_counter()
+    while len(samples) < min_runs or (time.perf_counter() - start < min_seconds
+                                      and len(samples) < max_runs):
+        samples += timed_calls(call, 1)
+    return statistics.median(samples)
 
 
 class Runnable(ABC):

@@ -10,7 +10,6 @@ in a CUDA graph (`TorchRunnable(cuda_graphs=True)`), or is handed to inductor.
 from __future__ import annotations
 
 import keyword
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,7 +21,7 @@ from torch.fx.proxy import GraphAppendingTracer
 from graphsub.backends.torch.lowering import LowerContext, lower, torch_dtype
 from graphsub.ir.graph import Graph, Value
 from graphsub.runtime.reference import materialized_weights
-from graphsub.runtime.timing import Runnable
+from graphsub.runtime.timing import Runnable, timed_calls
 
 
 def _identifier(name: str, used: set[str]) -> str:
@@ -161,13 +160,8 @@ class TorchRunnable(Runnable):
 
     def timed(self, n: int) -> list[float]:
         if not self.cuda:
-            out = []
             with torch.inference_mode():
-                for _ in range(n):
-                    t0 = time.perf_counter()
-                    self.program(*self._inputs)
-                    out.append(time.perf_counter() - t0)
-            return out
+                return timed_calls(lambda: self.program(*self._inputs), n)
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(n)]
         with torch.inference_mode():

@@ -14,7 +14,6 @@ TF32 is off unless asked for (it changes results).
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +26,7 @@ from graphsub.backends.torch.program import TorchProgram, TorchRunnable, to_tens
 from graphsub.cost.base import OpSignature
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Node, Value
+from graphsub.runtime.timing import median_call_time
 
 Strides = tuple[int, ...]
 
@@ -124,16 +124,8 @@ class TorchTarget(Target):
 
     def _time_call(self, fn: Callable[..., Any], inputs: list[torch.Tensor]) -> float:
         """Median seconds of one call on the CPU."""
-        samples: list[float] = []
         with torch.inference_mode():
-            for _ in range(2):
-                fn(*inputs)
-            start = time.perf_counter()
-            while len(samples) < 10 or (time.perf_counter() - start < 0.05 and len(samples) < 200):
-                t0 = time.perf_counter()
-                fn(*inputs)
-                samples.append(time.perf_counter() - t0)
-        return statistics.median(samples)
+            return median_call_time(lambda: fn(*inputs), 2, 10, 0.05, 200)
 
     def empty_call(self) -> float:
         """The time of calling a program that computes nothing (returns its input)."""
