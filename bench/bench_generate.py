@@ -98,7 +98,7 @@ def cmd_dask(args: argparse.Namespace) -> None:
 
 def cmd_taso_verify(args: argparse.Namespace) -> None:
     from graphsub.rules.taso import import_taso_rules
-    from graphsub.verify.batch import verify_rules
+    from graphsub.proofs.batch import verify_rules
 
     rules = import_taso_rules(TASO_PB, check=False).rules
     ex = make_executor("process", args.workers)

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("graphsub.runtime",),
     ("graphsub.onnx_io",),
     ("graphsub.rules",),
-    ("graphsub.cost", "graphsub.verify"),
+    ("graphsub.cost", "graphsub.proofs"),
     ("graphsub.backends",),
     ("graphsub.search", "graphsub.generate"),
     ("graphsub.egraph",),

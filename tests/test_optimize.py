@@ -16,7 +16,7 @@ from graphsub.ir import GraphBuilder
 from graphsub.optimizer import VerificationError, optimize_model
 from graphsub.rules import parse_rules
 from graphsub.runtime import compare_models, graph_input_specs
-from graphsub.runtime.compare import Comparison, diff_arrays
+from graphsub.runtime.equivalence import Comparison, diff_arrays
 from tests.markers import requires_torch
 
 runner = CliRunner()

@@ -116,7 +116,7 @@ def verify(rule_file: Annotated[Path, typer.Argument(help="graphsub .rules file 
     random inputs is refuted. Exit status 1 when any rule is refuted."""
     from graphsub.executors import make_executor
     from graphsub.rules import load_rules
-    from graphsub.verify.batch import verify_rules
+    from graphsub.proofs.batch import verify_rules
 
     rules = load_rules([rule_file], check=False)
     ex = make_executor(executor, workers, scheduler)
@@ -163,7 +163,7 @@ def axioms_check(timeout_ms: Annotated[int, typer.Option("--timeout-ms", help="Z
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
 
-    from graphsub.verify.validate import check_axioms, step_count
+    from graphsub.proofs.validate import check_axioms, step_count
 
     bar = Progress(TextColumn("[bold]axioms[/]"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("{task.description}"), console=err,

@@ -32,7 +32,7 @@ from graphsub.ir.graph import Graph
 from graphsub.onnx_io.exporter import to_onnx_bytes
 from graphsub.report.optimize import OptimizeReport, verdict
 from graphsub.rules import Rule, builtin_rules
-from graphsub.runtime.compare import Comparison, compare_models, compare_runners
+from graphsub.runtime.equivalence import Comparison, compare_models, compare_runners
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import (ALGORITHMS, EGRAPH_BASED, LENGTH_BOUNDED, Candidate,
@@ -267,9 +267,9 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
     elif chosen is not None:
         say("verifying the optimized model against the original")
         try:
-            comparison = verify(original, chosen_bytes, specs, threads)
+            comparison = check_equivalence(original, chosen_bytes, specs, threads)
             if comparison.equivalent and not device.name.startswith("ort-"):
-                comparison = verify_on_target(original, selection.runnable, specs, threads)
+                comparison = check_equivalence_on_target(original, selection.runnable, specs, threads)
         finally:
             selection.runnable.close()
     trace = [] if chosen is None else [asdict(s) for s in chosen.trace]
@@ -306,7 +306,7 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
     return chosen_bytes, report
 
 
-def verify(a: bytes, b: bytes, specs, threads: int) -> Comparison:
+def check_equivalence(a: bytes, b: bytes, specs, threads: int) -> Comparison:
     """Compare two models on random inputs, with relative tolerance RTOL and an absolute
     tolerance of ATOL_SCALE x the largest output magnitude: elements near zero of a large
     output may differ by rounding once sums are reassociated."""
@@ -320,9 +320,9 @@ def verify(a: bytes, b: bytes, specs, threads: int) -> Comparison:
 
 
 
-def verify_on_target(original: bytes, runnable, specs, threads: int) -> Comparison:
+def check_equivalence_on_target(original: bytes, runnable, specs, threads: int) -> Comparison:
     """Compare the chosen graph as the target runs it (torch) with the original model in
-    onnxruntime, with the tolerances of `verify`."""
+    onnxruntime, with the tolerances of `check_equivalence`."""
     from graphsub.runtime.ort import make_session, run
 
     session = make_session(original, threads)

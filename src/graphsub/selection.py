@@ -24,7 +24,7 @@ from graphsub.backends import Target
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.report.optimize import CandidateReport
-from graphsub.runtime.compare import Comparison, compare_outputs
+from graphsub.runtime.equivalence import Comparison, compare_outputs
 from graphsub.runtime.timing import PairedComparison, Runnable, compare_runnables, time_runnables
 from graphsub.search.result import Candidate
 

@@ -13,7 +13,7 @@ from graphsub.generate.opset import PRIME, GenTensor
 from graphsub.rules import check_rule, print_rule
 from graphsub.rules.check import RuleCheckError
 from graphsub.rules.parser import print_expr
-from graphsub.verify import prove
+from graphsub.proofs import prove
 
 
 @pytest.mark.parametrize("shapes, ops, max_ops, counts", [

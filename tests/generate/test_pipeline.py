@@ -16,7 +16,7 @@ from graphsub.generate import generate, make_executor, rules_text
 from graphsub.generate.recall import canonical_forms
 from graphsub.rules import load_rules, parse_rules
 from graphsub.runtime import compare_models, graph_input_specs
-from graphsub.verify import verify_rule
+from graphsub.proofs import verify_rule
 
 runner = CliRunner()
 MATRIX_OPS = ["matmul", "ewadd", "transpose"]

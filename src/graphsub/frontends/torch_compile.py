@@ -361,7 +361,7 @@ def _disagreement(original: Callable, optimized: Callable, args: Sequence[Any],
                   positions: Sequence[int], rtol: float, trials: int = 2) -> str | None:
     """Where the optimized module's outputs differ from the original's (None: they agree), on
     the example arguments and on random ones of the same shapes in `positions`."""
-    from graphsub.runtime.compare import diff_arrays
+    from graphsub.runtime.equivalence import diff_arrays
 
     gen = torch.Generator().manual_seed(0)
     for trial in range(trials + 1):

@@ -46,7 +46,7 @@ from graphsub.ir.graph import Graph
 from graphsub.onnx_io import load, to_onnx_bytes
 from graphsub.optimizer import ATOL_SCALE, RTOL, VerificationError, optimize, optimize_model
 from graphsub.rules import Rule, builtin_rules, load_rules
-from graphsub.runtime.compare import compare_outputs
+from graphsub.runtime.equivalence import ModelFn, compare_outputs
 from graphsub.runtime.reference import evaluate
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import ALGORITHMS
@@ -72,7 +72,6 @@ GC_OVERRUN = "overrun: garbage collection"
 ORT_OPTIMIZER = "candidates right with onnxruntime optimizations off"
 
 Outputs = dict[str, np.ndarray]
-Runner = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
 Listener = Callable[[str, "Outcome | None"], None]
 
 
@@ -150,7 +149,7 @@ class Reference:
         return cls(_inputs_of(model), tuple(o.name for o in model.graph.output), feeds,
                    expected, ATOL_SCALE * scale)
 
-    def compare(self, run: Runner) -> tuple[str, str]:
+    def compare(self, run: ModelFn) -> tuple[str, str]:
         """(status, message): `wrong` with the first problem or the worst output, else `equal`."""
         for feeds, expected in zip(self.feeds, self.expected):
             actual = run(feeds)
@@ -370,14 +369,14 @@ def _torch_cpu(subject: _Subject) -> Outcome:
     except TargetUnavailableError as exc:
         return Outcome("torch-cpu", "skipped", str(exc))
 
-    def runner(graph: Graph) -> Runner:
+    def runner(graph: Graph) -> ModelFn:
         runnable = target.prepare(graph, subject.data if graph is subject.graph else None)
         return runnable.run
 
     return _run_graphs(subject, "torch-cpu", runner)
 
 
-def _run_graphs(subject: _Subject, stage: str, runner: Callable[[Graph], Runner]) -> Outcome:
+def _run_graphs(subject: _Subject, stage: str, runner: Callable[[Graph], ModelFn]) -> Outcome:
     """Run the imported graph, then each best graph the searches found, with a backend;
     the first that differs from the reference (or raises) is the outcome."""
     graphs = [("original", "", subject.graph, ())]

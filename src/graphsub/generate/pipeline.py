@@ -37,7 +37,7 @@ from graphsub.rules.ast import Rule
 from graphsub.rules.parser import parse_rules, print_rule
 from graphsub.rules.check import RuleCheckError, check_rule
 from graphsub.rules.taso import ungrouped_conditions
-from graphsub.verify.prover import verify_rule
+from graphsub.proofs.prover import verify_rule
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 FLUSH_EVERY = 20_000  # records buffered per enumeration task before they go to disk

@@ -40,7 +40,7 @@ from graphsub.rules.expr import Env
 from graphsub.rules.expr import evaluate as evaluate_expr
 from graphsub.rules.matcher import SAME_SHAPES, find_matches
 from graphsub.rules.parser import print_rule
-from graphsub.runtime.compare import diff_arrays
+from graphsub.runtime.equivalence import diff_arrays
 from graphsub.runtime.reference import evaluate
 
 

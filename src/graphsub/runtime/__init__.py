@@ -1,6 +1,6 @@
 """Running graphs and models: numpy reference, onnxruntime, timing, numerical comparison."""
 
-from graphsub.runtime.compare import Comparison, OutputDiff, compare_models, diff_arrays
+from graphsub.runtime.equivalence import Comparison, OutputDiff, compare_models, diff_arrays
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
 from graphsub.runtime.ort import OrtRunnable, compare_speed, make_session, run, time_models
 from graphsub.runtime.reference import evaluate

@@ -88,10 +88,11 @@ def compare_outputs(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.
     return diffs, problems
 
 
-Runner = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
+#: Runs a model: named inputs to named outputs.
+ModelFn = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
 
 
-def compare_runners(a: Runner, b: Runner, specs: Sequence[InputSpec], rtol: float = 1e-4,
+def compare_runners(a: ModelFn, b: ModelFn, specs: Sequence[InputSpec], rtol: float = 1e-4,
                     atol: float = 1e-5, trials: int = 2, seed: int = 0) -> Comparison:
     """Run two models (any callables from named inputs to named outputs) on `trials` sets of
     random inputs and compare every output; A is the reference. Outputs must match by name

@@ -10,10 +10,10 @@ import z3
 
 from graphsub.rules import parse_rules
 from graphsub.rules.taso import import_taso_rules
-from graphsub.verify import prove
-from graphsub.verify.axioms import signature
-from graphsub.verify.lemmas import Lemma, lemmas, prove_lemma, proven_lemmas
-from graphsub.verify.prover import verify_rule
+from graphsub.proofs import prove
+from graphsub.proofs.axioms import signature
+from graphsub.proofs.lemmas import Lemma, lemmas, prove_lemma, proven_lemmas
+from graphsub.proofs.prover import verify_rule
 
 TASO_PB = Path(__file__).resolve().parents[3] / "shared" / "data" / "taso" / "graph_subst.pb"
 needs_taso = pytest.mark.skipif(not TASO_PB.exists(),

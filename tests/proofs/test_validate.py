@@ -12,7 +12,7 @@ import z3
 
 from graphsub.ir.types import TensorType
 from graphsub.ops import get_op
-from graphsub.verify.axioms import (
+from graphsub.proofs.axioms import (
     ACT_NONE,
     ACT_RELU,
     PAD_SAME,
@@ -21,7 +21,7 @@ from graphsub.verify.axioms import (
     axioms,
     signature,
 )
-from graphsub.verify.validate import (
+from graphsub.proofs.validate import (
     SHAPES,
     Bounds,
     Property,

@@ -14,7 +14,7 @@ once when the ground terms saturate. Z3's own trigger choice, with MBQI, instead
 in axioms such as concat-geometry (over 150,000 instances in 3 s on TASO's rule 103, as many
 as with a multi-pattern on its two inner concatenations, each instance making new ones). The
 second stage, with the remaining time, is Z3's default configuration over the axioms as
-stated. Both stages also use the lemmas of `graphsub.verify.lemmas`, each
+stated. Both stages also use the lemmas of `graphsub.proofs.lemmas`, each
 first proven from the axioms alone.
 """
 
@@ -29,7 +29,7 @@ import z3
 
 from graphsub.rules.ast import AVar, ListExpr, Lit, OpTerm, Ref, Rule, Term, Var
 from graphsub.rules.check import RuleCheckError, check_rule
-from graphsub.verify.axioms import (
+from graphsub.proofs.axioms import (
     ACT_NONE,
     ACT_RELU,
     PAD_SAME,
@@ -37,7 +37,7 @@ from graphsub.verify.axioms import (
     axioms,
     signature,
 )
-from graphsub.verify.lemmas import open_forall, proven_lemmas
+from graphsub.proofs.lemmas import open_forall, proven_lemmas
 
 
 class Untranslatable(Exception):

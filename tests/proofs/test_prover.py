@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from graphsub.rules import builtin_rules, parse_rules
-from graphsub.verify import AXIOM_COUNT, axioms, prove, verify_rule
+from graphsub.proofs import AXIOM_COUNT, axioms, prove, verify_rule
 
 
 def rule(text: str):

@@ -8,7 +8,7 @@ transpose-involution). Stating such a consequence once lets E-matching use it di
 
 Using a lemma is sound only because it is itself entailed by the 43 axioms: `proven_lemmas`
 proves each lemma from the axioms alone (never from other lemmas) the first time the prover
-needs them, and keeps only those proven; tests/verify/test_taso_proofs.py checks that all
+needs them, and keeps only those proven; tests/proofs/test_taso_proofs.py checks that all
 of them are. A lemma that fails to be proven (on a slow machine, say) is simply not used.
 """
 
@@ -19,7 +19,7 @@ from functools import lru_cache
 
 import z3
 
-from graphsub.verify.axioms import PAD_VALID, signature
+from graphsub.proofs.axioms import PAD_VALID, signature
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def lemmas() -> tuple[Lemma, ...]:
 
 def prove_lemma(lemma: Lemma, timeout_ms: int = 5_000) -> bool:
     """Whether the 43 axioms alone entail `lemma` (within `timeout_ms`)."""
-    from graphsub.verify.prover import entails  # the prover imports this module
+    from graphsub.proofs.prover import entails  # the prover imports this module
 
     q = lemma.formula
     bound = [z3.Const(q.var_name(i), q.var_sort(i)) for i in range(q.num_vars())]

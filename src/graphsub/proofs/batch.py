@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from graphsub.rules.ast import Rule
 from graphsub.rules.parser import parse_rules, print_rule
-from graphsub.verify.prover import Verdict, verify_rule
+from graphsub.proofs.prover import Verdict, verify_rule
 
 
 def verify_texts(texts: Sequence[str], timeout_ms: int, numeric: bool) -> list[Verdict]:

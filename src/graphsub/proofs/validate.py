@@ -45,7 +45,7 @@ import z3
 
 from graphsub.errors import ShapeError
 from graphsub.ops.conv import resolve_pads, window_out
-from graphsub.verify.axioms import (
+from graphsub.proofs.axioms import (
     ACT_NONE,
     ACT_RELU,
     PAD_SAME,
