@@ -38,6 +38,7 @@ from graphsub import zoo  # noqa: E402
 from graphsub.onnx_io import to_onnx_bytes  # noqa: E402
 from graphsub.optimizer import optimize_model  # noqa: E402
 from graphsub.runtime import Timing, compare_models, graph_input_specs, time_models  # noqa: E402
+from graphsub.runtime.equivalence import Tolerance  # noqa: E402
 
 HF = {
     "bert": ("bert", dict(hidden_size=384, num_hidden_layers=4, num_attention_heads=6,
@@ -120,8 +121,8 @@ def measure(label: str, graph, original: bytes, args: argparse.Namespace) -> dic
     others = simplified(original)
     specs = graph_input_specs(graph)
     for name, model in others.items():  # the peers must be right too, or the race is moot
-        row[f"{name}_equivalent"] = compare_models(original, model, specs, rtol=1e-3,
-                                                   atol=1e-4).equivalent
+        row[f"{name}_equivalent"] = compare_models(original, model, specs,
+                                                   Tolerance(1e-3, 1e-4)).equivalent
     files = {"original": original, "graphsub": data, **others}
     timings = dict(zip(files, time_models(list(files.values()), feeds_for(graph),
                                           min_seconds=args.seconds)))

@@ -171,3 +171,14 @@ def test_optimize_with_eqsat_reports_its_egraph(tmp_path):
     assert egraph["nodes"] > rep["nodes_before"] and egraph["extraction"]["ilp"]["status"]
     assert "iterations" in result.output and "e-nodes" in result.output
     assert rep["verification"] and out.exists()
+
+
+def test_check_uses_the_optimizers_tolerances_unless_given(models):
+    r = invoke("check", models["a"], models["a"], "--json")
+    data = json.loads(r.stdout)
+    assert (data["rtol"], data["atol_scale"]) == (1e-3, 1e-4)
+    r = invoke("check", models["a"], models["a"], "--json", "--rtol", "1e-5", "--atol", "1e-7")
+    data = json.loads(r.stdout)
+    assert (data["rtol"], data["atol"], data["atol_scale"]) == (1e-5, 1e-7, 0.0)
+    r = invoke("check", models["a"], models["a"])
+    assert "atol 0.0001 of each output's largest" in " ".join(r.stdout.split())

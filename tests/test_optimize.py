@@ -16,7 +16,7 @@ from graphsub.ir import GraphBuilder
 from graphsub.optimizer import VerificationError, optimize_model
 from graphsub.rules import parse_rules
 from graphsub.runtime import compare_models, graph_input_specs
-from graphsub.runtime.equivalence import Comparison, diff_arrays
+from graphsub.runtime.equivalence import Comparison, Tolerance, diff_arrays
 from tests.markers import requires_torch
 
 runner = CliRunner()
@@ -40,7 +40,7 @@ def test_optimize_command_on_a_zoo_model(tmp_path):
     assert ("unchanged" in r.stdout) == data["kept_original"]
     original = graphsub.to_onnx(graphsub.zoo.build("resnet_blocks:n=1")).SerializeToString()
     specs = graph_input_specs(graphsub.zoo.build("resnet_blocks:n=1"))
-    assert compare_models(original, out.read_bytes(), specs, rtol=1e-3, atol=1e-4).equivalent
+    assert compare_models(original, out.read_bytes(), specs, Tolerance(1e-3, 1e-4)).equivalent
 
 
 def test_optimize_an_onnx_file_with_json_output(tmp_path):
@@ -118,7 +118,7 @@ def test_optimize_for_torch_cpu_is_verified_and_reports_the_target(spec):
     assert rep.verification["equivalent"] is True
     specs = graph_input_specs(graph)
     assert compare_models(graphsub.to_onnx(graph).SerializeToString(), data, specs,
-                          rtol=1e-3, atol=1e-4).equivalent
+                          Tolerance(1e-3, 1e-4)).equivalent
 
 
 @requires_torch
@@ -177,7 +177,7 @@ def test_a_shape_mismatch_is_what_the_verification_error_names():
     """When only an output's shape differs, the message named the worst output that passed
     ("max |diff| 0") instead of the shape (fuzzer finding)."""
     passed = diff_arrays("a", np.ones(3), np.ones(3), 1e-3, 1e-4)
-    comparison = Comparison(False, (passed,), 1e-3, 1e-4, 2,
+    comparison = Comparison(False, (passed,), Tolerance(1e-3, 1e-4), 2,
                             ("output 'b' has shape (4,), expected (3,)",))
     message = str(VerificationError.of(comparison, ["rule-x"]))
     assert "output 'b' has shape (4,), expected (3,)" in message

@@ -244,26 +244,38 @@ def zoo_export(name: Annotated[str, typer.Argument(help="Zoo model, e.g. bert or
 def check(a: Annotated[str, typer.Argument(help="Reference model (ONNX file or zoo model).")],
           b: Annotated[str, typer.Argument(help="Model to check against it.")],
           input_shape: InputShapeOpt = None,
-          rtol: Annotated[float, typer.Option(help="Relative tolerance.")] = 1e-4,
-          atol: Annotated[float, typer.Option(help="Absolute tolerance.")] = 1e-5,
+          rtol: Annotated[Optional[float], typer.Option(
+              help="Relative tolerance (default 1e-3, as graphsub optimize verifies).")] = None,
+          atol: Annotated[Optional[float], typer.Option(
+              help="Absolute tolerance (default: 1e-4 of each output's largest magnitude, as "
+                   "graphsub optimize verifies).")] = None,
           trials: Annotated[int, typer.Option(help="Sets of random inputs to try.")] = 3,
           seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
           as_json: JsonOpt = False) -> None:
-    """Check that two models compute the same outputs (exit 0 only when they do)."""
-    from graphsub.runtime import compare_models
+    """Check that two models compute the same outputs (exit 0 only when they do), by
+    default under the tolerances `graphsub optimize` verifies its output with."""
+    from dataclasses import replace
+
+    from graphsub.runtime.equivalence import SAME_FUNCTION, compare_models
 
     shapes = parse_input_shapes(input_shape)
     ma, mb = LoadedModel(a, shapes), LoadedModel(b, shapes)
     if ma.input_specs() != mb.input_specs():
         raise GraphsubError(f"the models have different inputs: {ma.input_specs()} vs "
                             f"{mb.input_specs()}")
-    result = compare_models(ma.onnx, mb.onnx, ma.input_specs(), rtol=rtol, atol=atol,
-                            trials=trials, seed=seed)
+    tolerance = SAME_FUNCTION if rtol is None else replace(SAME_FUNCTION, rtol=rtol)
+    if atol is not None:
+        tolerance = replace(tolerance, atol=atol, atol_scale=0.0)
+    result = compare_models(ma.onnx, mb.onnx, ma.input_specs(), tolerance, trials=trials,
+                            seed=seed)
     if as_json:
         emit_json(result.as_dict())
     else:
-        table = Table(title=f"{escape(ma.label)} vs {escape(mb.label)} (rtol {rtol:g}, "
-                            f"atol {atol:g}, {trials} input sets)", title_justify="left")
+        atol_text = (f"atol {tolerance.atol:g}" if not tolerance.atol_scale else
+                     f"atol {tolerance.atol_scale:g} of each output's largest magnitude")
+        table = Table(title=f"{escape(ma.label)} vs {escape(mb.label)} (rtol "
+                            f"{tolerance.rtol:g}, {atol_text}, {trials} input sets)",
+                      title_justify="left")
         for col in ("output", "max |diff|", "max rel", "worst element", "ok"):
             table.add_column(col)
         for d in result.outputs:

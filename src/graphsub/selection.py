@@ -24,7 +24,7 @@ from graphsub.backends import Target
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.report.optimize import CandidateReport
-from graphsub.runtime.equivalence import Comparison, compare_outputs
+from graphsub.runtime.equivalence import SAME_FUNCTION, Comparison, Tolerance, compare_outputs
 from graphsub.runtime.timing import PairedComparison, Runnable, compare_runnables, time_runnables
 from graphsub.search.result import Candidate
 
@@ -78,8 +78,8 @@ def _timed_run(runnable: Runnable, feeds: Mapping[str, np.ndarray]
 
 
 def _right_without_ort_optimizations(original: bytes, candidate: bytes,
-                                     feeds: Mapping[str, np.ndarray], rtol: float,
-                                     atol: float) -> bool:
+                                     feeds: Mapping[str, np.ndarray],
+                                     tolerance: Tolerance) -> bool:
     """Whether the candidate computes what the original computes when onnxruntime runs both
     as written (no graph optimizations): then a difference with them on is onnxruntime's
     (its fusions have broken valid models), not a wrong rewrite."""
@@ -90,7 +90,7 @@ def _right_without_ort_optimizations(original: bytes, candidate: bytes,
         actual = run(candidate, feeds, threads=1, optimize=False)
     except Exception:  # noqa: BLE001 (onnxruntime's own exception types)
         return False
-    diffs, problems = compare_outputs(expected, actual, rtol, atol)
+    diffs, problems = compare_outputs(expected, actual, tolerance)
     return not problems and all(d.ok for d in diffs)
 
 
@@ -104,7 +104,7 @@ class Dropped:
 
 def _try_candidate(device: Target, i: int, cand: Candidate, data: bytes, original: bytes,
                    feeds: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
-                   tolerance: tuple[float, float]) -> tuple[Runnable, float] | Dropped | Comparison:
+                   tolerance: Tolerance) -> tuple[Runnable, float] | Dropped | Comparison:
     """Build and run a candidate once on the target: its runnable and run time, or why it
     was dropped, or (when it computes something else) the comparison that shows it."""
     try:
@@ -120,17 +120,17 @@ def _try_candidate(device: Target, i: int, cand: Candidate, data: bytes, origina
         return Dropped(f"dropped: {device.name} cannot run it",
                        f"candidate {i}: {device.name} cannot run it, dropped "
                        f"({_first_line(exc)})")
-    diffs, problems = compare_outputs(reference, outputs, *tolerance)
+    diffs, problems = compare_outputs(reference, outputs, tolerance)
     if not problems and all(d.ok for d in diffs):
         return runnable, run_s
     runnable.close()
     if device.name.startswith("ort-") and _right_without_ort_optimizations(
-            original, data, feeds, *tolerance):
+            original, data, feeds, tolerance):
         return Dropped("dropped: onnxruntime's optimizations break it",
                        f"candidate {i}: onnxruntime computes it wrongly with its graph "
                        "optimizations on and rightly with them off (an onnxruntime optimizer "
                        "bug), so it was dropped")
-    return Comparison(False, tuple(diffs), tolerance[0], tolerance[1], 1, tuple(problems))
+    return Comparison(False, tuple(diffs), tolerance, 1, tuple(problems))
 
 
 def timing_options(run_seconds: float) -> dict[str, float]:
@@ -148,7 +148,7 @@ def timing_options(run_seconds: float) -> dict[str, float]:
 def measure_and_choose(device: Target, graph: Graph, original: bytes,
                        candidates: Sequence[tuple[Candidate, bytes]],
                        feeds: Mapping[str, np.ndarray], deadline: float,
-                       measure_seconds: float = 3.0, rtol: float = 1e-3, atol_scale: float = 1e-4,
+                       measure_seconds: float = 3.0, tolerance: Tolerance = SAME_FUNCTION,
                        say: Callable[[str], None] = lambda message: None) -> Selection:
     """Time the original and `candidates` (best predicted first) on `device` until
     `deadline` (time.perf_counter() seconds), keeping time for verification, and choose."""
@@ -166,10 +166,8 @@ def measure_and_choose(device: Target, graph: Graph, original: bytes,
     except Exception as exc:  # noqa: BLE001 (a target's libraries raise their own types)
         raise GraphsubError(f"{device.name} cannot run the original model: "
                             f"{_first_line(exc)}") from None
-    scale = max((float(np.abs(v).max()) for v in reference.values() if v.size), default=1.0)
     selection = Selection("not-run", candidates=reports, original_run_s=original_s)
     ready: list[tuple[int, Runnable, float]] = []
-    tolerance = (rtol, atol_scale * scale)
     for i, (cand, data) in enumerate(candidates):
         # Verification later builds two onnxruntime sessions and runs both models a few
         # times (on the target too when it is not onnxruntime): keep that much time back.

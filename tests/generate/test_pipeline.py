@@ -16,6 +16,7 @@ from graphsub.generate import generate, make_executor, rules_text
 from graphsub.generate.recall import canonical_forms
 from graphsub.rules import load_rules, parse_rules
 from graphsub.runtime import compare_models, graph_input_specs
+from graphsub.runtime.equivalence import Tolerance
 from graphsub.proofs import verify_rule
 
 runner = CliRunner()
@@ -135,8 +136,8 @@ def test_optimize_uses_generated_rules_with_a_checked_result(tmp_path, monkeypat
     for candidate in result.candidates:
         original = graphsub.to_onnx(graph).SerializeToString()
         rewritten = graphsub.to_onnx(candidate.graph).SerializeToString()
-        assert compare_models(original, rewritten, graph_input_specs(graph), rtol=1e-3,
-                              atol=1e-4).equivalent
+        assert compare_models(original, rewritten, graph_input_specs(graph),
+                              Tolerance(1e-3, 1e-4)).equivalent
 
 
 @pytest.mark.slow

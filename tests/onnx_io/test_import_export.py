@@ -13,6 +13,7 @@ import graphsub
 from graphsub.errors import (CycleError, ExportError, MissingInputShapeError, ModelLoadError)
 from graphsub.ir import GraphBuilder
 from graphsub.runtime import compare_models, evaluate, graph_input_specs, random_feeds, run
+from graphsub.runtime.equivalence import Tolerance
 
 
 def make_model(nodes, inputs, outputs, initializers=(), opset=17):
@@ -35,7 +36,7 @@ def assert_round_trip(model, input_shapes=None, rtol=1e-4):
     g = graphsub.load(model, input_shapes)
     exported = graphsub.to_onnx(g)
     specs = graph_input_specs(g)
-    result = compare_models(model.SerializeToString(), exported, specs, rtol=rtol)
+    result = compare_models(model.SerializeToString(), exported, specs, Tolerance(rtol=rtol))
     assert result.equivalent, [d.describe() for d in result.outputs] + list(result.problems)
     feeds = random_feeds(specs, seed=5)
     ref = evaluate(g, feeds)

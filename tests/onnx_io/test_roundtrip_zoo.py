@@ -10,6 +10,7 @@ import pytest
 import graphsub
 from graphsub import zoo
 from graphsub.runtime import compare_models, evaluate, graph_input_specs, random_feeds, run
+from graphsub.runtime.equivalence import Tolerance
 
 #: Models that build, export and run in well under a few seconds on 2 cores.
 FAST = {"nasrnn", "sru", "squeezenet", "mobilenet_v2", "resnet_blocks", "inception_e_blocks",
@@ -31,7 +32,7 @@ def test_round_trip_preserves_outputs(name):
     specs = graph_input_specs(graph)
     assert graph_input_specs(reloaded) == specs
     result = compare_models(first.SerializeToString(), second.SerializeToString(), specs,
-                            rtol=1e-4, atol=1e-5, trials=1)
+                            Tolerance(1e-4, 1e-5), trials=1)
     assert result.equivalent, [d.describe() for d in result.outputs] + list(result.problems)
 
 

@@ -8,6 +8,7 @@ import pytest
 import graphsub
 from graphsub.ir import GraphBuilder
 from graphsub.runtime import compare_models, diff_arrays, graph_input_specs, time_models
+from graphsub.runtime.equivalence import Tolerance
 from graphsub.runtime.inputs import random_feeds
 
 
@@ -31,14 +32,14 @@ def test_identical_models_are_equivalent():
 def test_difference_beyond_tolerance_is_reported_with_the_worst_element():
     g, a = relu_model()
     _, b = relu_model(1.001)
-    result = compare_models(a, b, graph_input_specs(g), rtol=1e-4)
+    result = compare_models(a, b, graph_input_specs(g), Tolerance(rtol=1e-4))
     assert not result.equivalent
     worst = result.worst
     assert worst.name == "y" and not worst.ok
     assert worst.max_rel == pytest.approx(1e-3, rel=1e-2)
     assert len(worst.worst_index) == 2
     assert worst.actual == pytest.approx(worst.expected * 1.001, rel=1e-6)
-    assert compare_models(a, b, graph_input_specs(g), rtol=1e-2).equivalent
+    assert compare_models(a, b, graph_input_specs(g), Tolerance(rtol=1e-2)).equivalent
 
 
 def test_diff_arrays_handles_nan_and_inf():
@@ -63,3 +64,26 @@ def test_interleaved_timing_gives_the_same_number_of_runs_to_each_model():
     assert len(ta.samples) == len(tb.samples) == 12
     assert 0 < ta.minimum <= ta.q1 <= ta.median <= ta.q3
 
+
+
+def test_the_absolute_tolerance_scales_with_each_output_of_the_reference():
+    """SAME_FUNCTION's absolute tolerance is a share of each output's own largest magnitude:
+    near-zero elements of a large output may differ by rounding, and a small output next to a
+    large one is held to its own scale (a shared scale once let it be wrong by 1e-4 x the
+    other output's magnitude)."""
+    from graphsub.runtime.equivalence import SAME_FUNCTION, compare_outputs
+
+    rng = np.random.default_rng(0)
+    large = rng.standard_normal(100) * 1e4
+    large[0] = 1e-3
+    small = rng.standard_normal(100) * 1e-2
+    near_zero_off = large.copy()
+    near_zero_off[0] += 0.5  # well inside 1e-4 x the output's largest magnitude
+    diffs, problems = compare_outputs({"a": large, "b": small},
+                                      {"a": near_zero_off, "b": small}, SAME_FUNCTION)
+    assert not problems and all(d.ok for d in diffs)
+    small_off = small.copy()
+    small_off[3] += 0.05  # small next to the large output's scale, large for its own
+    diffs, _ = compare_outputs({"a": large, "b": small}, {"a": large, "b": small_off},
+                               SAME_FUNCTION)
+    assert [d.name for d in diffs if not d.ok] == ["b"]

@@ -11,10 +11,9 @@ import pytest
 from graphsub import zoo
 from graphsub.cost import AnalyticCostModel
 from graphsub.rules import builtin_rules
-from graphsub.rules.applier import apply_match
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.search import dpp_search, enumeration_search, pruning_search, sampling_search
-from graphsub.search.ocggs import extend, in_order, initial_sequence, substitution
+from graphsub.search.ocggs import extend, initial_sequence, substitution
 
 RULES = builtin_rules(check=False)
 COST = AnalyticCostModel("a100")

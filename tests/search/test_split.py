@@ -16,6 +16,7 @@ from graphsub.ir.types import Constant, ConstantStub
 from graphsub.rules import builtin_rules
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.runtime import compare_models, graph_input_specs
+from graphsub.runtime.equivalence import Tolerance
 from graphsub.search import backtracking_search
 from graphsub.search import split as split_module
 from graphsub.search.split import (extract_region, min_cut_split, operator_capacities,
@@ -35,7 +36,7 @@ def assert_same_function(a, b):
     NasNet-A in the default suite)."""
     comparison = compare_models(graphsub.to_onnx(a).SerializeToString(),
                                 graphsub.to_onnx(b).SerializeToString(), graph_input_specs(a),
-                                rtol=1e-3, atol=1e-4)
+                                Tolerance(1e-3, 1e-4))
     assert comparison.equivalent, comparison
 
 

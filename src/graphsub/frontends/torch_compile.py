@@ -34,10 +34,9 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-import numpy as np
 import torch
 import torch.fx as fx
 
@@ -361,7 +360,7 @@ def _disagreement(original: Callable, optimized: Callable, args: Sequence[Any],
                   positions: Sequence[int], rtol: float, trials: int = 2) -> str | None:
     """Where the optimized module's outputs differ from the original's (None: they agree), on
     the example arguments and on random ones of the same shapes in `positions`."""
-    from graphsub.runtime.equivalence import diff_arrays
+    from graphsub.runtime.equivalence import SAME_FUNCTION, compare_outputs
 
     gen = torch.Generator().manual_seed(0)
     for trial in range(trials + 1):
@@ -376,13 +375,13 @@ def _disagreement(original: Callable, optimized: Callable, args: Sequence[Any],
             got = optimized(*run_args)
         want = want if isinstance(want, (tuple, list)) else (want,)
         got = got if isinstance(got, (tuple, list)) else (got,)
-        for k, (w, g) in enumerate(zip(want, got)):
-            w_np = w.detach().cpu().numpy()
-            g_np = g.detach().cpu().numpy()
-            if w_np.shape != g_np.shape:
-                return f"output {k} has shape {g_np.shape}, expected {w_np.shape}"
-            scale = float(np.abs(w_np).max()) if w_np.size else 1.0
-            d = diff_arrays(f"output {k}", w_np, g_np, rtol, 1e-4 * max(scale, 1e-6))
-            if not d.ok:
-                return d.describe()
+        diffs, problems = compare_outputs(
+            {f"output {k}": w.detach().cpu().numpy() for k, w in enumerate(want)},
+            {f"output {k}": g.detach().cpu().numpy() for k, g in enumerate(got)},
+            replace(SAME_FUNCTION, rtol=rtol))
+        if problems:
+            return problems[0]
+        wrong = [d for d in diffs if not d.ok]
+        if wrong:
+            return wrong[0].describe()
     return None

@@ -44,9 +44,9 @@ from graphsub.errors import GraphsubError
 from graphsub.fuzz.models import random_inputs, run_reference
 from graphsub.ir.graph import Graph
 from graphsub.onnx_io import load, to_onnx_bytes
-from graphsub.optimizer import ATOL_SCALE, RTOL, VerificationError, optimize, optimize_model
+from graphsub.optimizer import VerificationError, optimize, optimize_model
 from graphsub.rules import Rule, builtin_rules, load_rules
-from graphsub.runtime.equivalence import ModelFn, compare_outputs
+from graphsub.runtime.equivalence import SAME_FUNCTION, ModelFn, compare_outputs
 from graphsub.runtime.reference import evaluate
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import ALGORITHMS
@@ -132,22 +132,20 @@ def default_rules(taso: Path | None = TASO_RULES) -> RuleSet:
 
 @dataclass(frozen=True)
 class Reference:
-    """The original model's interface and its outputs on TRIALS input sets."""
+    """The original model's interface and its outputs on TRIALS input sets, compared under
+    the optimizer's own tolerance policy (SAME_FUNCTION)."""
 
     inputs: tuple[tuple[str, tuple[int, ...]], ...]
     outputs: tuple[str, ...]
     feeds: tuple[dict[str, np.ndarray], ...]
     expected: tuple[Outputs, ...]
-    atol: float
 
     @classmethod
     def of(cls, model: onnx.ModelProto, seed: int) -> Reference:
         feeds = tuple(random_inputs(model, seed + t) for t in range(TRIALS))
         expected = tuple(run_reference(model, f) for f in feeds)
-        scale = max((float(np.abs(v).max()) for v in expected[0].values() if v.size),
-                    default=1.0)
         return cls(_inputs_of(model), tuple(o.name for o in model.graph.output), feeds,
-                   expected, ATOL_SCALE * scale)
+                   expected)
 
     def compare(self, run: ModelFn) -> tuple[str, str]:
         """(status, message): `wrong` with the first problem or the worst output, else `equal`."""
@@ -156,7 +154,7 @@ class Reference:
             problems = [f"output {name!r} has dtype {actual[name].dtype}, expected {e.dtype}"
                         for name, e in expected.items()
                         if name in actual and np.asarray(actual[name]).dtype != e.dtype]
-            diffs, shape_problems = compare_outputs(expected, actual, RTOL, self.atol)
+            diffs, shape_problems = compare_outputs(expected, actual, SAME_FUNCTION)
             problems = shape_problems + problems
             if problems:
                 return "wrong", problems[0]
