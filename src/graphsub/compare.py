@@ -14,7 +14,7 @@ from graphsub.ir.graph import Graph
 from graphsub.optimizer import optimize, resolve_target
 from graphsub.rules import Rule, builtin_rules
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
-from graphsub.search import ALGORITHMS, EGRAPH_BASED
+from graphsub.search import ALGORITHMS
 from graphsub.search.result import StopReason
 
 #: What `graphsub compare` runs unless told otherwise (enumeration is exponential in K).
@@ -71,7 +71,7 @@ def compare_algorithms(graph: Graph, algorithms: Sequence[str] = DEFAULT_ALGORIT
             started(algorithm)
         # Time bounds every algorithm alike; e-graph searches keep their own budgets (MCTS's
         # is per decision).
-        budget = None if algorithm in EGRAPH_BASED else 10**9
+        budget = None if ALGORITHMS[algorithm].egraph else 10**9
         result = optimize(graph, rules, algorithm, time_limit=time_limit, cost=model, k=k,
                           split=split, budget=budget)
         s = result.stats

@@ -36,8 +36,7 @@ from graphsub.runtime.equivalence import (SAME_FUNCTION, Comparison, compare_mod
                                           compare_runners)
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
-from graphsub.search import (ALGORITHMS, EGRAPH_BASED, LENGTH_BOUNDED, Candidate,
-                             OptimizeResult, SearchStats)
+from graphsub.search import ALGORITHMS, Candidate, OptimizeResult, SearchStats
 from graphsub.search.result import ProgressFn, StopReason
 from graphsub.search.split import split_search
 from graphsub.selection import measure_and_choose
@@ -132,23 +131,15 @@ def optimize(graph: Graph, rules: Sequence[Rule] | None = None, algorithm: str =
         model = cost
     rules = builtin_rules() if rules is None else list(rules)
     search = ALGORITHMS[algorithm]
+    settings = {"alpha": alpha, "budget": budget, "k": k, "node_limit": node_limit,
+                "k_multi": k_multi}
     kwargs: dict[str, Any] = dict(time_limit=time_limit, progress=progress, keep=keep)
-    if algorithm in LENGTH_BOUNDED:
-        kwargs["k"] = k  # bounded by length and time: expansions are not comparable units
-    elif algorithm in EGRAPH_BASED:
-        kwargs["budget"] = budget
-        if node_limit is not None:
-            kwargs["node_limit"] = node_limit
-        if algorithm == "eqsat":
-            kwargs["k_multi"] = k_multi
-    else:
-        kwargs["budget"] = 1000 if budget is None else budget
-    if algorithm == "backtracking":
-        kwargs["alpha"] = alpha
+    kwargs.update((name, value) for name, value in settings.items()
+                  if name in search.settings and value is not None)
     if split is not None:
-        return split_search(graph, rules, model, search, threshold=split, executor=executor,
-                            **kwargs)
-    return search(graph, rules, model, **kwargs)
+        return split_search(graph, rules, model, search.function, threshold=split,
+                            executor=executor, **kwargs)
+    return search.function(graph, rules, model, **kwargs)
 
 
 def measure_reserve(time_limit: float) -> float:
@@ -279,7 +270,7 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
         model=label,
         settings=dict(algorithm=algorithm, alpha=alpha, budget=budget, k=k, split=split,
                       **({"node_limit": node_limit, "k_multi": k_multi}
-                         if algorithm in EGRAPH_BASED else {}),
+                         if ALGORITHMS[algorithm].egraph else {}),
                       time_limit=time_limit, measure_limit=measure_limit, cost=cost,
                       threads=threads, rules=len(rules) if rules is not None else "builtin"),
         target=device.name, device=device.device().as_dict(),

@@ -184,7 +184,7 @@ class _Mcts:
         return max(visited, key=lambda ch: ch.value / ch.visits)
 
 
-@register("mcts", "egraph")
+@register("mcts", ("budget", "node_limit"), egraph=True)
 def mcts_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
                 time_limit: float = 60.0, budget: int | None = None, max_depth: int = 10,
                 node_limit: int = 2000, c: float = 0.5, seed: int = 0,

@@ -134,7 +134,7 @@ class EGraphSearch:
                               candidates[:keep])
 
 
-@register("eqsat", "egraph")
+@register("eqsat", ("budget", "node_limit", "k_multi"), egraph=True)
 def eqsat_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
                  time_limit: float = 60.0, budget: int | None = None, node_limit: int = 20_000,
                  k_multi: int = 1, extractors: Sequence[str] = ("ilp", "dag-greedy", "greedy"),

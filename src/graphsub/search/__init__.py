@@ -5,9 +5,9 @@ imported."""
 
 from graphsub.search.backtracking import backtracking_search, greedy_search
 from graphsub.search.ocggs import dpp_search, enumeration_search, pruning_search, sampling_search
-from graphsub.search.registry import ALGORITHMS, EGRAPH_BASED, LENGTH_BOUNDED, register
+from graphsub.search.registry import ALGORITHMS, SearchAlgorithm, register
 from graphsub.search.result import Candidate, OptimizeResult, SearchStats, Step
 
-__all__ = ["ALGORITHMS", "EGRAPH_BASED", "LENGTH_BOUNDED", "Candidate", "OptimizeResult",
+__all__ = ["ALGORITHMS", "Candidate", "OptimizeResult", "SearchAlgorithm",
            "SearchStats", "Step", "backtracking_search", "dpp_search", "enumeration_search",
            "greedy_search", "pruning_search", "register", "sampling_search"]

@@ -29,7 +29,7 @@ from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn, Searc
 
 
 
-@register("backtracking")
+@register("backtracking", ("alpha", "budget"))
 def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
                         alpha: float = 1.05, budget: int = 1000, time_limit: float = 60.0,
                         max_node_factor: float = 2.0, keep: int = 5,
@@ -120,7 +120,7 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
     return OptimizeResult(top.graph, top.trace, stats, initial_cost, top.cost, list(best))
 
 
-@register("greedy")
+@register("greedy", ("budget",))
 def greedy_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
                   **kwargs) -> OptimizeResult:
     """Backtracking with alpha = 1: only substitutions that lower the cost are followed."""

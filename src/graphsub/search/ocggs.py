@@ -210,7 +210,7 @@ def _exact_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k:
     return search.result()
 
 
-@register("pruning", "length-bounded")
+@register("pruning", ("k",))
 def pruning_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int = 10,
                    time_limit: float = 60.0, budget: int = 10**9, keep: int = 5,
                    progress: ProgressFn | None = None) -> OptimizeResult:
@@ -220,7 +220,7 @@ def pruning_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k
                          progress)
 
 
-@register("dpp", "length-bounded")
+@register("dpp", ("k",))
 def dpp_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int = 10,
                time_limit: float = 60.0, budget: int = 10**9, keep: int = 5,
                progress: ProgressFn | None = None) -> OptimizeResult:
@@ -230,7 +230,7 @@ def dpp_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: in
                          progress)
 
 
-@register("enumeration", "length-bounded")
+@register("enumeration", ("k",))
 def enumeration_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
                        k: int = 3, time_limit: float = 60.0, budget: int = 10**9,
                        keep: int = 5, progress: ProgressFn | None = None) -> OptimizeResult:
@@ -239,7 +239,7 @@ def enumeration_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMode
                          progress)
 
 
-@register("sampling", "length-bounded")
+@register("sampling", ("k",))
 def sampling_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int = 10,
                     q: int = 20, eta: int = 1, time_limit: float = 60.0, budget: int = 10**9,
                     keep: int = 5, progress: ProgressFn | None = None) -> OptimizeResult:

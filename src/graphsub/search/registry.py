@@ -6,31 +6,42 @@ an algorithm touches only its own module (and, for the e-graph searches, the imp
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TypeVar
 
-#: name -> search function: `(graph, rules, cost_model, limits...) -> OptimizeResult`.
-ALGORITHMS: dict[str, Callable] = {}
-#: The algorithms bounded by a sequence length K (OCGGS).
-LENGTH_BOUNDED: set[str] = set()
-#: The algorithms that grow an e-graph (Tensat, MCTS) and take a node limit.
-EGRAPH_BASED: set[str] = set()
+#: The settings of `graphsub.optimize` that only some searches take; every search takes
+#: time_limit, progress and keep.
+SETTINGS = frozenset({"alpha", "budget", "k", "node_limit", "k_multi"})
 
-_FAMILIES = {"rewrite": None, "length-bounded": LENGTH_BOUNDED, "egraph": EGRAPH_BASED}
+
+@dataclass(frozen=True)
+class SearchAlgorithm:
+    """A search: `function(graph, rules, cost_model, time_limit=..., progress=..., keep=...,
+    **settings) -> OptimizeResult`, with the SETTINGS it takes (given only when set: a search
+    keeps its own defaults), and whether it grows an e-graph (its report has e-graph
+    statistics)."""
+
+    name: str
+    function: Callable
+    settings: frozenset[str]
+    egraph: bool = False
+
+
+ALGORITHMS: dict[str, SearchAlgorithm] = {}
 
 F = TypeVar("F", bound=Callable)
 
 
-def register(name: str, family: str = "rewrite") -> Callable[[F], F]:
-    """Decorator: the function is the search called `name`; `family` is `rewrite` (graph
-    rewriting under a time limit), `length-bounded` (takes k) or `egraph` (takes a node
-    limit)."""
-    members = _FAMILIES[family]
+def register(name: str, settings: Iterable[str] = (), egraph: bool = False) -> Callable[[F], F]:
+    """Decorator: the function is the search called `name`, taking `settings`."""
+    taken = frozenset(settings)
+    unknown = taken - SETTINGS
+    if unknown:
+        raise ValueError(f"search {name}: unknown settings {sorted(unknown)}")
 
     def add(function: F) -> F:
-        ALGORITHMS[name] = function
-        if members is not None:
-            members.add(name)
+        ALGORITHMS[name] = SearchAlgorithm(name, function, taken, egraph)
         return function
 
     return add
