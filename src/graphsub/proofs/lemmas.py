@@ -20,6 +20,7 @@ from functools import lru_cache
 import z3
 
 from graphsub.proofs.axioms import PAD_VALID, signature
+from graphsub.proofs.entailment import entails_all, open_forall
 
 
 @dataclass(frozen=True)
@@ -65,22 +66,14 @@ def lemmas() -> tuple[Lemma, ...]:
 
 def prove_lemma(lemma: Lemma, timeout_ms: int = 5_000) -> bool:
     """Whether the 43 axioms alone entail `lemma` (within `timeout_ms`)."""
-    from graphsub.proofs.prover import entails  # the prover imports this module
-
     q = lemma.formula
     bound = [z3.Const(q.var_name(i), q.var_sort(i)) for i in range(q.num_vars())]
     consts, body = open_forall(q)
     hints = [z3.substitute(h, *zip(bound, consts)) for h in lemma.hints]
-    return entails([body], timeout_ms, use_lemmas=False, hints=hints)[0]
+    return entails_all([body], timeout_ms, hints=hints)[0]
 
 
 @lru_cache(maxsize=1)
 def proven_lemmas() -> tuple[Lemma, ...]:
     """The lemmas that the axioms are shown to entail, proven once per process."""
     return tuple(lem for lem in lemmas() if prove_lemma(lem))
-
-
-def open_forall(q: z3.QuantifierRef) -> tuple[list[z3.ExprRef], z3.ExprRef]:
-    """Fresh constants for a universal formula's bound variables, and its body over them."""
-    consts = [z3.FreshConst(q.var_sort(i), q.var_name(i)) for i in range(q.num_vars())]
-    return consts, z3.substitute_vars(q.body(), *reversed(consts))
