@@ -20,6 +20,12 @@ a wrong search, the fewest rules that still produce it are named in the .json. T
 table of outcomes per stage, the failure classes, and --out/summary.json. --out gets a
 .gitignore of its own: nothing in it is for git. The files a previous campaign listed in
 --out/summary.json are removed first.
+
+Each finished model is also appended to --out/journal.jsonl (its record and failures), so a
+campaign longer than one sitting can stop (Ctrl-C, kill PID) and go on with --resume: the
+seeds already in the journal are skipped, and the report covers them all. --resume refuses a
+journal written at another commit, with uncommitted graphsub changes, or with other settings:
+the campaign stays one run of one code.
 """
 
 from __future__ import annotations
@@ -65,6 +71,15 @@ class Settings:
     minimize_budget: float
     minimize_per_class: int
     out: Path
+    resume: bool = False
+
+    def identity(self) -> dict[str, Any]:
+        """The settings a resumed campaign must share with the journal: what decides each
+        model's checks (not how many models, workers or minimizations)."""
+        return {"seed": self.seed, "time_limit": self.time_limit,
+                "pipeline_fraction": self.pipeline_fraction,
+                "algorithms": list(self.algorithms) if self.algorithms else None,
+                "stage_timeout": self.stage_timeout}
 
 
 def wants_pipeline(seed: int, fraction: float) -> bool:
@@ -381,10 +396,13 @@ class Campaign:
         (self.settings.out / failure["files"]["json"]).write_text(json.dumps(saved, indent=2))
 
 
-def prepare_out(out: Path) -> None:
-    """Create --out with a .gitignore, and remove the files the last campaign wrote there."""
+def prepare_out(out: Path, resume: bool = False) -> None:
+    """Create --out with a .gitignore, and remove the files the last campaign wrote there
+    (unless this run resumes it)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / ".gitignore").write_text("*\n")
+    if resume:
+        return
     summary = out / "summary.json"
     if summary.exists():
         try:
@@ -397,30 +415,101 @@ def prepare_out(out: Path) -> None:
                 path.unlink()
 
 
+class ResumeError(Exception):
+    """The journal cannot be continued: the message says why and what to do."""
+
+
+class Journal:
+    """--out/journal.jsonl: a header (the commit and the settings' identity), then a line per
+    finished model ({"record", "failures"}) and one per sitting ({"check_seconds"})."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out / "journal.jsonl"
+
+    def start(self, campaign: Campaign) -> None:
+        header = {"graphsub": campaign.version, "settings": campaign.settings.identity()}
+        self.path.write_text(json.dumps(header) + "\n")
+
+    def resume(self, campaign: Campaign) -> float:
+        """Load the finished models into the campaign; return the check seconds so far."""
+        if not self.path.exists():
+            raise ResumeError(f"no journal to resume at {self.path}: run without --resume")
+        lines = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        header, entries = lines[0], lines[1:]
+        version, identity = campaign.version, campaign.settings.identity()
+        if version["uncommitted"]:
+            raise ResumeError("graphsub has uncommitted changes "
+                              f"({', '.join(version['uncommitted'])}): commit or stash them")
+        if header["graphsub"]["commit"] != version["commit"]:
+            raise ResumeError(f"the journal was written at commit {header['graphsub']['commit']}"
+                              f", this is {version['commit']}: check it out to resume")
+        if header["settings"] != identity:
+            raise ResumeError(f"the journal's settings {header['settings']} differ from "
+                              f"these {identity}: pass the same ones")
+        seconds = 0.0
+        for entry in entries:
+            if "check_seconds" in entry:
+                seconds += entry["check_seconds"]
+                continue
+            record = entry["record"]
+            campaign.records[record["seed"]] = record
+            for failure in entry["failures"]:
+                path = campaign.settings.out / failure["files"]["model"]
+                model = path.read_bytes() if path.exists() else None
+                campaign.failures.append({**failure, "model": model})
+                campaign.written += [failure["files"]["json"]] + ([failure["files"]["model"]]
+                                                                  if model else [])
+        return seconds
+
+    def add_model(self, record: dict[str, Any], failures: list[dict[str, Any]]) -> None:
+        entry = {"record": record,
+                 "failures": [{k: v for k, v in f.items() if k != "model"} for f in failures]}
+        with self.path.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def add_sitting(self, seconds: float) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps({"check_seconds": round(seconds, 1)}) + "\n")
+
+
 def run_campaign(settings: Settings, console: Console) -> tuple[Campaign, dict[str, float]]:
     campaign = Campaign(settings)
+    journal = Journal(settings.out)
+    earlier = journal.resume(campaign) if settings.resume else 0.0
+    if not settings.resume:
+        journal.start(campaign)
+    elif campaign.records:
+        console.print(f"resuming: {len(campaign.records)} models already checked")
     times: dict[str, float] = {}
     pool = Pool(settings)
+    start = time.perf_counter()
     try:
-        start = time.perf_counter()
-        seeds = [("check", settings.seed + i) for i in range(settings.count)]
+        seeds = [("check", settings.seed + i) for i in range(settings.count)
+                 if settings.seed + i not in campaign.records]
         with _progress(console) as progress:
             bar = progress.add_task("models", total=len(seeds), found="")
 
             def done(task: Task, result: dict | None, problem: Problem | None) -> None:
+                before = len(campaign.failures)
                 campaign.on_done(task, result, problem)
+                journal.add_model(campaign.records[task[1]], campaign.failures[before:])
                 progress.update(bar, advance=1, found=_found(campaign.failures))
 
             pool.run(seeds, lambda task: settings.stage_timeout, campaign.on_stage, done)
         times["check"] = time.perf_counter() - start
+        journal.add_sitting(times["check"])
         start = time.perf_counter()
         _minimize_all(settings, campaign, pool, console)
         times["minimize"] = time.perf_counter() - start
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted: the report covers the models checked so far")
-        times.setdefault("check", time.perf_counter() - start)
+        console.print("[yellow]interrupted: the report covers the models checked so far"
+                      + ("" if "check" in times else "; --resume goes on from here"))
+        if "check" not in times:
+            times["check"] = time.perf_counter() - start
+            journal.add_sitting(times["check"])
     finally:
         pool.close()
+    times["check"] += earlier
     return campaign, times
 
 
@@ -578,11 +667,13 @@ def parse_args(argv: list[str] | None = None) -> Settings:
                    help="seconds for all minimizations (0: none)")
     p.add_argument("--minimize-per-class", type=int, default=3,
                    help="failures of one kind to minimize")
+    p.add_argument("--resume", action="store_true",
+                   help="go on with the campaign in --out/journal.jsonl (same commit, settings)")
     a = p.parse_args(argv)
     algorithms = tuple(a.algorithms.split(",")) if a.algorithms else None
     return Settings(a.count, a.seed, a.jobs, a.time_limit, a.pipeline_fraction, algorithms,
                     a.stage_timeout, a.minimize_seconds, a.minimize_budget,
-                    a.minimize_per_class, a.out.resolve())
+                    a.minimize_per_class, a.out.resolve(), a.resume)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -595,8 +686,12 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     if not console.is_terminal:
         console = Console(width=180)  # a log file: do not fold the tables to 80 columns
-    prepare_out(settings.out)
-    campaign, times = run_campaign(settings, console)
+    prepare_out(settings.out, settings.resume)
+    try:
+        campaign, times = run_campaign(settings, console)
+    except ResumeError as e:
+        console.print(f"[red]cannot resume: {e}")
+        return 2
     print_report(console, campaign, times)
     console.print(f"summary: {write_summary(campaign, times)}")
     return 1 if campaign.failures else 0
