@@ -17,6 +17,7 @@ from graphsub.cost import MeasuredCostModel
 from graphsub.ir.graph import Graph
 from graphsub.onnx_io import to_onnx_bytes
 from graphsub.rules import apply_match, builtin_rules, find_matches
+from graphsub.rules.applier import Rejection
 from graphsub.runtime import compare_speed, graph_input_specs, random_feeds
 
 PROBES = [
@@ -34,7 +35,7 @@ def rewrite_everywhere(graph: Graph, rule_names: list[str], limit: int = 2000) -
     while applied < limit:
         for name in rule_names:
             new = next((g for m in find_matches(current, rules[name])
-                        if (g := apply_match(current, m)) is not None), None)
+                        if not isinstance(g := apply_match(current, m), Rejection)), None)
             if new is not None:
                 current, applied = new, applied + 1
                 break

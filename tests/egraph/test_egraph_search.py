@@ -10,6 +10,7 @@ from graphsub import zoo
 from graphsub.cost import AnalyticCostModel
 from graphsub.egraph.cycles import find_cycle
 from graphsub.egraph.egraph import egraph_from_graph
+from graphsub.egraph.ematch import match_key
 from graphsub.egraph.readback import NodeCosts, extraction_problem, graph_from_choice
 from graphsub.egraph.runner import Runner
 from graphsub.egraph.saturation import EXTRACTORS, run_extractor
@@ -165,7 +166,7 @@ def test_semi_naive_joins_lose_no_multi_pattern_match():
     first = runner.search(multi)
     assert runner.apply(runner.search(single))
     second = runner.search(multi)
-    keys = {m.canonical_key(eg) for m in first + second}
-    assert len({m.canonical_key(eg) for m in second}) == len(second)
-    everything = {m.canonical_key(eg) for m in Runner(eg, RULES, 50_000).search(multi)}
+    keys = {match_key(eg, m) for m in first + second}
+    assert len({match_key(eg, m) for m in second}) == len(second)
+    everything = {match_key(eg, m) for m in Runner(eg, RULES, 50_000).search(multi)}
     assert everything <= keys and second

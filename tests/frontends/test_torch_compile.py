@@ -123,7 +123,7 @@ def force_rewrites(monkeypatch, rule_names):
 
     import graphsub
     from graphsub.rules import builtin_rules
-    from graphsub.rules.applier import apply_match
+    from graphsub.rules.applier import Rejection, apply_match
     from graphsub.rules.matcher import find_matches
 
     search, applied = graphsub.optimize, []
@@ -134,7 +134,7 @@ def force_rewrites(monkeypatch, rule_names):
         for name in rule_names:
             for match in find_matches(graph, rules[name]):
                 rewritten = apply_match(graph, match)
-                if rewritten is not None:
+                if not isinstance(rewritten, Rejection):
                     graph = rewritten
                     applied.append(name)
                     break

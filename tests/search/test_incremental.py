@@ -14,7 +14,7 @@ from graphsub.cost import AnalyticCostModel
 from graphsub.cost.base import CostModel, OpSignature
 from graphsub.ir.graph import Graph
 from graphsub.rules import builtin_rules, find_matches
-from graphsub.rules.applier import apply_match
+from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.incremental import IncrementalMatcher, rule_radius
 
 RULES = builtin_rules(check=False)
@@ -65,7 +65,7 @@ def random_walk(spec: str, steps: int, seed: int):
         rng.shuffle(matches)
         for m in matches:
             child = apply_match(g, m)
-            if child is not None:
+            if not isinstance(child, Rejection):
                 yield matcher, g, child
                 g = child
                 break
@@ -114,7 +114,7 @@ def test_a_rewrite_that_needs_reordering_keeps_positions_valid_and_equals_the_fu
     count = moved = 0
     for m in find_matches(g, rule):
         child = apply_match(g, m)
-        if child is None:
+        if isinstance(child, Rejection):
             continue
         count += 1
         moved += 0 < sum(n in g.nodes for n in child.delta.new_positions) < len(g) / 2  # moved, not re-sorted

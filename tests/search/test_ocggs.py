@@ -10,7 +10,7 @@ import pytest
 
 from graphsub import zoo
 from graphsub.cost import AnalyticCostModel
-from graphsub.rules import builtin_rules
+from graphsub.rules import Rejection, builtin_rules
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.search import dpp_search, enumeration_search, pruning_search, sampling_search
 from graphsub.search.ocggs import extend, initial_sequence, substitution
@@ -30,7 +30,7 @@ def random_sequence(spec: str, length: int, seed: int):
         rng.shuffle(matches)
         for m in matches:
             nxt = extend(seq, substitution(seq, m), COST)
-            if nxt is not None:
+            if not isinstance(nxt, Rejection):
                 seq = nxt
                 break
         else:
@@ -106,6 +106,7 @@ def test_sorting_a_sequence_keeps_its_result():
             if match is None:
                 break
             replay = extend(replay, substitution(replay, match), COST)
+            assert not isinstance(replay, Rejection), replay
             by_position[pos] = True
         else:
             assert replay.graph.fingerprint() == want

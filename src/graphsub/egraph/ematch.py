@@ -1,9 +1,10 @@
 """E-matching: where a rule's source patterns occur in an e-graph.
 
-A pattern variable binds an e-class; an operator term matches any live e-node of its op in the
-class (or, for an output .N of a multi-output op, the e-nodes behind the class's `#out N`
-projection). Attribute patterns, computed attributes and `where` conditions are those of the
-graph matcher (graphsub.rules.matcher), evaluated on e-class analyses instead of graph values.
+The e-graph is a pattern host of graphsub.rules.matcher (`EGraphHost`): a pattern variable
+binds an e-class; an operator term matches any live e-node of its op in the class (or, for an
+output .N of a multi-output op, the e-nodes behind the class's `#out N` projection). The
+pattern-node check, computed attributes and `where` conditions are the graph matcher's own,
+reading e-class analyses instead of graph values.
 
 Matching is semi-naive: a pattern whose root is more than its depth above every class that
 changed since the rule was last searched cannot match anything new there, so only roots near a
@@ -16,17 +17,15 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 from graphsub.egraph.egraph import PROJ, EGraph
 from graphsub.ir.types import Constant, TensorType
-from graphsub.ops import get_op
-from graphsub.ops.base import norm_axis
-from graphsub.rules.ast import AVar, Expr, OpTerm, OutRef, Rule, Term, Var, term_ops, term_vars
-from graphsub.rules.expr import RuleError, try_evaluate
-from graphsub.rules.matcher import SAME_SHAPES, _compiled_literals, _symmetric
+from graphsub.rules.ast import OpTerm, Rule, Term, term_ops, term_vars
+from graphsub.rules.expr import RuleError
+from graphsub.rules.matcher import (Candidate, Match, conditions_hold, match_node, no_bindings,
+                                    symmetric_sources)
 
 
 #: Multi-pattern combinations joined between two looks at the clock.
@@ -38,134 +37,57 @@ class DeadlineReached(Exception):
     and the search stops (its time limit is a promise)."""
 
 
-class EGraphEnv:
-    """What rule expressions read (graphsub.rules.expr.Env's interface), from e-classes."""
+class EGraphHost:
+    """An e-graph as a pattern host (graphsub.rules.matcher.PatternHost): handles are
+    canonical e-class ids."""
 
-    __slots__ = ("egraph", "tensors", "attrs", "roots")
+    __slots__ = ("egraph",)
 
-    def __init__(self, egraph: EGraph, tensors: Mapping[str, int], attrs: Mapping[str, Any],
-                 roots: tuple[int, ...] = ()) -> None:
+    def __init__(self, egraph: EGraph) -> None:
         self.egraph = egraph
-        self.tensors = tensors
-        self.attrs = attrs
-        self.roots = roots
 
-    def _class(self, e: Expr) -> int:
-        if isinstance(e, AVar) and e.name in self.tensors:
-            return self.tensors[e.name]
-        if isinstance(e, OutRef) and e.index < len(self.roots):
-            return self.roots[e.index]
-        raise RuleError(f"{e} is not a matched tensor")
-
-    def tensor_type(self, e: Expr) -> TensorType:
-        types = self.egraph[self._class(e)].types
+    def type_of(self, cls: int) -> TensorType:
+        types = self.egraph[cls].types
         if len(types) != 1:
-            raise RuleError(f"{e} names a tuple of {len(types)} tensors")
+            raise RuleError(f"class {cls} names a tuple of {len(types)} tensors")
         return types[0]
 
-    def is_weight(self, e: Expr) -> bool:
-        return self.egraph[self._class(e)].weight_only
+    def is_weight(self, cls: int) -> bool:
+        return self.egraph[cls].weight_only
 
-    def constant(self, e: Expr) -> Constant | None:
-        return self.egraph[self._class(e)].constant
+    def constant(self, cls: int) -> Constant | None:
+        return self.egraph[cls].constant
 
+    def candidates(self, term: OpTerm, cls: int) -> list[Candidate]:
+        eg = self.egraph
+        out: list[Candidate] = []
+        single = term.index == 0 and len(eg[cls].types) == 1
+        for n in eg.nodes_of(cls):
+            node = eg.node(n)
+            if node.op == term.op and single:
+                out.append((n, node, self.children(n)))
+            elif node.op == PROJ and node.attrs["index"] == term.index:
+                out.extend((m, eg.node(m), self.children(m)) for m in eg.nodes_of(node.children[0])
+                           if eg.node(m).op == term.op)
+        return out
 
-@dataclass(frozen=True)
-class EMatch:
-    """One match of a rule: source root classes and the bindings (tensor variable -> class)."""
+    def children(self, nid: int) -> tuple[int, ...]:
+        find = self.egraph.find
+        return tuple(find(c) for c in self.egraph.node(nid).children)
 
-    rule: Rule
-    roots: tuple[int, ...]
-    tensors: dict[str, int]
-    attrs: dict[str, Any]
-
-    def canonical_key(self, eg: EGraph) -> tuple[Any, ...]:
-        """Identifies the match up to unions made since it was found."""
-        return (self.rule.name, tuple(eg.find(r) for r in self.roots),
-                tuple(sorted((k, eg.find(c)) for k, c in self.tensors.items())),
-                tuple(sorted((k, repr(v)) for k, v in self.attrs.items())))
-
-
-_Bindings = tuple[dict[str, int], dict[str, Any]]
-
-
-def _match_class(eg: EGraph, term: Term, cls: int, b: _Bindings) -> Iterator[_Bindings]:
-    if isinstance(term, Var):
-        bound = b[0].get(term.name)
-        if bound is None:
-            tensors = dict(b[0])
-            tensors[term.name] = cls
-            yield tensors, b[1]
-        elif eg.find(bound) == cls:
-            yield b
-        return
-    if not isinstance(term, OpTerm):
-        raise RuleError("let-bound names may appear only in targets")
-    rec = eg[cls]
-    for n in eg.nodes_of(cls):
-        node = eg.node(n)
-        if node.op == term.op and term.index == 0 and len(rec.types) == 1:
-            yield from _match_node(eg, term, n, b)
-        elif node.op == PROJ and node.attrs["index"] == term.index:
-            for m in eg.nodes_of(node.children[0]):
-                if eg.node(m).op == term.op:
-                    yield from _match_node(eg, term, m, b)
+    def same(self, bound: int, cls: int) -> bool:
+        return self.egraph.find(bound) == cls
 
 
-def _match_node(eg: EGraph, term: OpTerm, nid: int, b: _Bindings) -> Iterator[_Bindings]:
-    node = eg.node(nid)
-    if len(node.children) != len(term.args):
-        return
-    attrs = b[1]
-    computed = []
-    for (key, lit, is_lit), (_, e) in zip(_compiled_literals(term), term.attrs):
-        if key == SAME_SHAPES:
-            first = eg[node.children[0]].types[0].shape
-            if any(eg[c].types[0].shape != first for c in node.children[1:]):
-                return
-            continue
-        actual = node.attrs.get(key)
-        if is_lit:
-            if key == "axis" and isinstance(lit, int) and lit < 0 and node.children:
-                lit = norm_axis(lit, eg[node.children[0]].types[0].rank, term.op)
-            if actual != lit:
-                return
-        elif isinstance(e, AVar):
-            if e.name in attrs:
-                if attrs[e.name] != actual:
-                    return
-            else:
-                if attrs is b[1]:
-                    attrs = dict(attrs)
-                attrs[e.name] = actual
-        else:
-            computed.append((e, actual))
-    start = (b[0], attrs)
-    kids = tuple(eg.find(c) for c in node.children)
-    orders = [kids]
-    if get_op(term.op).commutative and len(kids) == 2 and kids[0] != kids[1]:
-        orders.append(kids[::-1])
-    for order in orders:
-        for done in _match_args(eg, term.args, order, start):
-            if all(_holds(eg, done, e, actual) for e, actual in computed):
-                yield done
+#: A match in an e-graph: root classes, tensor variables bound to classes.
+EMatch = Match[int]
 
 
-def _holds(eg: EGraph, b: _Bindings, e: Expr, actual: Any) -> bool:
-    try:
-        ok, want = try_evaluate(e, EGraphEnv(eg, b[0], b[1]))  # type: ignore[arg-type]
-    except RuleError:
-        return False
-    return ok and want == actual
-
-
-def _match_args(eg: EGraph, terms: tuple[Term, ...], classes: tuple[int, ...],
-                b: _Bindings) -> Iterator[_Bindings]:
-    if not terms:
-        yield b
-        return
-    for b2 in _match_class(eg, terms[0], classes[0], b):
-        yield from _match_args(eg, terms[1:], classes[1:], b2)
+def match_key(eg: EGraph, match: EMatch) -> tuple[Any, ...]:
+    """Identifies an e-graph match up to unions made since it was found."""
+    return (match.rule.name, tuple(eg.find(r) for r in match.roots),
+            tuple(sorted((k, eg.find(c)) for k, c in match.tensors.items())),
+            tuple(sorted((k, repr(v)) for k, v in match.attrs.items())))
 
 
 def term_depth(term: Term) -> int:
@@ -200,10 +122,11 @@ def match_source(eg: EGraph, term: Term, near: set[int] | None = None
     roots in `near` when given."""
     if not isinstance(term, OpTerm):
         raise RuleError("a source term must be an operator, not a bare variable")
+    host = EGraphHost(eg)
     out = []
     for root, n in _root_nodes(eg, term, near):
-        for tensors, attrs in _match_node(eg, term, n, ({}, {})):
-            out.append((root, tensors, attrs))
+        for st in match_node(host, term, n, eg.node(n), host.children(n), no_bindings()):
+            out.append((root, st.tensors, st.attrs))
     return out
 
 
@@ -214,20 +137,11 @@ def source_occurs(eg: EGraph, term: Term, near: set[int] | None = None) -> bool:
         raise RuleError("a source term must be an operator, not a bare variable")
     if any(not eg.has_op(op) for op in term_ops(term)):
         return False
+    host = EGraphHost(eg)
     for _, n in _root_nodes(eg, term, near):
-        for _ in _match_node(eg, term, n, ({}, {})):
+        for _ in match_node(host, term, n, eg.node(n), host.children(n), no_bindings()):
             return True
     return False
-
-
-def conditions_hold(eg: EGraph, rule: Rule, tensors: Mapping[str, int],
-                    attrs: Mapping[str, Any], roots: tuple[int, ...]) -> bool:
-    env = EGraphEnv(eg, tensors, attrs, roots)
-    for cond in rule.conditions:
-        ok, value = try_evaluate(cond, env)  # type: ignore[arg-type]
-        if not ok or not value:
-            return False
-    return True
 
 
 def up_closure(eg: EGraph, changed: set[int], depth: int) -> set[int]:
@@ -262,7 +176,7 @@ class SourceIndex:
         self.depths = [term_depth(s) for s in rule.sources]
         self.seen: list[list[tuple[int, dict[str, int], dict[str, Any]]]] = [
             [] for _ in rule.sources]
-        self.symmetric = _symmetric(rule)
+        self.symmetric = symmetric_sources(rule)
 
     def search(self, eg: EGraph, changed: set[int] | None,
                deadline: float | None = None) -> list[EMatch]:
@@ -279,9 +193,10 @@ class SourceIndex:
             near = None if first else up_closure(eg, changed, self.depths[k])
             fresh.append(match_source(eg, source, near) if first or near else [])
         self.version = eg.version
+        host = EGraphHost(eg)
         if len(rule.sources) == 1:
             return [EMatch(rule, (root,), t, a) for root, t, a in fresh[0]
-                    if conditions_hold(eg, rule, t, a, (root,))]
+                    if conditions_hold(host, rule, t, a, (root,))]
         # Multi-pattern: new matches of any source joined with all matches of the others,
         # each combination once (semi-naive: the first new source is k, those before it old).
         starts = []
@@ -300,10 +215,10 @@ class SourceIndex:
                 continue  # two sources on one class: nothing to merge
             if self.symmetric and list(roots) != sorted(roots):
                 continue
-            if not conditions_hold(eg, rule, tensors, attrs, roots):
+            if not conditions_hold(host, rule, tensors, attrs, roots):
                 continue
             m = EMatch(rule, roots, tensors, attrs)
-            matches.setdefault(m.canonical_key(eg), m)
+            matches.setdefault(match_key(eg, m), m)
         return list(matches.values())
 
 

@@ -1,60 +1,45 @@
 """Applying a rule's match in an e-graph: add the target's e-nodes, union each target output
 with its source root. Nothing is removed: the source stays, as equality saturation wants.
 
-Targets are instantiated as in graphsub.rules.applier (computed attributes, `let`, weight
-constants), their types inferred by the op registry and checked against the source roots'.
-A target that does not fit (a shape that does not divide, a type that would change) is not
-added; the reason is counted like the graph applier's rejections.
+Targets are built by graphsub.rules.applier.build_targets into the e-graph (computed
+attributes, `let`, weight constants), their types inferred by the op registry and checked
+against the source roots'. A target that does not fit (a shape that does not divide, a type
+that would change) is not merged; its rejection is counted like the graph applier's.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from graphsub.egraph.cycles import Descendants
 from graphsub.egraph.egraph import EGraph, EGraphError
-from graphsub.egraph.ematch import EGraphEnv, EMatch
-from graphsub.errors import GraphsubError, ShapeError
-from graphsub.ir.types import Attrs, Constant
-from graphsub.rules.applier import Rejected, constant_from_attrs, target_attrs
-from graphsub.rules.ast import OpTerm, Ref, Term, Var, term_vars
+from graphsub.egraph.ematch import EGraphHost, EMatch
+from graphsub.ir.types import TensorType
+from graphsub.rules.applier import Rejection, build_targets
+from graphsub.rules.ast import term_vars
+from graphsub.rules.expr import Env
+
+TYPE_CHANGED = "the target's type differs from the source's"
 
 
-class _TargetBuilder:
-    """Adds a rule's target terms to the e-graph (hash-consing shares equal subterms)."""
+class _EGraphSink:
+    """An e-graph as a target sink (graphsub.rules.applier.TargetSink): targets are added as
+    e-nodes, tagged with the rewrite that made them."""
 
-    def __init__(self, eg: EGraph, match: EMatch, origin: int) -> None:
-        self.eg = eg
-        self.match = match
+    __slots__ = ("egraph", "origin")
+
+    def __init__(self, egraph: EGraph, origin: int) -> None:
+        self.egraph = egraph
         self.origin = origin
-        self.env = EGraphEnv(eg, match.tensors, match.attrs, match.roots)
-        self.lets: dict[str, tuple[int, ...]] = {}
 
-    def build(self, term: Term) -> int:
-        if isinstance(term, Var):
-            if term.name not in self.match.tensors:
-                raise Rejected(f"target variable ?{term.name} is not bound by the source")
-            return self.eg.find(self.match.tensors[term.name])
-        outs = self.build_outputs(term)
-        index = term.index if isinstance(term, (OpTerm, Ref)) else 0
-        if index >= len(outs):
-            raise Rejected(f"target has no output {index}")
-        return outs[index]
+    def type_of(self, cls: int) -> TensorType:
+        return self.egraph[cls].types[0]
 
-    def build_outputs(self, term: Term) -> tuple[int, ...]:
-        if isinstance(term, Ref):
-            if term.name not in self.lets:
-                raise Rejected(f"let name {term.name!r} is not defined")
-            return self.lets[term.name]
-        if isinstance(term, Var):
-            return (self.build(term),)
-        assert isinstance(term, OpTerm)
-        children = tuple(self.build(a) for a in term.args)
-        attrs = target_attrs(term, self.env, [self.eg[c].types[0].shape for c in children])
-        if term.op == "constant":
-            return self.eg.add_op("weight", Attrs({"value": Constant(constant_from_attrs(attrs))}),
-                                  (), self.origin)
-        return self.eg.add_op(term.op, attrs, children, self.origin)
+    def add(self, op: str, inputs: Sequence[int] = (),
+            attrs: Mapping[str, Any] | None = None) -> tuple[int, ...]:
+        return self.egraph.add_op(op, attrs, inputs, self.origin)
 
 
 def target_reads(match: EMatch) -> list[int]:
@@ -78,22 +63,18 @@ def apply_ematch(eg: EGraph, match: EMatch, origin: int, rejections: Counter[str
                 rejections["cycle (filtered)"] += 1
                 return False
     before = eg.version
-    builder = _TargetBuilder(eg, match, origin)
+    env = Env(EGraphHost(eg), {k: eg.find(c) for k, c in match.tensors.items()}, match.attrs,
+              tuple(eg.find(r) for r in match.roots))
+    targets = build_targets(_EGraphSink(eg, origin), match.rule, env)
+    if isinstance(targets, Rejection):
+        rejections[targets.reason] += 1
+        return eg.version != before
+    if any(eg[root].types != eg[new].types for root, new in zip(match.roots, targets)):
+        rejections[TYPE_CHANGED] += 1
+        return eg.version != before
     try:
-        for name, term in match.rule.lets:
-            builder.lets[name] = builder.build_outputs(term)
-        targets = [builder.build(t) for t in match.rule.targets]
-        for root, new in zip(match.roots, targets):
-            if eg[root].types != eg[new].types:
-                raise Rejected("the target's type differs from the source's")
         for root, new in zip(match.roots, targets):
             eg.union(root, new)
-    except Rejected as exc:
-        rejections[exc.reason] += 1
-    except ShapeError:
-        rejections["shape or type mismatch"] += 1
     except EGraphError:
-        rejections["the target's type differs from the source's"] += 1
-    except GraphsubError:
-        rejections["target not buildable"] += 1
+        rejections[TYPE_CHANGED] += 1
     return eg.version != before

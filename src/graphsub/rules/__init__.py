@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from graphsub.errors import GraphsubError
-from graphsub.rules.applier import apply_match
+from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import Rule
 from graphsub.rules.check import CheckedRules, RuleCheckError, check_rule
 from graphsub.rules.matcher import Match, find_matches
@@ -62,6 +62,6 @@ def builtin_rules(check: bool = True) -> list[Rule]:
     return load_rules(library_files(), check=check)
 
 
-__all__ = ["Match", "Rule", "RuleCheckError", "RuleSyntaxError", "apply_match", "builtin_rules",
+__all__ = ["Match", "Rejection", "Rule", "RuleCheckError", "RuleSyntaxError", "apply_match", "builtin_rules",
            "check_rule", "find_matches", "library_files", "load_rules", "parse_rules",
            "print_rule", "print_rules"]

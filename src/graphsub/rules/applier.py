@@ -1,114 +1,139 @@
-"""Applying a match: build the target, redirect the source roots' readers to it, clean up.
+"""Building a rule's targets, and applying a match to a graph.
 
-A match is rejected (None is returned, with the reason counted) when a matched node that is not
-a mapped root is read outside the match (its value would be lost), when a target's type differs
-from its source's, when the target cannot be built (shapes that do not fit), or when the result
-has a cycle (TASO figure 6).
+`build_targets` instantiates a rule's target terms (computed attributes, `let` names, weight
+constants, :same-shapes checks, equal subterms shared) into a sink: a GraphEditor for a real
+rewrite, the dry-run pricer of graphsub.search.pricing, an e-graph (graphsub.egraph.rewrite).
+A target that cannot be built is a `Rejection`, a value the caller counts, not an exception.
+
+`apply_match` rewrites a graph: it builds the targets, redirects the source roots' readers to
+them and cleans up. It rejects a match when a matched node that is not a mapped root is read
+outside the match (its value would be lost), when a target's type differs from its source's,
+when the target cannot be built (shapes that do not fit), or when the result has a cycle
+(TASO figure 6).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from graphsub.errors import CycleError, GraphsubError, ShapeError
-from graphsub.ir.graph import Graph, GraphEditor, Value
-from graphsub.rules.ast import OpTerm, Ref, Term, Var
+from graphsub.ir.graph import Graph, Value
+from graphsub.ir.types import TensorType
+from graphsub.rules.ast import OpTerm, Ref, Rule, Term, Var
 from graphsub.rules.expr import Env, try_evaluate
-from graphsub.rules.matcher import SAME_SHAPES, Match
+from graphsub.rules.matcher import SAME_SHAPES, GraphHost, Match
 
-#: Why matches were rejected, across the process (reported in search statistics).
-REJECTIONS: Counter[str] = Counter()
+H = TypeVar("H")
 
 
-class Rejected(Exception):
+@dataclass(frozen=True)
+class Rejection:
+    """Why a match was not rewritten. Searches count these in their statistics."""
+
+    reason: str
+
+
+class TargetSink(Protocol[H]):
+    """Where targets are built (a GraphEditor is one as it is): the types of the handles
+    they read, and how nodes are added."""
+
+    def type_of(self, handle: H) -> TensorType: ...
+
+    def add(self, op: str, inputs: Sequence[H] = (),
+            attrs: Mapping[str, Any] | None = None) -> tuple[H, ...]:
+        """Add a node (raising the op's GraphsubError when it does not apply); its outputs."""
+        ...
+
+
+class _Rejected(Exception):
+    """Unwinds a target build; turned into a Rejection at the edge of this module."""
+
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
 
 
-def _external_use(graph: Graph, match: Match) -> str | None:
-    roots = set(match.roots)
-    outputs = set(graph.outputs)
-    users = graph.users()
-    for nid in match.nodes:
-        for i in range(len(graph[nid].outputs)):
-            v = Value(nid, i)
-            if v in roots:
-                continue
-            if v in outputs:
-                return "unmapped output"
-            for user, pos in users.get(nid, ()):
-                if graph[user].inputs[pos] == v and user not in match.nodes:
-                    return "unmapped external use"
-    return None
+def rejection_of(exc: GraphsubError) -> Rejection:
+    """The rejection an op's error during a target build stands for."""
+    if isinstance(exc, CycleError):
+        return Rejection("cycle")
+    if isinstance(exc, ShapeError):
+        return Rejection("shape or type mismatch")
+    return Rejection("target not buildable")
 
 
 class _TargetBuilder:
-    """Instantiates target terms, sharing identical subterms (hash-consing)."""
+    """Instantiates target terms into a sink, sharing identical subterms (hash-consing)."""
 
-    def __init__(self, editor: GraphEditor, match: Match, graph: Graph) -> None:
-        self.ed = editor
-        self.match = match
-        self.env = Env(graph, match.tensors, match.attrs, match.roots)
-        self.memo: dict[Any, tuple[Value, ...]] = {}
-        self.lets: dict[str, tuple[Value, ...]] = {}
+    def __init__(self, sink: TargetSink[H], env: Env[H]) -> None:
+        self.sink = sink
+        self.env = env
+        self.memo: dict[Any, tuple[H, ...]] = {}
+        self.lets: dict[str, tuple[H, ...]] = {}
 
-    def build(self, term: Term) -> Value:
+    def build(self, term: Term) -> H:
         if isinstance(term, Var):
-            if term.name not in self.match.tensors:
-                raise Rejected(f"target variable ?{term.name} is not bound by the source")
-            return self.match.tensors[term.name]
+            if term.name not in self.env.tensors:
+                raise _Rejected(f"target variable ?{term.name} is not bound by the source")
+            return self.env.tensors[term.name]
+        outs = self.build_outputs(term)
+        index = term.index if isinstance(term, (OpTerm, Ref)) else 0
+        if index >= len(outs):
+            raise _Rejected(f"target has no output {index}")
+        return outs[index]
+
+    def build_outputs(self, term: Term) -> tuple[H, ...]:
         if isinstance(term, Ref):
             outs = self.lets.get(term.name)
             if outs is None:
-                raise Rejected(f"let name {term.name!r} is not defined")
-            return outs[term.index]
-        assert isinstance(term, OpTerm)
-        outs = self.build_outputs(term)
-        if term.index >= len(outs):
-            raise Rejected(f"{term.op} has no output {term.index}")
-        return outs[term.index]
-
-    def build_outputs(self, term: Term) -> tuple[Value, ...]:
-        if isinstance(term, Ref):
-            if term.name not in self.lets:
-                raise Rejected(f"let name {term.name!r} is not defined")
-            return self.lets[term.name]
+                raise _Rejected(f"let name {term.name!r} is not defined")
+            return outs
         if isinstance(term, Var):
             return (self.build(term),)
         assert isinstance(term, OpTerm)
         inputs = tuple(self.build(a) for a in term.args)
-        attrs = target_attrs(term, self.env, [self.ed.type_of(v).shape for v in inputs])
+        attrs = target_attrs(term, self.env, [self.sink.type_of(v).shape for v in inputs])
         key = (term.op, tuple(sorted((k, repr(v)) for k, v in attrs.items())), inputs)
-        if key in self.memo:
-            return self.memo[key]
-        if term.op == "constant":
-            outs = self._constant(attrs, inputs)
-        else:
-            outs = self.ed.add(term.op, inputs, attrs)
-        self.memo[key] = outs
-        return outs
-
-    def _constant(self, attrs: dict[str, Any], inputs: tuple[Value, ...]) -> tuple[Value, ...]:
-        return self.ed.add("weight", (), {"value": constant_from_attrs(attrs)})
+        if key not in self.memo:
+            if term.op == "constant":
+                self.memo[key] = self.sink.add("weight", (), {"value": constant_from_attrs(attrs)})
+            else:
+                self.memo[key] = self.sink.add(term.op, inputs, attrs)
+        return self.memo[key]
 
 
-def target_attrs(term: OpTerm, env: Any, input_shapes: Sequence[tuple[int, ...]]
+def build_targets(sink: TargetSink[H], rule: Rule, env: Env[H]) -> tuple[H, ...] | Rejection:
+    """The handles of the rule's targets built into `sink` for the match `env` describes, one
+    per source root; or why they cannot be built. The handles env binds are read as they are
+    (an e-graph's must be canonical). What the sink holds after a rejection is
+    whatever was built before it (a GraphEditor is dropped, an e-graph keeps unread nodes)."""
+    builder = _TargetBuilder(sink, env)
+    try:
+        for name, term in rule.lets:
+            builder.lets[name] = builder.build_outputs(term)
+        return tuple(builder.build(t) for t in rule.targets)
+    except _Rejected as exc:
+        return Rejection(exc.reason)
+    except GraphsubError as exc:
+        return rejection_of(exc)
+
+
+def target_attrs(term: OpTerm, env: Env[Any], input_shapes: Sequence[tuple[int, ...]]
                  ) -> dict[str, Any]:
-    """A target term's attributes evaluated for a match (an Env, or anything that reads like
-    one), after checking its :same-shapes flag against the shapes of its built inputs."""
+    """A target term's attributes evaluated for a match, after checking its :same-shapes flag
+    against the shapes of its built inputs."""
     attrs = {}
     for k, e in term.attrs:
         if k != SAME_SHAPES:
             ok, attrs[k] = try_evaluate(e, env)
             if not ok:
-                raise Rejected("a target attribute has no value for this match")
+                raise _Rejected("a target attribute has no value for this match")
     if any(k == SAME_SHAPES for k, _ in term.attrs) and len(set(input_shapes)) > 1:
-        raise Rejected("broadcasting where the rule forbids it")
+        raise _Rejected("broadcasting where the rule forbids it")
     return attrs
 
 
@@ -128,33 +153,50 @@ def constant_array(shape: tuple[int, ...], value: float, pattern: str, dtype: st
     elif pattern == "conv-identity" and len(shape) == 4 and shape[0] == shape[1]:
         arr[np.arange(shape[0]), np.arange(shape[0]), shape[2] // 2, shape[3] // 2] = value
     else:
-        raise Rejected(f"constant pattern {pattern!r} does not fit shape {shape}")
+        raise _Rejected(f"constant pattern {pattern!r} does not fit shape {shape}")
     return arr
 
 
-def apply_match(graph: Graph, match: Match) -> Graph | None:
-    """The graph with the match rewritten, or None when the rewrite is not allowed."""
-    reason = _external_use(graph, match)
-    if reason is not None:
-        REJECTIONS[reason] += 1
-        return None
+def external_use(graph: Graph, match: Match[Value]) -> Rejection | None:
+    """Why rewriting the match would lose a value: a matched node that is not a mapped root
+    read outside the match or as a graph output; None when nothing is lost."""
+    roots = set(match.roots)
+    outputs = set(graph.outputs)
+    users = graph.users()
+    for nid in match.nodes:
+        for i in range(len(graph[nid].outputs)):
+            v = Value(nid, i)
+            if v in roots:
+                continue
+            if v in outputs:
+                return Rejection("unmapped output")
+            for user, pos in users.get(nid, ()):
+                if graph[user].inputs[pos] == v and user not in match.nodes:
+                    return Rejection("unmapped external use")
+    return None
+
+
+def build_in_graph(sink: TargetSink[Value], graph: Graph, match: Match[Value]
+                   ) -> tuple[Value, ...] | Rejection:
+    """The match's targets built into `sink` (an editor of `graph`, or the dry-run pricer's),
+    or why the rewrite is not allowed."""
+    lost = external_use(graph, match)
+    if lost is not None:
+        return lost
+    return build_targets(sink, match.rule,
+                         Env(GraphHost(graph), match.tensors, match.attrs, match.roots))
+
+
+def apply_match(graph: Graph, match: Match[Value]) -> Graph | Rejection:
+    """The graph with the match rewritten, or why the rewrite is not allowed."""
     editor = graph.edit()
-    builder = _TargetBuilder(editor, match, graph)
-    rule = match.rule
+    targets = build_in_graph(editor, graph, match)
+    if isinstance(targets, Rejection):
+        return targets
     try:
-        for name, term in rule.lets:
-            builder.lets[name] = builder.build_outputs(term)
-        targets = [builder.build(t) for t in rule.targets]
         for old, new in zip(match.roots, targets):
             if old != new:
                 editor.replace_uses(old, new)
         return editor.finish()
-    except Rejected as exc:
-        REJECTIONS[exc.reason] += 1
-    except ShapeError:
-        REJECTIONS["shape or type mismatch"] += 1
-    except CycleError:
-        REJECTIONS["cycle"] += 1
-    except GraphsubError:
-        REJECTIONS["target not buildable"] += 1
-    return None
+    except GraphsubError as exc:
+        return rejection_of(exc)

@@ -33,8 +33,9 @@ from graphsub.cache import cache_dir
 from graphsub.errors import GraphsubError
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
+from graphsub.ir.types import Constant, TensorType
 from graphsub.ops import get_op
-from graphsub.rules.applier import apply_match
+from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import AVar, Call, Expr, Lit, OpTerm, Rule, Term, Var, term_vars
 from graphsub.rules.expr import Env
 from graphsub.rules.expr import evaluate as evaluate_expr
@@ -114,20 +115,22 @@ def _condition_vars(rule: Rule, fn: str) -> dict[str, Expr | None]:
     return found
 
 
-class _BuilderView:
-    """What expressions need of a graph (types and nodes), read from a builder mid-build."""
+class _BuilderHost:
+    """A rule example under construction as expressions read it (a TensorHost): its values'
+    types, and which are weights."""
 
     def __init__(self, builder: GraphBuilder) -> None:
         self._b = builder
 
-    def type_of(self, value: Value):
+    def type_of(self, value: Value) -> TensorType:
         return self._b.type_of(value)
 
-    def __getitem__(self, node_id: int):
-        return self._b.node(node_id)
+    def is_weight(self, value: Value) -> bool:
+        return self._b.node(value.node).op == "weight"
 
-    def weight_only(self) -> frozenset[int]:
-        return frozenset(n for n in self._b.node_ids() if self._b.node(n).op == "weight")
+    def constant(self, value: Value) -> Constant | None:
+        node = self._b.node(value.node)
+        return node.attrs["value"] if node.op == "weight" else None
 
 
 @dataclass
@@ -220,7 +223,7 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
                     attr_vars[e.name] = _default_attr(t.op, key, in_shapes, attrs, rng)
                 attrs[key] = attr_vars[e.name]
             else:  # a computed expression such as [1 1] or [(dim ?b 1) (dim ?c 1)]
-                env = Env(_BuilderView(b), values, attr_vars)  # type: ignore[arg-type]
+                env = Env(_BuilderHost(b), values, attr_vars)
                 attrs[key] = evaluate_expr(e, env)
         if any(k == SAME_SHAPES for k, _ in t.attrs) and len(set(in_shapes)) > 1:
             raise GraphsubError("example does not have equal input shapes")
@@ -304,7 +307,7 @@ def check_rule(rule: Rule, examples: int = 3, attempts: int = 1000, rtol: float 
         if not matches:
             return False
         after = apply_match(ex.graph, matches[0])
-        if after is None:
+        if isinstance(after, Rejection):
             return False
         before_out = evaluate(ex.graph, ex.feeds)
         after_out = evaluate(after, ex.feeds)

@@ -9,10 +9,9 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from graphsub.errors import GraphsubError
-from graphsub.ir.graph import Graph, Value
 from graphsub.ir.types import Constant, TensorType
 from graphsub.rules.ast import AVar, Call, Expr, Lit, ListExpr, OutRef
 
@@ -21,38 +20,50 @@ class RuleError(GraphsubError):
     """A rule is malformed (unknown function, unbound variable, ...)."""
 
 
+H = TypeVar("H")
+
+
+class TensorHost(Protocol[H]):
+    """What rule expressions read of whatever a rule's tensor variables are bound to: a
+    graph's values (graphsub.rules.matcher.GraphHost), an e-graph's classes
+    (graphsub.egraph.ematch.EGraphHost), a rule example under construction (rules.check)."""
+
+    def type_of(self, handle: H) -> TensorType: ...
+
+    def is_weight(self, handle: H) -> bool:
+        """Whether the tensor is computed from weights alone."""
+        ...
+
+    def constant(self, handle: H) -> Constant | None:
+        """The tensor's value when it is a weight, else None."""
+        ...
+
+
 @dataclass
-class Env:
-    """What expressions can read while a rule is matched or applied: bindings to values of a
-    graph. (graphsub.egraph binds to e-classes instead, through the same four methods.)"""
+class Env(Generic[H]):
+    """The bindings of one match, as expressions read them: tensor variables and the source
+    roots ($i) to handles of a host, attribute variables to values."""
 
-    graph: Graph
-    tensors: Mapping[str, Value]
+    host: TensorHost[H]
+    tensors: Mapping[str, H]
     attrs: Mapping[str, Any]
-    roots: tuple[Value, ...] = ()
+    roots: tuple[H, ...] = ()
 
-    def tensor_type(self, e: Expr) -> TensorType:
-        if isinstance(e, AVar) and e.name in self.tensors:
-            return self.graph.type_of(self.tensors[e.name])
-        if isinstance(e, OutRef) and e.index < len(self.roots):
-            return self.graph.type_of(self.roots[e.index])
-        raise RuleError(f"{_show(e)} is not a matched tensor")
-
-    def tensor_value(self, e: Expr) -> Value:
+    def handle(self, e: Expr) -> H:
         if isinstance(e, AVar) and e.name in self.tensors:
             return self.tensors[e.name]
         if isinstance(e, OutRef) and e.index < len(self.roots):
             return self.roots[e.index]
         raise RuleError(f"{_show(e)} is not a matched tensor")
 
+    def tensor_type(self, e: Expr) -> TensorType:
+        return self.host.type_of(self.handle(e))
+
     def is_weight(self, e: Expr) -> bool:
-        """Whether the matched tensor is computed from weights alone."""
-        return self.tensor_value(e).node in self.graph.weight_only()
+        return self.host.is_weight(self.handle(e))
 
     def constant(self, e: Expr) -> Constant | None:
-        """The matched tensor's value when it is a weight, else None."""
-        node = self.graph[self.tensor_value(e).node]
-        return node.attrs["value"] if node.op == "weight" else None
+        return self.host.constant(self.handle(e))
 
 
 def _show(e: Expr) -> str:

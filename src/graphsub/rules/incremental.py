@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import OpTerm, Rule, Term, Var
-from graphsub.rules.matcher import Match, conditions_hold, find_matches
+from graphsub.rules.matcher import GraphHost, Match, conditions_hold, find_matches
 
 
 def rule_radius(rule: Rule) -> int | None:
@@ -99,9 +99,10 @@ class IncrementalMatcher:
                 if d <= r:
                     by_op.setdefault(graph[n].op, []).append(n)
         out = []
+        host = GraphHost(graph)
         for rule, radius, old in zip(self.rules, self.radii, parent):
             kept = [m for m in old if m.nodes.isdisjoint(gone)
-                    and conditions_hold(graph, rule, m.tensors, m.attrs, m.roots)]
+                    and conditions_hold(host, rule, m.tensors, m.attrs, m.roots)]
             if radius is None:  # a pattern that is not connected is matched everywhere
                 found = find_matches(graph, rule)
             else:

@@ -1,47 +1,117 @@
-"""Finding all matches of a rule in a graph.
+"""Matching a rule's source patterns: one pattern-node check for every host, and the search
+for matches in a graph.
+
+A host is what the patterns are matched in: a graph, whose handles are values, or an e-graph
+(graphsub.egraph.ematch), whose handles are e-classes. `match_term` and `match_node` decide
+whether a term matches there (operator, output index, attributes, shape conditions, both
+operand orders of a commutative op) for either, so a change to what a pattern means is one
+edit. Where to try the roots is the host's own search: `find_matches` below for graphs, the
+semi-naive `SourceIndex` for e-graphs.
 
 Source terms are trees, so matching one root at one node is deterministic; the search is over
-where the roots go. The first root is tried at every node of its op (nodes are indexed by op);
-later roots are joined on shared variables, by trying only the readers of an already bound
-value where the root reads one directly.
+where the roots go. In a graph the first root is tried at every node of its op (nodes are
+indexed by op); later roots are joined on shared variables, by trying only the readers of an
+already bound value where the root reads one directly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from graphsub.ir.graph import Graph, Value
+from graphsub.ir.types import Constant
 from graphsub.ops import get_op
 from graphsub.ops.base import norm_axis
 from graphsub.rules.ast import AVar, Lit, OpTerm, Rule, Term, Var
-from graphsub.rules.expr import Env, RuleError, try_evaluate
+from graphsub.rules.expr import Env, RuleError, TensorHost, try_evaluate
+
+H = TypeVar("H")
+
+
+class NodeView(Protocol):
+    """What the pattern check reads of a node: its operator and attributes."""
+
+    @property
+    def op(self) -> str: ...
+
+    @property
+    def attrs(self) -> Mapping[str, Any]: ...
+
+
+#: A node that may compute a handle: (node id, the node, its input handles).
+Candidate = tuple[int, NodeView, tuple[Any, ...]]
+
+
+class PatternHost(TensorHost[H], Protocol[H]):
+    """A place patterns are matched in: the tensors expressions read, and the nodes that
+    compute a handle."""
+
+    def candidates(self, term: OpTerm, handle: H) -> Sequence[Candidate]:
+        """The nodes of op `term.op` whose output `term.index` is `handle`."""
+        ...
+
+    def same(self, bound: H, handle: H) -> bool:
+        """Whether a variable bound to `bound` may also be bound to `handle`."""
+        ...
+
+
+class GraphHost:
+    """A graph as a pattern host: handles are its values."""
+
+    __slots__ = ("graph", "type_of")
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.type_of = graph.type_of
+
+    def is_weight(self, value: Value) -> bool:
+        return value.node in self.graph.weight_only()
+
+    def constant(self, value: Value) -> Constant | None:
+        node = self.graph[value.node]
+        return node.attrs["value"] if node.op == "weight" else None
+
+    def candidates(self, term: OpTerm, value: Value) -> Sequence[Candidate]:
+        node = self.graph[value.node]
+        if node.op != term.op or value.index != term.index:
+            return ()
+        return ((value.node, node, node.inputs),)
+
+    def same(self, bound: Value, value: Value) -> bool:
+        return bound == value
 
 
 @dataclass(frozen=True)
-class Match:
-    """Where a rule's source sits in a graph."""
+class Match(Generic[H]):
+    """Where a rule's source sits in a host: its roots' handles, the bindings, and (in a
+    graph) the ids of the matched nodes."""
 
     rule: Rule
-    roots: tuple[Value, ...]
-    tensors: dict[str, Value]
+    roots: tuple[H, ...]
+    tensors: dict[str, H]
     attrs: dict[str, Any]
     nodes: frozenset[int] = field(default_factory=frozenset)
 
-    def env(self, graph: Graph) -> Env:
-        return Env(graph, self.tensors, self.attrs, self.roots)
-
 
 @dataclass
-class _State:
-    tensors: dict[str, Value]
+class Bindings(Generic[H]):
+    """A partial match: tensor variables to handles, attribute variables to values, and the
+    ids of the nodes matched so far."""
+
+    tensors: dict[str, H]
     attrs: dict[str, Any]
     nodes: set[int]
 
-    def copy(self) -> _State:
-        return _State(dict(self.tensors), dict(self.attrs), set(self.nodes))
+    def copy(self) -> Bindings[H]:
+        return Bindings(dict(self.tensors), dict(self.attrs), set(self.nodes))
+
+
+def no_bindings() -> Bindings[Any]:
+    return Bindings({}, {}, set())
 
 
 def _canonical_literal(op: str, key: str, value: Any) -> Any:
@@ -77,34 +147,42 @@ def _compiled_literals(term: OpTerm) -> tuple[tuple[str, Any, bool], ...]:
     return tuple(out)
 
 
-def _match_term(graph: Graph, term: Term, value: Value, st: _State) -> Iterator[_State]:
-    """Every way `term` matches `value` extending `st` (commutative ops match both operand
-    orders); `st` itself is never modified."""
+def match_term(host: PatternHost[H], term: Term, handle: H, st: Bindings[H]
+               ) -> Iterator[Bindings[H]]:
+    """Every way `term` matches `handle` extending `st`; `st` itself is never modified."""
     if isinstance(term, Var):
         bound = st.tensors.get(term.name)
         if bound is None:
             st = st.copy()
-            st.tensors[term.name] = value
+            st.tensors[term.name] = handle
             yield st
-        elif bound == value:
+        elif host.same(bound, handle):
             yield st
         return
     if not isinstance(term, OpTerm):
         raise RuleError("let-bound names may appear only in targets")
-    node = graph[value.node]
-    if node.op != term.op or value.index != term.index or len(node.inputs) != len(term.args):
+    for nid, node, inputs in host.candidates(term, handle):
+        yield from match_node(host, term, nid, node, inputs, st)
+
+
+def match_node(host: PatternHost[H], term: OpTerm, nid: int, node: NodeView,
+               inputs: tuple[H, ...], st: Bindings[H]) -> Iterator[Bindings[H]]:
+    """Every way `term` matches node `nid` (of op term.op, reading `inputs`) extending `st`:
+    its attribute patterns, its :same-shapes flag, and its arguments in both operand orders
+    when the op is commutative."""
+    if len(inputs) != len(term.args):
         return
     st = st.copy()
     computed = []
     for (key, lit, is_lit), (_, e) in zip(_compiled_literals(term), term.attrs):
         if key == SAME_SHAPES:
-            if len({graph.type_of(v).shape for v in node.inputs}) > 1:
+            if len({host.type_of(v).shape for v in inputs}) > 1:
                 return
             continue
         actual = node.attrs.get(key)
         if is_lit:
-            if key == "axis" and isinstance(lit, int) and lit < 0 and node.inputs:
-                lit = norm_axis(lit, graph.type_of(node.inputs[0]).rank, term.op)
+            if key == "axis" and isinstance(lit, int) and lit < 0 and inputs:
+                lit = norm_axis(lit, host.type_of(inputs[0]).rank, term.op)
             if actual != lit:
                 return
         elif isinstance(e, AVar):
@@ -115,34 +193,58 @@ def _match_term(graph: Graph, term: Term, value: Value, st: _State) -> Iterator[
                 st.attrs[e.name] = actual
         else:  # a computed expression: compared once the arguments have bound its variables
             computed.append((e, actual))
-    st.nodes.add(value.node)
-    orders = [node.inputs]
-    if get_op(term.op).commutative and node.inputs[0] != node.inputs[1]:
-        orders.append(node.inputs[::-1])
-    for inputs in orders:
-        for done in _match_args(graph, term.args, inputs, st):
-            if all(_holds(graph, done, e, actual) for e, actual in computed):
+    st.nodes.add(nid)
+    orders = [inputs]
+    if get_op(term.op).commutative and not host.same(inputs[0], inputs[1]):
+        orders.append(inputs[::-1])
+    for order in orders:
+        for done in _match_args(host, term.args, order, st):
+            if all(_holds(host, done, e, actual) for e, actual in computed):
                 yield done
 
 
-def _holds(graph: Graph, st: _State, e: Any, actual: Any) -> bool:
+def _holds(host: PatternHost[H], st: Bindings[H], e: Any, actual: Any) -> bool:
     try:
-        ok, want = try_evaluate(e, Env(graph, st.tensors, st.attrs))
+        ok, want = try_evaluate(e, Env(host, st.tensors, st.attrs))
     except RuleError:
         return False  # it reads a variable this match does not bind
     return ok and want == actual
 
 
-def _match_args(graph: Graph, terms: tuple[Term, ...], values: tuple[Value, ...],
-                st: _State) -> Iterator[_State]:
+def _match_args(host: PatternHost[H], terms: tuple[Term, ...], handles: tuple[H, ...],
+                st: Bindings[H]) -> Iterator[Bindings[H]]:
     if not terms:
         yield st
         return
-    for st2 in _match_term(graph, terms[0], values[0], st):
-        yield from _match_args(graph, terms[1:], values[1:], st2)
+    for st2 in match_term(host, terms[0], handles[0], st):
+        yield from _match_args(host, terms[1:], handles[1:], st2)
 
 
-def _root_candidates(graph: Graph, term: Term, st: _State) -> Iterator[Value]:
+def conditions_hold(host: TensorHost[H], rule: Rule, tensors: Mapping[str, H],
+                    attrs: Mapping[str, Any], roots: tuple[H, ...]) -> bool:
+    """Whether the rule's `where` conditions hold for these bindings."""
+    env = Env(host, tensors, attrs, roots)
+    for cond in rule.conditions:
+        ok, value = try_evaluate(cond, env)
+        if not ok or not value:
+            return False
+    return True
+
+
+@lru_cache(maxsize=None)
+def symmetric_sources(rule: Rule) -> bool:
+    """Whether all source terms are the same up to variable names, so that root order does not
+    matter and each set of roots need be matched once."""
+    from graphsub.rules.parser import print_term
+
+    if len(rule.sources) < 2:
+        return False
+    return len({re.sub(r"\?[\w-]+", "?", print_term(t)) for t in rule.sources}) == 1
+
+
+# ---- matches in a graph ---------------------------------------------------------------------
+
+def _root_candidates(graph: Graph, term: Term, st: Bindings[Value]) -> Iterator[Value]:
     if not isinstance(term, OpTerm):
         raise RuleError("a source term must be an operator, not a bare variable")
     for arg in term.args:
@@ -158,46 +260,19 @@ def _root_candidates(graph: Graph, term: Term, st: _State) -> Iterator[Value]:
         yield Value(nid, term.index)
 
 
-@lru_cache(maxsize=None)
-def _symmetric(rule: Rule) -> bool:
-    """Whether all source terms are the same up to variable names, so that root order does not
-    matter and each set of roots need be matched once."""
-    from graphsub.rules.parser import print_term
-
-    if len(rule.sources) < 2:
-        return False
-
-    def shape(t: Term) -> str:
-        import re
-
-        return re.sub(r"\?[\w-]+", "?", print_term(t))
-
-    return len({shape(s) for s in rule.sources}) == 1
-
-
-def conditions_hold(graph: Graph, rule: Rule, tensors: dict[str, Value], attrs: dict[str, Any],
-                    roots: tuple[Value, ...]) -> bool:
-    """Whether the rule's `where` conditions hold for these bindings."""
-    env = Env(graph, tensors, attrs, roots)
-    for cond in rule.conditions:
-        ok, value = try_evaluate(cond, env)
-        if not ok or not value:
-            return False
-    return True
-
-
 def find_matches(graph: Graph, rule: Rule, limit: int | None = None,
-                 first_roots: Iterable[int] | None = None) -> list[Match]:
+                 first_roots: Iterable[int] | None = None) -> list[Match[Value]]:
     """All matches of the rule in the graph (conditions checked), up to `limit`; with
     `first_roots`, only those whose first source root is one of these nodes."""
-    out: list[Match] = []
-    symmetric = _symmetric(rule)
+    out: list[Match[Value]] = []
+    symmetric = symmetric_sources(rule)
+    host = GraphHost(graph)
 
-    def extend(k: int, st: _State, roots: tuple[Value, ...]) -> None:
+    def extend(k: int, st: Bindings[Value], roots: tuple[Value, ...]) -> None:
         if limit is not None and len(out) >= limit:
             return
         if k == len(rule.sources):
-            if not conditions_hold(graph, rule, st.tensors, st.attrs, roots):
+            if not conditions_hold(host, rule, st.tensors, st.attrs, roots):
                 return
             out.append(Match(rule, roots, dict(st.tensors), dict(st.attrs), frozenset(st.nodes)))
             return
@@ -213,8 +288,8 @@ def find_matches(graph: Graph, rule: Rule, limit: int | None = None,
                 continue
             if symmetric and roots and cand.node <= roots[-1].node:
                 continue
-            for matched in _match_term(graph, rule.sources[k], cand, st):
+            for matched in match_term(host, rule.sources[k], cand, st):
                 extend(k + 1, matched, roots + (cand,))
 
-    extend(0, _State({}, {}, set()), ())
+    extend(0, no_bindings(), ())
     return out

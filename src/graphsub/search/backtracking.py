@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from graphsub.cost.base import CostModel
 from graphsub.ir.graph import Graph
-from graphsub.rules.applier import REJECTIONS, apply_match
+from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match
@@ -38,7 +38,6 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
     expansions, after `time_limit` seconds, or on Ctrl-C, returning the best graph so far."""
     start = time.perf_counter()
     stats = SearchStats()
-    rejected_before = REJECTIONS.copy()
     initial_cost = cost_model.graph_cost(graph)
     node_cap = max_node_factor * len(graph)
     matcher = IncrementalMatcher(rules)
@@ -71,7 +70,8 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
                 break
             cost, _, entry, trace = heapq.heappop(queue)
             g = entry if isinstance(entry, Graph) else apply_match(*entry)
-            if g is None:  # priced, not built: the rewrite makes a cycle
+            if isinstance(g, Rejection):  # priced, not built: the rewrite makes a cycle
+                stats.rejected[g.reason] += 1
                 stats.pruned += 1
                 continue
             fp = g.fingerprint()
@@ -86,7 +86,8 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
                         break
                     stats.matches += 1
                     priced = price_rewrite(g, match, cost_model)
-                    if priced is None:
+                    if isinstance(priced, Rejection):
+                        stats.rejected[priced.reason] += 1
                         continue
                     stats.generated += 1
                     if priced.nodes > node_cap:
@@ -95,7 +96,8 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
                     new_cost = priced.cost
                     if new_cost < best_cost() or len(best) < keep:
                         new = apply_match(g, match)  # only the few that are kept are built
-                        if new is None:
+                        if isinstance(new, Rejection):
+                            stats.rejected[new.reason] += 1
                             stats.pruned += 1
                             continue
                         new_cost = cost_model.graph_cost(new)
@@ -113,7 +115,6 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
     except KeyboardInterrupt:
         stats.stopped_by = StopReason.INTERRUPT
     stats.seconds = time.perf_counter() - start
-    stats.rejected = REJECTIONS - rejected_before
     stats.matches_computed = matcher.counts.computed
     stats.matches_reused = matcher.counts.reused
     top = best[0]

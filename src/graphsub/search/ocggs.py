@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from graphsub.cost.base import CostModel
 from graphsub.ir.graph import Graph
-from graphsub.rules.applier import REJECTIONS, apply_match
+from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match, find_matches
@@ -93,12 +93,13 @@ def in_order(first: Substitution, second: Substitution) -> bool:
         first.latest == second.latest and first.alpha <= second.alpha)
 
 
-def extend(seq: SubstitutionSequence, sub: Substitution, cost_model: CostModel) -> SubstitutionSequence | None:
-    """`seq` followed by `sub`, or None when the rewrite is not allowed."""
+def extend(seq: SubstitutionSequence, sub: Substitution, cost_model: CostModel
+           ) -> SubstitutionSequence | Rejection:
+    """`seq` followed by `sub`, or why the rewrite is not allowed."""
     parent = seq.graph
     child = apply_match(parent, sub.match)
-    if child is None:
-        return None
+    if isinstance(child, Rejection):
+        return child
     labels = {nid: lab for nid, lab in seq.labels.items() if nid in child.nodes}
     for nid in child.nodes:
         if nid >= parent.next_id:
@@ -117,7 +118,6 @@ class _Search:
         self.time_limit, self.budget, self.keep, self.progress = time_limit, budget, keep, progress
         self.start = time.perf_counter()
         self.stats = SearchStats()
-        self.rejected_before = REJECTIONS.copy()
         self.root = initial_sequence(graph, cost_model.graph_cost(graph))
         self.best: list[SubstitutionSequence] = [self.root]
         self.seen_best = {graph.fingerprint()}
@@ -154,7 +154,8 @@ class _Search:
                 self.stats.pruned += 1
                 continue
             child = extend(seq, sub, self.cost_model)
-            if child is None:
+            if isinstance(child, Rejection):
+                self.stats.rejected[child.reason] += 1
                 continue
             self.stats.generated += 1
             self.consider(child)
@@ -180,7 +181,6 @@ class _Search:
 
     def result(self) -> OptimizeResult:
         self.stats.seconds = time.perf_counter() - self.start
-        self.stats.rejected = REJECTIONS - self.rejected_before
         if self.matcher is not None:
             self.stats.matches_computed = self.matcher.counts.computed
             self.stats.matches_reused = self.matcher.counts.reused

@@ -24,11 +24,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from graphsub.cost.base import FREE_OPS, CostModel, OpSignature
-from graphsub.errors import GraphsubError, ShapeError
 from graphsub.ir.graph import Graph, Node, Value, make_node
 from graphsub.ir.types import TensorType
 from graphsub.ops import is_deterministic
-from graphsub.rules.applier import REJECTIONS, Rejected, _external_use, _TargetBuilder, apply_match
+from graphsub.rules.applier import Rejection, apply_match, build_in_graph
 from graphsub.rules.matcher import Match
 
 
@@ -38,8 +37,8 @@ class PricedRewrite(NamedTuple):
 
 
 class _DryEditor:
-    """What _TargetBuilder needs of an editor (types of values, adding nodes), over a graph
-    that is not copied: new nodes live here under fresh ids."""
+    """A target sink (graphsub.rules.applier.TargetSink) over a graph that is not copied:
+    new nodes live here under fresh ids."""
 
     def __init__(self, base: Graph) -> None:
         self.base = base
@@ -59,43 +58,29 @@ class _DryEditor:
         return tuple(Value(nid, i) for i in range(len(node.outputs)))
 
 
-def price_rewrite(graph: Graph, match: Match, cost_model: CostModel) -> PricedRewrite | None:
-    """The cost and size `apply_match(graph, match)` would have, or None when the rewrite is
-    rejected (counted in REJECTIONS as apply_match counts it). Cyclic results are the
-    exception: they are priced, and rejected only when built."""
+def price_rewrite(graph: Graph, match: Match, cost_model: CostModel
+                  ) -> PricedRewrite | Rejection:
+    """The cost and size `apply_match(graph, match)` would have, or its rejection. Cyclic
+    results are the exception: they are priced, and rejected only when built."""
     if not cost_model.sum_of_nodes:
         return _built_and_priced(graph, match, cost_model)
-    reason = _external_use(graph, match)
-    if reason is not None:
-        REJECTIONS[reason] += 1
-        return None
     editor = _DryEditor(graph)
-    builder = _TargetBuilder(editor, match, graph)  # type: ignore[arg-type]
-    try:
-        for name, term in match.rule.lets:
-            builder.lets[name] = builder.build_outputs(term)
-        targets = [builder.build(t) for t in match.rule.targets]
-    except Rejected as exc:
-        REJECTIONS[exc.reason] += 1
-        return None
-    except ShapeError:
-        REJECTIONS["shape or type mismatch"] += 1
-        return None
-    except GraphsubError:
-        REJECTIONS["target not buildable"] += 1
-        return None
+    targets = build_in_graph(editor, graph, match)
+    if isinstance(targets, Rejection):
+        return targets
     replaced = {old: new for old, new in zip(match.roots, targets) if old != new}
     for old, new in replaced.items():
         if graph.type_of(old) != editor.type_of(new):
-            REJECTIONS["shape or type mismatch"] += 1
-            return None
+            return Rejection("shape or type mismatch")
     priced = _price_dry(graph, editor, replaced, cost_model)
     return priced if priced is not None else _built_and_priced(graph, match, cost_model)
 
 
-def _built_and_priced(graph: Graph, match: Match, cost_model: CostModel) -> PricedRewrite | None:
+def _built_and_priced(graph: Graph, match: Match, cost_model: CostModel
+                      ) -> PricedRewrite | Rejection:
     new = apply_match(graph, match)
-    return None if new is None else PricedRewrite(cost_model.graph_cost(new), len(new))
+    return new if isinstance(new, Rejection) else PricedRewrite(cost_model.graph_cost(new),
+                                                                 len(new))
 
 
 def _price_dry(graph: Graph, editor: _DryEditor, replaced: dict[Value, Value],
