@@ -18,6 +18,13 @@ from graphsub.ir.hashing import attrs_key
 from graphsub.ir.types import Attrs, Constant, TensorType
 
 FREE_OPS = frozenset({"input", "weight"})
+
+
+def costs_nothing(op: str, weight_only: bool) -> bool:
+    """Whether a node is free, wherever it is priced (a graph, a dry-run rewrite, an e-graph):
+    sources cost nothing, and so do nodes computed from weights alone, which export folds
+    into initializers."""
+    return weight_only or op in FREE_OPS
 #: An opaque operator's constant inputs of at most this many elements are part of its
 #: signature: they are shapes, indices and axes, which decide what it computes (and whether a
 #: one-operator model of it runs at all: an Expand fed a made-up shape is invalid).
@@ -61,20 +68,29 @@ def signature_values(op: str, constants: tuple[Constant | None, ...]
     return tuple(c if c is not None and c.type.numel <= VALUE_LIMIT else None for c in constants)
 
 
+def make_signature(op: str, attrs: Attrs, inputs: tuple[TensorType, ...],
+                   constant_inputs: tuple[bool, ...], outputs: tuple[TensorType, ...],
+                   constants: Callable[[], tuple[Constant | None, ...]],
+                   layouts: tuple[tuple[int, ...] | None, ...] | None = None) -> OpSignature:
+    """The signature of one operator application, however its host stores it. `constants`
+    gives the inputs' weight values (None where not a weight); it is read for opaque
+    operators only."""
+    values = signature_values(op, constants()) if op == "opaque" else None
+    return OpSignature(op, attrs, inputs, constant_inputs, outputs, layouts, values)
+
+
 LayoutFn = Callable[[Graph, int], "tuple[tuple[int, ...] | None, ...] | None"]
 
 
 def node_signature(graph: Graph, nid: int, layouts: LayoutFn | None = None) -> OpSignature:
     node = graph[nid]
     weight_only = graph.weight_only()
-    values = None
-    if node.op == "opaque":
-        values = signature_values(node.op, tuple(
-            graph[v.node].attrs["value"] if graph[v.node].op == "weight" else None
-            for v in node.inputs))
-    return OpSignature(node.op, node.attrs, graph.input_types(nid),
-                       tuple(v.node in weight_only for v in node.inputs), node.outputs,
-                       layouts(graph, nid) if layouts is not None else None, values)
+    return make_signature(
+        node.op, node.attrs, graph.input_types(nid),
+        tuple(v.node in weight_only for v in node.inputs), node.outputs,
+        lambda: tuple(graph[v.node].attrs["value"] if graph[v.node].op == "weight" else None
+                      for v in node.inputs),
+        layouts(graph, nid) if layouts is not None else None)
 
 
 class CostModel(ABC):
@@ -116,9 +132,7 @@ class CostModel(ABC):
         return cost
 
     def node_cost(self, graph: Graph, nid: int) -> float:
-        if graph[nid].op in FREE_OPS or nid in graph.weight_only():
-            return 0.0
-        return self.signature_cost(node_signature(graph, nid, self.layouts))
+        return self._priced_node(graph, nid)
 
     #: Ops whose output strides follow their input's (views), through which a change of
     #: layout travels to readers further down; only read when `layouts` is set.
@@ -184,7 +198,7 @@ class CostModel(ABC):
     def _priced_node(self, graph: Graph, nid: int) -> float:
         node = graph[nid]
         weight_only = graph.weight_only()
-        if node.op in FREE_OPS or nid in weight_only:
+        if costs_nothing(node.op, nid in weight_only):
             return 0.0
         # The memo key: which inputs are constants and, where layouts matter, their strides
         # (a node's producers may be re-pointed by an edit without the node itself changing).

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from graphsub.cost.base import FREE_OPS, CostModel, OpSignature, signature_values
+from graphsub.cost.base import CostModel, costs_nothing, make_signature, signature_values
 from graphsub.egraph.egraph import PROJ, EGraph
 from graphsub.egraph.problem import ExtractionProblem
 from graphsub.errors import GraphsubError
@@ -40,19 +40,19 @@ class NodeCosts:
 
     def cost(self, eg: EGraph, nid: int) -> float:
         node = eg.node(nid)
-        if node.op in FREE_OPS or node.op == PROJ:
+        if node.op == PROJ:
             return 0.0
         kids = [eg[c] for c in node.children]
         consts = tuple(k.weight_only for k in kids)
-        if kids and all(consts) and not node.salt:
-            return 0.0  # folded into an initializer at export
+        if costs_nothing(node.op, bool(kids) and all(consts) and not node.salt):
+            return 0.0
         ins = tuple(k.types[0] for k in kids)
         values = signature_values(node.op, tuple(k.constant for k in kids))
         key = (node.op, node.attrs, ins, consts, values)
         cost = self._memo.get(key)
         if cost is None:
-            sig = OpSignature(node.op, node.attrs, ins, consts, eg[eg.class_of(nid)].types,
-                              values=values)
+            sig = make_signature(node.op, node.attrs, ins, consts, eg[eg.class_of(nid)].types,
+                                 lambda: tuple(k.constant for k in kids))
             cost = self.cost_model.signature_cost(sig)
             self._memo[key] = cost
         return cost

@@ -20,12 +20,12 @@ does only for the few children it keeps.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from graphsub.cost.base import FREE_OPS, CostModel, OpSignature
+from graphsub.cost.base import CostModel, costs_nothing, make_signature
 from graphsub.ir.graph import Graph, Node, Value, make_node
-from graphsub.ir.types import TensorType
+from graphsub.ir.types import Constant, TensorType
 from graphsub.ops import is_deterministic
 from graphsub.rules.applier import Rejection, apply_match, build_in_graph
 from graphsub.rules.matcher import Match
@@ -48,6 +48,13 @@ class _DryEditor:
     def type_of(self, value: Value) -> TensorType:
         node = self.added.get(value.node)
         return (node if node is not None else self.base[value.node]).outputs[value.index]
+
+    def constants(self, node: Node) -> Callable[[], tuple[Constant | None, ...]]:
+        """The weight values a node of the rewrite reads, for its signature."""
+        def read() -> tuple[Constant | None, ...]:
+            nodes = [self.added.get(v.node) or self.base[v.node] for v in node.inputs]
+            return tuple(n.attrs["value"] if n.op == "weight" else None for n in nodes)
+        return read
 
     def add(self, op: str, inputs: Sequence[Value] = (), attrs: Mapping[str, Any] | None = None,
             name: str = "") -> tuple[Value, ...]:
@@ -142,10 +149,10 @@ def _price_dry(graph: Graph, editor: _DryEditor, replaced: dict[Value, Value],
         total -= costs[nid]
     for nid in live:
         node = added[nid]
-        if node.op in FREE_OPS or nid in new_weight_only:
+        if costs_nothing(node.op, nid in new_weight_only):
             continue
-        sig = OpSignature(node.op, node.attrs, tuple(editor.type_of(v) for v in node.inputs),
-                          tuple(v.node in weight_only or v.node in new_weight_only
-                                for v in node.inputs), node.outputs)
+        sig = make_signature(node.op, node.attrs, tuple(editor.type_of(v) for v in node.inputs),
+                             tuple(v.node in weight_only or v.node in new_weight_only
+                                   for v in node.inputs), node.outputs, editor.constants(node))
         total += cost_model.signature_cost(sig)
     return PricedRewrite(total, len(graph) - len(removed) + len(live))
