@@ -32,6 +32,7 @@ from tables import markdown, save_rows  # noqa: E402
 from graphsub import zoo  # noqa: E402
 from graphsub.cost import AnalyticCostModel  # noqa: E402
 from graphsub.optimizer import optimize  # noqa: E402
+from graphsub.search import ALGORITHMS as REGISTERED  # noqa: E402
 from graphsub.rules import builtin_rules, load_rules  # noqa: E402
 
 ZOO = "nasrnn,bert,resnext50,nasnet_a,inception_v3,squeezenet,resnet50,mobilenet_v2,vit,vgg19"
@@ -52,8 +53,9 @@ def run(spec: str, algorithm: str, seconds: float, k: int = 10, split: int | Non
         budget: int = 10**9) -> dict[str, Any]:
     graph = zoo.build(spec)
     started = time.perf_counter()
+    takes_k = "k" in REGISTERED[algorithm].option_names()
     result = optimize(graph, rules(), algorithm, time_limit=seconds, budget=budget,
-                      cost=AnalyticCostModel(PROFILE[0]), k=k, split=split)
+                      cost=AnalyticCostModel(PROFILE[0]), k=k if takes_k else None, split=split)
     wall = time.perf_counter() - started
     row = {"model": spec, "nodes": len(graph), "rules": len(rules()), "budget": budget,
            "algorithm": algorithm, "split": split, "k": k,

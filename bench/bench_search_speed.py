@@ -24,13 +24,12 @@ HERE = Path(__file__).resolve().parents[1] / "src"
 
 CHILD = """
 import json, sys
-from graphsub import zoo
+from graphsub import optimize, zoo
 from graphsub.cost import AnalyticCostModel
 from graphsub.rules import builtin_rules
-from graphsub.search import backtracking_search
 g = zoo.build(sys.argv[1])
-r = backtracking_search(g, builtin_rules(), AnalyticCostModel("a100"), time_limit=float(sys.argv[2]),
-                        budget=10**9)
+r = optimize(g, builtin_rules(), "backtracking", cost=AnalyticCostModel("a100"),
+             time_limit=float(sys.argv[2]), budget=10**9)
 print(json.dumps({"nodes": len(g), **r.stats.as_dict(), "initial": r.initial_cost,
                   "final": r.final_cost}))
 """

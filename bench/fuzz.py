@@ -24,13 +24,14 @@ table of outcomes per stage, the failure classes, and --out/summary.json. --out 
 Each finished model is also appended to --out/journal.jsonl (its record and failures), so a
 campaign longer than one sitting can stop (Ctrl-C, kill PID) and go on with --resume: the
 seeds already in the journal are skipped, and the report covers them all. --resume refuses a
-journal written at another commit, with uncommitted graphsub changes, or with other settings:
-the campaign stays one run of one code.
+journal written at another commit, with other uncommitted graphsub changes, or with other
+settings: the campaign stays one run of one code.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import multiprocessing as mp
 import signal
@@ -300,7 +301,9 @@ def graphsub_version() -> dict[str, Any]:
 
     changed = [line[3:] for line in git("status", "--porcelain", "src/graphsub").splitlines()
                if not line[3:].startswith("src/graphsub/fuzz/")]
-    return {"commit": git("rev-parse", "--short", "HEAD").strip(), "uncommitted": changed}
+    diff = git("diff", "HEAD", "--", "src/graphsub", ":!src/graphsub/fuzz") if changed else ""
+    return {"commit": git("rev-parse", "--short", "HEAD").strip(), "uncommitted": changed,
+            "diff": hashlib.sha256(diff.encode()).hexdigest()[:16] if changed else ""}
 
 
 @dataclass
@@ -437,12 +440,13 @@ class Journal:
         lines = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
         header, entries = lines[0], lines[1:]
         version, identity = campaign.version, campaign.settings.identity()
-        if version["uncommitted"]:
-            raise ResumeError("graphsub has uncommitted changes "
-                              f"({', '.join(version['uncommitted'])}): commit or stash them")
         if header["graphsub"]["commit"] != version["commit"]:
             raise ResumeError(f"the journal was written at commit {header['graphsub']['commit']}"
                               f", this is {version['commit']}: check it out to resume")
+        if header["graphsub"].get("diff", "") != version["diff"]:
+            raise ResumeError("graphsub's uncommitted changes differ from the journal's "
+                              f"({', '.join(version['uncommitted']) or 'none now'}): restore "
+                              "them to resume")
         if header["settings"] != identity:
             raise ResumeError(f"the journal's settings {header['settings']} differ from "
                               f"these {identity}: pass the same ones")

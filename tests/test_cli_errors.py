@@ -61,6 +61,8 @@ def test_the_output_may_not_be_the_input(model):
     (["--algorithm", "annealing"], "unknown algorithm 'annealing'"),
     (["--cost", "guess"], "unknown cost model 'guess'"),
     (["--budget", "0"], "--budget must be at least 1"),
+    (["--algorithm", "eqsat", "--alpha", "1.2"], "the eqsat search has no setting alpha"),
+    (["--k", "4"], "the backtracking search has no setting k"),
     (["--split", "1"], "--split needs a part size of at least 2"),
     (["--rules", "nowhere.rules"], "rule file nowhere.rules does not exist"),
     (["--target", "tpu"], "unknown target 'tpu'"),

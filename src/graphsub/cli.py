@@ -399,11 +399,11 @@ MEASURE_LIMIT_HELP = ("Seconds for timing, confirming and verifying the candidat
 def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")],
              output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the optimized ONNX model (never the input file).")],
              algorithm: Annotated[str, typer.Option(help=ALGORITHM_HELP)] = "backtracking",
-             alpha: Annotated[float, typer.Option(help="Explore graphs up to alpha x the best cost (TASO/MetaFlow).")] = 1.05,
-             budget: Annotated[Optional[int], typer.Option(help="Most graphs to expand (backtracking, greedy; default 1000), MCTS iterations per decision (mcts; default 128), iterations (eqsat; default: until saturated).")] = None,
+             alpha: Annotated[Optional[float], typer.Option(help="Explore graphs up to alpha x the best cost (backtracking, as in TASO/MetaFlow; default 1.05).")] = None,
+             budget: Annotated[Optional[int], typer.Option(help="The algorithm's own unit of work: graphs to expand (backtracking, greedy; default 1000; pruning, dpp, sampling, enumeration: no bound but --k), MCTS iterations per decision (mcts; default 128), e-graph iterations (eqsat; default: until saturated).")] = None,
              node_limit: Annotated[Optional[int], typer.Option("--node-limit", help="Most e-nodes in the e-graph (eqsat: default 20000; mcts: default 2000, as in the MCTS paper).")] = None,
-             k_multi: Annotated[int, typer.Option("--k-multi", help="Iterations that apply multi-pattern rules (eqsat; Tensat's k_multi).")] = 1,
-             k: Annotated[int, typer.Option("--k", help="Longest rewrite sequence for pruning, dpp, sampling and enumeration (OCGGS's K).")] = 10,
+             k_multi: Annotated[Optional[int], typer.Option("--k-multi", help="Iterations that apply multi-pattern rules (eqsat, Tensat's k_multi; default 1).")] = None,
+             k: Annotated[Optional[int], typer.Option("--k", help="Longest rewrite sequence for pruning, dpp, sampling (default 10) and enumeration (default 3): OCGGS's K.")] = None,
              split: SplitOpt = None, executor: ExecutorOpt = "process",
              time_limit: Annotated[float, typer.Option("--time-limit", help=TIME_LIMIT_HELP)] = 60.0,
              measure_limit: Annotated[Optional[float], typer.Option("--measure-limit", help=MEASURE_LIMIT_HELP)] = None,
@@ -484,7 +484,9 @@ def compare(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")
 
     names = [a.strip() for a in algorithms.split(",") if a.strip()]
     check_algorithms(names)
-    check_settings(names[0], time_limit=time_limit, cost=cost, k=k, split=split, threads=threads)
+    check_settings(names[0], time_limit=time_limit, cost=cost, split=split, threads=threads)
+    if k < 1:
+        raise GraphsubError(f"--k must be at least 1 (got {k})")
     for path in rules or []:
         if not path.is_file():
             raise GraphsubError(f"rule file {path} does not exist")

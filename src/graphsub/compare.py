@@ -71,9 +71,11 @@ def compare_algorithms(graph: Graph, algorithms: Sequence[str] = DEFAULT_ALGORIT
             started(algorithm)
         # Time bounds every algorithm alike; e-graph searches keep their own budgets (MCTS's
         # is per decision).
-        budget = None if ALGORITHMS[algorithm].egraph else 10**9
-        result = optimize(graph, rules, algorithm, time_limit=time_limit, cost=model, k=k,
-                          split=split, budget=budget)
+        search = ALGORITHMS[algorithm]
+        budget = None if search.egraph else 10**9
+        result = optimize(graph, rules, algorithm, time_limit=time_limit, cost=model,
+                          k=k if "k" in search.option_names() else None, split=split,
+                          budget=budget)
         s = result.stats
         runs.append(AlgorithmRun(algorithm, split, result.initial_cost, result.final_cost,
                                  s.seconds, s.explored, s.generated, s.matches_computed,

@@ -21,8 +21,8 @@ import os
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from graphsub.backends import Target, get_target
@@ -38,7 +38,8 @@ from graphsub.runtime.inputs import graph_input_specs, random_feeds
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import ALGORITHMS, Candidate, OptimizeResult, SearchStats
 from graphsub.search.result import ProgressFn, StopReason
-from graphsub.search.split import split_search
+from graphsub.search.registry import Limits
+from graphsub.search.split import splitting
 from graphsub.selection import measure_and_choose
 
 #: The share of the time limit kept for timing and verifying candidates (measure_reserve).
@@ -74,16 +75,29 @@ COST_MODELS = ("measured", "analytic")
 EXECUTORS = ("process", "dask", "serial")
 
 
-def check_settings(algorithm: str = "backtracking", alpha: float = 1.05,
-                   budget: int | None = None, time_limit: float = 60.0,
-                   cost: str | CostModel = "measured", k: int = 10, split: int | None = None,
-                   executor: str = "process", node_limit: int | None = None, k_multi: int = 1,
-                   measure_limit: float | None = None, candidates: int = 3,
-                   threads: int | None = None) -> None:
-    """Raise a GraphsubError naming the first setting out of range: checked before any work,
-    so that a typo does not cost a search."""
+def search_options(algorithm: str, alpha: float | None = None, k: int | None = None,
+                   node_limit: int | None = None, k_multi: int | None = None,
+                   options: Mapping[str, Any] | None = None) -> Any:
+    """The algorithm's options with the settings given (None: the algorithm's default). A
+    setting the algorithm does not have is a GraphsubError naming the ones it has."""
     if algorithm not in ALGORITHMS:
         raise GraphsubError(f"unknown algorithm {algorithm!r}; use one of {', '.join(ALGORITHMS)}")
+    given = {name: value for name, value in (("alpha", alpha), ("k", k),
+                                             ("node_limit", node_limit), ("k_multi", k_multi))
+             if value is not None}
+    return ALGORITHMS[algorithm].make_options(**given, **(options or {}))
+
+
+def check_settings(algorithm: str = "backtracking", alpha: float | None = None,
+                   budget: int | None = None, time_limit: float = 60.0,
+                   cost: str | CostModel = "measured", k: int | None = None,
+                   split: int | None = None, executor: str = "process",
+                   node_limit: int | None = None, k_multi: int | None = None,
+                   measure_limit: float | None = None, candidates: int = 3,
+                   threads: int | None = None, options: Mapping[str, Any] | None = None) -> None:
+    """Raise a GraphsubError naming the first setting out of range, or one the algorithm does
+    not have: checked before any work, so that a typo does not cost a search."""
+    search_options(algorithm, alpha, k, node_limit, k_multi, options)
     if isinstance(cost, str) and cost not in COST_MODELS:
         raise GraphsubError(f"unknown cost model {cost!r}; use {' or '.join(COST_MODELS)}")
     if executor not in EXECUTORS:
@@ -93,7 +107,7 @@ def check_settings(algorithm: str = "backtracking", alpha: float = 1.05,
     if measure_limit is not None and not (math.isfinite(measure_limit) and measure_limit > 0):
         raise GraphsubError("--measure-limit must be a positive number of seconds "
                             f"(got {measure_limit:g})")
-    if not alpha >= 1.0:
+    if alpha is not None and not alpha >= 1.0:
         raise GraphsubError(f"alpha must be at least 1 (got {alpha})")
     for name, value, least in (("--k", k, 1), ("--budget", budget, 1),
                                ("--node-limit", node_limit, 1), ("--k-multi", k_multi, 0),
@@ -105,24 +119,28 @@ def check_settings(algorithm: str = "backtracking", alpha: float = 1.05,
 
 
 def optimize(graph: Graph, rules: Sequence[Rule] | None = None, algorithm: str = "backtracking",
-             alpha: float = 1.05, budget: int | None = None, time_limit: float = 60.0,
+             alpha: float | None = None, budget: int | None = None, time_limit: float = 60.0,
              cost: str | CostModel = "measured", threads: int | None = None,
              progress: ProgressFn | None = None, keep: int = 5,
-             target: str | Target | None = None, k: int = 10, split: int | None = None,
-             executor: str = "process", node_limit: int | None = None,
-             k_multi: int = 1) -> OptimizeResult:
+             target: str | Target | None = None, k: int | None = None,
+             split: int | None = None, executor: str = "process",
+             node_limit: int | None = None, k_multi: int | None = None,
+             options: Mapping[str, Any] | None = None) -> OptimizeResult:
     """Search for a cheaper equivalent graph under a cost model (the search step alone). A
     cost model given by name is built for the target (measured there, or the analytic
-    profile that approximates it). `k` bounds the sequence length of the OCGGS algorithms
-    (pruning, dpp, sampling, enumeration). `split` cuts graphs of more operators than that
-    into parts searched separately (MetaFlow's graph split; `executor` runs the parts:
-    process, dask or serial); the budget and k then apply per part. `budget` is the most
-    graphs to expand for backtracking and greedy (default 1000), MCTS iterations per decision
-    for mcts (default 128), and iterations for eqsat (default: until saturated); `node_limit`
-    and `k_multi` bound the e-graph of eqsat and mcts (default node limits: 20,000 for eqsat,
-    room to saturate most zoo models; 2,000 for mcts, as in the MCTS paper)."""
+    profile that approximates it).
+
+    `budget` counts the algorithm's own unit of work (ALGORITHMS[algorithm].budget_unit:
+    graphs expanded for backtracking and greedy, default 1000; MCTS iterations per decision
+    for mcts, default 128; e-graph iterations for eqsat, default until saturated; graphs
+    expanded for the OCGGS searches, which k bounds instead by default). `alpha`
+    (backtracking), `k` (pruning, dpp, sampling, enumeration), `node_limit` (eqsat, mcts) and
+    `k_multi` (eqsat) are the algorithms' options, as is anything in `options`; None keeps the
+    algorithm's default, and one the algorithm does not have is an error. `split` cuts graphs
+    of more operators than that into parts searched separately (MetaFlow's graph split;
+    `executor` runs the parts: process, dask or serial); the budget then applies per part."""
     check_settings(algorithm, alpha, budget, time_limit, cost, k, split, executor, node_limit,
-                   k_multi, threads=threads)
+                   k_multi, threads=threads, options=options)
     if isinstance(cost, str):
         model = make_cost_model(cost, target=resolve_target(target, threads))
         if isinstance(model, MeasuredCostModel):  # timing operators counts against the limit
@@ -130,16 +148,11 @@ def optimize(graph: Graph, rules: Sequence[Rule] | None = None, algorithm: str =
     else:
         model = cost
     rules = builtin_rules() if rules is None else list(rules)
+    algorithm_options = search_options(algorithm, alpha, k, node_limit, k_multi, options)
+    limits = Limits(time=time_limit, budget=budget, keep=keep, progress=progress)
     search = ALGORITHMS[algorithm]
-    settings = {"alpha": alpha, "budget": budget, "k": k, "node_limit": node_limit,
-                "k_multi": k_multi}
-    kwargs: dict[str, Any] = dict(time_limit=time_limit, progress=progress, keep=keep)
-    kwargs.update((name, value) for name, value in settings.items()
-                  if name in search.settings and value is not None)
-    if split is not None:
-        return split_search(graph, rules, model, search.function, threshold=split,
-                            executor=executor, **kwargs)
-    return search.function(graph, rules, model, **kwargs)
+    run = search.function if split is None else splitting(search, split, executor)
+    return run(graph, rules, model, limits, algorithm_options)
 
 
 def measure_reserve(time_limit: float) -> float:
@@ -148,15 +161,155 @@ def measure_reserve(time_limit: float) -> float:
     return min(max(MEASURE_SHARE * time_limit, 2.0), 0.5 * time_limit, 60.0)
 
 
-def _distinct(candidates: list[Candidate], original_hash: str, limit: int) -> list[Candidate]:
-    out, seen = [], {original_hash}
-    for c in candidates:
-        h = c.graph.structural_hash()
-        if h not in seen:
-            seen.add(h)
-            out.append(c)
+def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str = "model",
+                   rules: Sequence[Rule] | None = None, algorithm: str = "backtracking",
+                   alpha: float | None = None, budget: int | None = None,
+                   time_limit: float = 60.0,
+                   cost: str = "measured", threads: int | None = None,
+                   measure_candidates: int = 3, measure_seconds: float = 3.0,
+                   progress: ProgressFn | None = None,
+                   target: str | Target | None = None,
+                   stage: Callable[[str], None] | None = None,
+                   k: int | None = None, split: int | None = None,
+                   executor: str = "process", node_limit: int | None = None,
+                   k_multi: int | None = None, measure_limit: float | None = None,
+                   started: float | None = None,
+                   options: Mapping[str, Any] | None = None) -> tuple[bytes, OptimizeReport]:
+    """Optimize for a target, choose by measurement there, verify. Returns the ONNX bytes to
+    write (the original model's when nothing beats it) and the report. Raises
+    VerificationError on a mismatch. `stage` is told what is happening (the search starting,
+    then timing, confirming, verifying), for progress displays.
+
+    The time limit covers the whole run from `started` (a time.perf_counter() value; default:
+    now): the search gets it less measure_reserve(time_limit), and timing, confirming and
+    verifying the candidates fit in what is left. With `measure_limit`, the search gets the
+    whole time limit and measuring gets `measure_limit` seconds after it. A run may overshoot
+    by the verification of a chosen candidate, which is never skipped.
+
+    The stages, each a function below: search, export, screen and confirm
+    (selection.measure_and_choose), check equivalence, report."""
+    check_settings(algorithm, alpha, budget, time_limit, cost, k, split, executor, node_limit,
+                   k_multi, measure_limit, measure_candidates, threads, options)
+    run = _Run(started=time.perf_counter() if started is None else started,
+               threads=threads or os.cpu_count() or 1, say=stage or (lambda message: None),
+               device=resolve_target(target, threads),
+               original=original_onnx if original_onnx is not None else to_onnx_bytes(graph))
+    search = dict(rules=rules, algorithm=algorithm, alpha=alpha, budget=budget, k=k,
+                  split=split, executor=executor, node_limit=node_limit, k_multi=k_multi,
+                  options=options)
+    cost_model = make_cost_model(cost, target=run.device)
+    result = _search_stage(run, graph, cost_model, search, time_limit, measure_limit, progress)
+    notes = list(cost_model.notes()) if isinstance(cost_model, MeasuredCostModel) else []
+    interrupted = result.stats.stopped_by == StopReason.INTERRUPT
+    if interrupted:
+        run.say("interrupted: the search stopped; measuring and verifying what it found "
+                "(Ctrl-C again to stop at once, writing nothing)")
+    exported = _export_stage(graph, result, original_onnx is not None and
+                             run.device.name.startswith("ort-"), run.original,
+                             measure_candidates, notes)
+    deadline = (run.search_end + measure_limit if measure_limit is not None
+                else run.started + time_limit)
+    specs = graph_input_specs(graph)
+    selection = measure_and_choose(run.device, graph, run.original, exported,
+                                   random_feeds(specs), deadline, measure_seconds, say=run.say)
+    notes += selection.notes
+    run.measure_end = time.perf_counter()
+    chosen, chosen_bytes, comparison = _check_stage(run, exported, selection, specs)
+    report = OptimizeReport(
+        model=label,
+        settings=dict(algorithm=algorithm,
+                      **asdict(search_options(algorithm, alpha, k, node_limit, k_multi, options)),
+                      budget=budget, budget_unit=ALGORITHMS[algorithm].budget_unit,
+                      split=split, time_limit=time_limit, measure_limit=measure_limit,
+                      cost=cost, threads=run.threads,
+                      rules=len(rules) if rules is not None else "builtin"),
+        target=run.device.name, device=run.device.device().as_dict(),
+        predicted_cost_before=result.initial_cost,
+        predicted_cost_after=chosen.cost if chosen is not None else result.initial_cost,
+        latency_before_ms=selection.before_ms, latency_after_ms=selection.after_ms,
+        speedup=(selection.confirm.speedup if chosen is not None and selection.confirm
+                 else (1.0 if selection.before_ms else None)),
+        confirmation=selection.confirmation(),
+        kept_original=chosen is None, trace=[] if chosen is None else [asdict(s) for s in chosen.trace],
+        rules_used=dict(Counter(s.rule for s in chosen.trace).most_common()) if chosen else {},
+        search=result.stats.as_dict(), candidates=selection.candidates,
+        verification=comparison.as_dict() if comparison is not None else
+        {"equivalent": True, "note": "the original model is written unchanged"},
+        nodes_before=len(graph), nodes_after=len(chosen.graph) if chosen is not None else len(graph),
+        outcome=selection.outcome, notes=notes, seconds=run.seconds(time_limit, measure_limit))
+    report.verdict = verdict(report, selection, interrupted)
+    return chosen_bytes, report
+
+
+@dataclass
+class _Run:
+    """What the stages of one optimize_model run share: when it started, where it runs, the
+    original model's bytes, who hears about progress, and when each stage ended."""
+
+    started: float
+    threads: int
+    say: Callable[[str], None]
+    device: Target
+    original: bytes
+    search_end: float = 0.0
+    measure_end: float = 0.0
+
+    def seconds(self, time_limit: float, measure_limit: float | None) -> dict[str, Any]:
+        end = time.perf_counter()
+        return {"search": round(self.search_end - self.started, 3),
+                "measure": round(self.measure_end - self.search_end, 3),
+                "verify": round(end - self.measure_end, 3), "total": round(end - self.started, 3),
+                "time_limit": time_limit, "measure_limit": measure_limit}
+
+
+def _search_stage(run: _Run, graph: Graph, cost_model: CostModel, search: dict[str, Any],
+                  time_limit: float, measure_limit: float | None,
+                  progress: ProgressFn | None) -> OptimizeResult:
+    """The search, in what the time limit leaves for it. Ctrl-C before the search loop took
+    over (while pricing the input graph, or between a split search's parts) finds nothing,
+    so the original stays."""
+    seconds = time_limit - (0.0 if measure_limit is not None else measure_reserve(time_limit))
+    seconds = max(seconds - (time.perf_counter() - run.started), 0.05)
+    run.say(f"searching with {search['algorithm']} for up to {seconds:.1f} s")
+    start = time.perf_counter()
+    if isinstance(cost_model, MeasuredCostModel):
+        cost_model.deadline = start + seconds
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # untimed operators: in the notes
+            result = optimize(graph, time_limit=seconds, cost=cost_model, threads=run.threads,
+                              progress=progress, target=run.device, **search)
+    except KeyboardInterrupt:
+        stats = SearchStats(stopped_by=StopReason.INTERRUPT, seconds=time.perf_counter() - start)
+        result = OptimizeResult(graph, (), stats, math.nan, math.nan, [])
+    run.search_end = time.perf_counter()
+    return result
+
+
+def _export_stage(graph: Graph, result: OptimizeResult, reexport: bool, original: bytes,
+                  limit: int, notes: list[str]) -> list[tuple[Candidate, bytes]]:
+    """The distinct candidates as ONNX bytes; one that cannot be written is dropped with a
+    note. With `reexport` (an onnxruntime target, given the user's file), graphsub's own
+    export of the unchanged graph (shape computations folded, dead and no-op nodes gone) is a
+    candidate of its own where it differs from the file."""
+    out = []
+    seen = {graph.structural_hash()}
+    for c in result.candidates:
         if len(out) >= limit:
             break
+        h = c.graph.structural_hash()
+        if h in seen:
+            continue
+        seen.add(h)
+        try:
+            out.append((c, to_onnx_bytes(c.graph)))
+        except GraphsubError as exc:
+            notes.append(f"candidate {len(out)} could not be written as ONNX and was dropped "
+                         f"({exc})")
+    if reexport:
+        data = to_onnx_bytes(graph)
+        if _op_counts(data) != _op_counts(original):
+            out.insert(0, (Candidate(graph, result.initial_cost, ()), data))
     return out
 
 
@@ -167,132 +320,30 @@ def _op_counts(model: bytes) -> Counter[str]:
     return Counter(n.op_type for n in proto.graph.node)
 
 
-def _exported(candidates: list[Candidate], notes: list[str]) -> list[tuple[Candidate, bytes]]:
-    """The candidates as ONNX bytes; one that cannot be exported is dropped with a note."""
-    out = []
-    for i, c in enumerate(candidates):
-        try:
-            out.append((c, to_onnx_bytes(c.graph)))
-        except GraphsubError as exc:
-            notes.append(f"candidate {i} could not be written as ONNX and was dropped ({exc})")
-    return out
-
-
-def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str = "model",
-                   rules: Sequence[Rule] | None = None, algorithm: str = "backtracking",
-                   alpha: float = 1.05, budget: int | None = None, time_limit: float = 60.0,
-                   cost: str = "measured", threads: int | None = None,
-                   measure_candidates: int = 3, measure_seconds: float = 3.0,
-                   progress: ProgressFn | None = None,
-                   target: str | Target | None = None,
-                   stage: Callable[[str], None] | None = None,
-                   k: int = 10, split: int | None = None,
-                   executor: str = "process", node_limit: int | None = None,
-                   k_multi: int = 1, measure_limit: float | None = None,
-                   started: float | None = None) -> tuple[bytes, OptimizeReport]:
-    """Optimize for a target, choose by measurement there, verify. Returns the ONNX bytes to
-    write (the original model's when nothing beats it) and the report. Raises
-    VerificationError on a mismatch. `stage` is told what is happening (the search starting,
-    then timing, confirming, verifying), for progress displays.
-
-    The time limit covers the whole run from `started` (a time.perf_counter() value; default:
-    now): the search gets it less measure_reserve(time_limit), and timing, confirming and
-    verifying the candidates fit in what is left. With `measure_limit`, the search gets the
-    whole time limit and measuring gets `measure_limit` seconds after it. A run may overshoot
-    by the verification of a chosen candidate, which is never skipped."""
-    check_settings(algorithm, alpha, budget, time_limit, cost, k, split, executor, node_limit,
-                   k_multi, measure_limit, measure_candidates, threads)
-    started = time.perf_counter() if started is None else started
-    threads = threads or os.cpu_count() or 1
-    say = stage or (lambda message: None)
-    device = resolve_target(target, threads)
-    original = original_onnx if original_onnx is not None else to_onnx_bytes(graph)
-    cost_model = make_cost_model(cost, target=device)
-    search_seconds = time_limit - (0.0 if measure_limit is not None else measure_reserve(time_limit))
-    search_seconds = max(search_seconds - (time.perf_counter() - started), 0.05)
-    say(f"searching with {algorithm} for up to {search_seconds:.1f} s")
-    search_start = time.perf_counter()
-    if isinstance(cost_model, MeasuredCostModel):
-        cost_model.deadline = search_start + search_seconds
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # untimed operators: in the notes
-            result = optimize(graph, rules, algorithm, alpha, budget, search_seconds,
-                              cost_model, threads, progress, target=device, k=k, split=split,
-                              executor=executor, node_limit=node_limit, k_multi=k_multi)
-    except KeyboardInterrupt:
-        # Interrupted before the search loop took over (while pricing the input graph, or
-        # between a split search's parts): nothing found, so the original stays.
-        stats = SearchStats(stopped_by=StopReason.INTERRUPT, seconds=time.perf_counter() - search_start)
-        result = OptimizeResult(graph, (), stats, math.nan, math.nan, [])
-    search_end = time.perf_counter()
-    notes = list(cost_model.notes()) if isinstance(cost_model, MeasuredCostModel) else []
-    interrupted = result.stats.stopped_by == StopReason.INTERRUPT
-    if interrupted:
-        say("interrupted: the search stopped; measuring and verifying what it found "
-            "(Ctrl-C again to stop at once, writing nothing)")
-    deadline = (search_end + measure_limit if measure_limit is not None
-                else started + time_limit)
-    specs = graph_input_specs(graph)
-    exported = _exported(_distinct(result.candidates, graph.structural_hash(),
-                                   measure_candidates), notes)
-    if original_onnx is not None and device.name.startswith("ort-"):
-        # graphsub's own export of the unchanged graph (shape computations folded, dead and
-        # no-op nodes gone) is a candidate of its own where onnxruntime runs the file.
-        reexport = to_onnx_bytes(graph)
-        if _op_counts(reexport) != _op_counts(original):
-            exported.insert(0, (Candidate(graph, result.initial_cost, ()), reexport))
-    selection = measure_and_choose(device, graph, original, exported, random_feeds(specs),
-                                   deadline, measure_seconds, say=say)
-    notes += selection.notes
-    measure_end = time.perf_counter()
-
-    chosen = exported[selection.chosen][0] if selection.chosen is not None else None
-    chosen_bytes = exported[selection.chosen][1] if selection.chosen is not None else original
-    comparison = None
-    if selection.mismatch is not None:
+def _check_stage(run: _Run, exported: list[tuple[Candidate, bytes]], selection: Any,
+                 specs: Any) -> tuple[Candidate | None, bytes, Comparison | None]:
+    """The chosen candidate checked against the original (in onnxruntime on the bytes to be
+    written, then on the target itself); raises VerificationError on a mismatch. Returns the
+    chosen candidate (None: the original stays), the bytes to write and the comparison."""
+    if selection.chosen is None and selection.mismatch is None:
+        return None, run.original, None
+    if selection.mismatch is not None:  # the measurement already saw it compute otherwise
         index, comparison = selection.mismatch
         chosen = exported[index][0]
-    elif chosen is not None:
-        say("verifying the optimized model against the original")
+    else:
+        chosen, data = exported[selection.chosen]
+        run.say("verifying the optimized model against the original")
         try:
-            comparison = check_equivalence(original, chosen_bytes, specs, threads)
-            if comparison.equivalent and not device.name.startswith("ort-"):
-                comparison = check_equivalence_on_target(original, selection.runnable, specs, threads)
+            comparison = check_equivalence(run.original, data, specs, run.threads)
+            if comparison.equivalent and not run.device.name.startswith("ort-"):
+                comparison = check_equivalence_on_target(run.original, selection.runnable,
+                                                         specs, run.threads)
         finally:
             selection.runnable.close()
-    trace = [] if chosen is None else [asdict(s) for s in chosen.trace]
-    if comparison is not None and not comparison.equivalent:
-        raise VerificationError.of(comparison, [s["rule"] for s in trace])
-    end = time.perf_counter()
-
-    report = OptimizeReport(
-        model=label,
-        settings=dict(algorithm=algorithm, alpha=alpha, budget=budget, k=k, split=split,
-                      **({"node_limit": node_limit, "k_multi": k_multi}
-                         if ALGORITHMS[algorithm].egraph else {}),
-                      time_limit=time_limit, measure_limit=measure_limit, cost=cost,
-                      threads=threads, rules=len(rules) if rules is not None else "builtin"),
-        target=device.name, device=device.device().as_dict(),
-        predicted_cost_before=result.initial_cost,
-        predicted_cost_after=chosen.cost if chosen is not None else result.initial_cost,
-        latency_before_ms=selection.before_ms, latency_after_ms=selection.after_ms,
-        speedup=(selection.confirm.speedup if chosen is not None and selection.confirm
-                 else (1.0 if selection.before_ms else None)),
-        confirmation=selection.confirmation(),
-        kept_original=chosen is None, trace=trace,
-        rules_used=dict(Counter(s.rule for s in chosen.trace).most_common()) if chosen else {},
-        search=result.stats.as_dict(), candidates=selection.candidates,
-        verification=comparison.as_dict() if comparison is not None else
-        {"equivalent": True, "note": "the original model is written unchanged"},
-        nodes_before=len(graph), nodes_after=len(chosen.graph) if chosen is not None else len(graph),
-        outcome=selection.outcome, notes=notes,
-        seconds={"search": round(search_end - started, 3),
-                 "measure": round(measure_end - search_end, 3),
-                 "verify": round(end - measure_end, 3), "total": round(end - started, 3),
-                 "time_limit": time_limit, "measure_limit": measure_limit})
-    report.verdict = verdict(report, selection, interrupted)
-    return chosen_bytes, report
+    if not comparison.equivalent:
+        raise VerificationError.of(comparison, [s.rule for s in chosen.trace])
+    data = exported[selection.chosen][1] if selection.chosen is not None else run.original
+    return chosen, data, comparison
 
 
 def check_equivalence(a: bytes, b: bytes, specs, threads: int) -> Comparison:

@@ -16,9 +16,10 @@ from graphsub.egraph.runner import Runner
 from graphsub.egraph.saturation import EXTRACTORS, run_extractor
 from graphsub.optimizer import optimize
 from graphsub.rules import builtin_rules
+from graphsub.search import Limits
 from graphsub.runtime import evaluate, graph_input_specs, random_feeds
-from graphsub.egraph.mcts import mcts_search
-from graphsub.egraph.saturation import eqsat_search
+from graphsub.egraph.mcts import MctsOptions, mcts_search
+from graphsub.egraph.saturation import EqsatOptions, eqsat_search
 
 RULES = builtin_rules(check=False)
 COST = AnalyticCostModel("a100")
@@ -70,7 +71,7 @@ def test_every_extractor_returns_an_acyclic_graph_that_computes_the_same(model, 
 
 def test_eqsat_improves_squeezenet_and_stays_equivalent():
     graph = zoo.build("squeezenet")
-    result = eqsat_search(graph, RULES, COST, time_limit=30)
+    result = eqsat_search(graph, RULES, COST, Limits(time=30))
     assert result.final_cost < result.initial_cost
     assert result.trace and all(step.rule for step in result.trace)
     assert result.stats.egraph["stopped_by"] == "saturated"
@@ -80,24 +81,24 @@ def test_eqsat_improves_squeezenet_and_stays_equivalent():
 
 def test_eqsat_honours_the_node_and_iteration_limits():
     graph = zoo.build("nasrnn")
-    small = eqsat_search(graph, RULES, COST, node_limit=600)
+    small = eqsat_search(graph, RULES, COST, Limits(), EqsatOptions(node_limit=600))
     assert small.stats.stopped_by == "node limit"
     assert small.stats.egraph["nodes"] < 600 + 200  # one application may overshoot a little
-    one = eqsat_search(graph, RULES, COST, budget=1)
+    one = eqsat_search(graph, RULES, COST, Limits(budget=1))
     assert one.stats.egraph["iterations"] == 1
     assert_equivalent(graph, small.graph)
 
 
 def test_mcts_applies_rules_that_pay_and_reports_its_search():
     graph = zoo.build("squeezenet")
-    result = mcts_search(graph, RULES, COST, budget=8, time_limit=60, seed=1)
+    result = mcts_search(graph, RULES, COST, Limits(time=60, budget=8), MctsOptions(seed=1))
     info = result.stats.egraph
     assert info["decisions"]  # the tree chose and applied rules
     assert info["mcts"]["iterations"] > 0 and info["mcts"]["seconds_per_iteration"] > 0
     assert result.final_cost <= result.initial_cost
     assert_equivalent(graph, result.graph)
     # Same seed, same decisions: the search is reproducible.
-    again = mcts_search(graph, RULES, COST, budget=8, time_limit=60, seed=1)
+    again = mcts_search(graph, RULES, COST, Limits(time=60, budget=8), MctsOptions(seed=1))
     assert again.stats.egraph["decisions"] == info["decisions"]
 
 
@@ -147,7 +148,7 @@ def test_matching_past_its_deadline_stops_before_changing_the_egraph():
 @pytest.mark.parametrize("search", [eqsat_search, mcts_search])
 def test_egraph_searches_stop_at_their_time_limit_with_a_valid_graph(search):
     graph = zoo.build("nasrnn")
-    result = search(graph, RULES, COST, time_limit=0.05)
+    result = search(graph, RULES, COST, Limits(time=0.05))
     assert result.stats.stopped_by == "time"
     assert result.final_cost <= result.initial_cost
     assert_equivalent(graph, result.graph)

@@ -12,7 +12,10 @@ from graphsub import zoo
 from graphsub.cost import AnalyticCostModel
 from graphsub.rules import Rejection, builtin_rules
 from graphsub.rules.incremental import IncrementalMatcher
-from graphsub.search import dpp_search, enumeration_search, pruning_search, sampling_search
+import graphsub
+from graphsub.errors import GraphsubError
+from graphsub.search import (EnumerationOptions, Limits, SamplingOptions, SequenceOptions,
+                             dpp_search, enumeration_search, pruning_search, sampling_search)
 from graphsub.search.ocggs import extend, initial_sequence, substitution
 
 RULES = builtin_rules(check=False)
@@ -118,9 +121,10 @@ def test_sorting_a_sequence_keeps_its_result():
                                      ("sru", 3), ("inception_e_blocks:n=1", 2)])
 def test_pruning_and_dpp_equal_brute_force(spec, k):
     g = zoo.build(spec)
-    brute = enumeration_search(g, RULES, COST, k=k, time_limit=600)
-    pruning = pruning_search(g, RULES, COST, k=k, time_limit=600)
-    dpp = dpp_search(g, RULES, COST, k=k, time_limit=600)
+    long = Limits(time=600)
+    brute = enumeration_search(g, RULES, COST, long, EnumerationOptions(k=k))
+    pruning = pruning_search(g, RULES, COST, long, SequenceOptions(k=k))
+    dpp = dpp_search(g, RULES, COST, long, SequenceOptions(k=k))
     for r in (brute, pruning, dpp):
         assert r.stats.stopped_by == "exhausted"
     assert pruning.final_cost == pytest.approx(brute.final_cost, rel=1e-12)
@@ -136,7 +140,7 @@ def test_sampling_finds_the_fold_behind_a_costly_merge():
     from tests.rules.test_transformer_rules import exported_attention, same_outputs
 
     g = exported_attention()
-    result = sampling_search(g, RULES, AnalyticCostModel("cpu"), time_limit=60)
+    result = sampling_search(g, RULES, AnalyticCostModel("cpu"), Limits(time=60))
     ops = [result.graph[n].op for n in result.graph.topo_order()
            if n not in result.graph.weight_only()]
     assert "smul" not in ops, result.rules_used()
@@ -146,13 +150,15 @@ def test_sampling_finds_the_fold_behind_a_costly_merge():
 
 def test_sampling_reaches_brute_force_on_a_small_case():
     g = zoo.build("resnet_blocks:n=2")
-    brute = enumeration_search(g, RULES, COST, k=3, time_limit=600)
-    sampled = sampling_search(g, RULES, COST, k=3, time_limit=600)
+    brute = enumeration_search(g, RULES, COST, Limits(time=600), EnumerationOptions(k=3))
+    sampled = sampling_search(g, RULES, COST, Limits(time=600), SamplingOptions(k=3))
     assert sampled.final_cost <= brute.final_cost * (1 + 1e-12)
 
 
 def test_an_option_the_search_does_not_take_is_an_error():
     """Every search takes its own options and refuses others (they once vanished silently
     into `**_`: an alpha given to pruning did nothing)."""
+    with pytest.raises(GraphsubError, match="pruning search has no setting alpha"):
+        graphsub.optimize(zoo.build("squeezenet"), RULES, "pruning", alpha=1.0, cost=COST)
     with pytest.raises(TypeError, match="alpha"):
-        pruning_search(zoo.build("squeezenet"), RULES, COST, alpha=1.0)
+        SequenceOptions(alpha=1.0)

@@ -17,14 +17,15 @@ from graphsub.rules import builtin_rules
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.runtime import compare_models, graph_input_specs
 from graphsub.runtime.equivalence import Tolerance
-from graphsub.search import backtracking_search
+from graphsub.search import ALGORITHMS, Limits, backtracking_search, splitting
 from graphsub.search import split as split_module
 from graphsub.search.split import (extract_region, min_cut_split, operator_capacities,
-                                   partitioned, split_graph, split_search, stitch,
+                                   partitioned, split_graph, stitch,
                                    without_weight_data)
 
 RULES = builtin_rules(check=False)
 COST = AnalyticCostModel("a100")
+BACKTRACKING = ALGORITHMS["backtracking"]
 
 
 def all_matches(graph):
@@ -65,8 +66,8 @@ def test_stitching_unchanged_parts_gives_the_original(spec):
 
 def test_a_split_search_without_rules_returns_the_original():
     g = zoo.build("nasrnn")
-    result = split_search(g, [], COST, backtracking_search, threshold=20, time_limit=5,
-                          executor="serial")
+    search = splitting(BACKTRACKING, threshold=20, executor="serial")
+    result = search(g, [], COST, Limits(time=5))
     assert result.graph.structural_hash() == g.structural_hash()
     assert result.trace == ()
 
@@ -129,10 +130,10 @@ def test_the_search_around_the_cuts_recovers_a_match_that_spans_two_parts(monkey
     parts = [first_chain, [n for n in order if n not in first_chain]]
     monkeypatch.setattr(split_module, "split_graph", lambda graph, threshold, matches: parts)
     views_free = AnalyticCostModel("a100", frozenset({"split", "transpose", "reshape"}))  # torch
-    alone = backtracking_search(g, RULES, views_free, time_limit=10)
+    alone = backtracking_search(g, RULES, views_free, Limits(time=10))
     assert alone.rules_used()["merge-matmuls-shared-input"] == 1  # it pays, unsplit
-    result = split_search(g, RULES, views_free, backtracking_search, threshold=10,
-                          time_limit=10, executor="serial")
+    result = splitting(BACKTRACKING, threshold=10, executor="serial")(g, RULES, views_free,
+                                                                   Limits(time=10))
     assert result.rules_used()["merge-matmuls-shared-input"] == 1
     assert result.final_cost == pytest.approx(alone.final_cost)
     assert_same_function(g, result.graph)
@@ -142,19 +143,19 @@ def test_the_search_around_the_cuts_recovers_a_match_that_spans_two_parts(monkey
 def test_split_search_finds_what_the_whole_search_finds_and_computes_the_same(spec):
     g = zoo.build(spec)
     whole = graphsub.optimize(g, RULES, cost=COST, time_limit=5)
-    split = graphsub.optimize(g, RULES, cost=COST, time_limit=5, split=30)
-    assert split.final_cost < split.initial_cost
-    assert split.final_cost <= whole.final_cost * 1.02
-    assert_same_function(g, split.graph)
+    parts = graphsub.optimize(g, RULES, cost=COST, time_limit=5, split=30)
+    assert parts.final_cost < parts.initial_cost
+    assert parts.final_cost <= whole.final_cost * 1.02
+    assert_same_function(g, parts.graph)
 
 
 @pytest.mark.parametrize("executor", ["process", "dask"])
 def test_parallel_and_serial_parts_give_the_same_graph(executor):
     g = zoo.build("squeezenet")  # every part's search runs to exhaustion: deterministic
-    serial = split_search(g, RULES, COST, backtracking_search, threshold=12, time_limit=60,
-                          executor="serial")
-    parallel = split_search(g, RULES, COST, backtracking_search, threshold=12, time_limit=60,
-                            executor=executor, workers=2)
+    serial = splitting(BACKTRACKING, threshold=12, executor="serial")(g, RULES, COST,
+                                                                      Limits(time=60))
+    parallel = splitting(BACKTRACKING, threshold=12, executor=executor, workers=2)(
+        g, RULES, COST, Limits(time=60))
     assert serial.stats.stopped_by == "exhausted"
     assert parallel.graph.structural_hash() == serial.graph.structural_hash()
     # The parts travelled without weight data; the stitched graph has the real weights back.

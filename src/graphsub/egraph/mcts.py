@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 from graphsub.cost.base import CostModel
 from graphsub.egraph.ematch import DeadlineReached
 from graphsub.egraph.runner import Runner
-from graphsub.egraph.saturation import EGraphSearch
+from graphsub.egraph.saturation import EGraphSearch, ExtractionOptions
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import Rule
-from graphsub.search.registry import register
-from graphsub.search.result import OptimizeResult, ProgressFn, SearchProgress, StopReason
+from graphsub.search.registry import Limits, register
+from graphsub.search.result import OptimizeResult, SearchProgress, StopReason
 
 
 
@@ -184,22 +184,32 @@ class _Mcts:
         return max(visited, key=lambda ch: ch.value / ch.visits)
 
 
-@register("mcts", ("budget", "node_limit"), egraph=True)
+#: MCTS iterations per decision when the limits give no budget (as in the paper).
+BUDGET = 128
+
+
+@dataclass(frozen=True, kw_only=True)
+class MctsOptions(ExtractionOptions):
+    node_limit: int = 2000  # as in the MCTS paper
+    #: Rollout steps.
+    max_depth: int = 10
+    #: UCB1's exploration constant.
+    c: float = 0.5
+    seed: int = 0
+
+
+@register("mcts", MctsOptions, "MCTS iterations per decision", BUDGET, egraph=True)
 def mcts_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
-                time_limit: float = 60.0, budget: int | None = None, max_depth: int = 10,
-                node_limit: int = 2000, c: float = 0.5, seed: int = 0,
-                extractors: Sequence[str] = ("ilp", "dag-greedy", "greedy"),
-                extract_time: float | None = None, keep: int = 5,
-                progress: ProgressFn | None = None) -> OptimizeResult:
-    """MCTS-guided e-graph construction, then extraction. `budget`: MCTS iterations per
-    decision (128, as in the paper, when None); `max_depth`: rollout steps; `c`: UCB1's
-    exploration constant. The time limit stops construction (the tree's best move so far is
-    taken); the ILP extraction gets `extract_time` seconds (default: what is left of
-    `time_limit`; skipped below saturation.MIN_ILP_TIME)."""
-    budget = 128 if budget is None else budget
+                limits: Limits = Limits(), options: MctsOptions = MctsOptions()
+                ) -> OptimizeResult:
+    """MCTS-guided e-graph construction, then extraction. The time limit stops construction
+    (the tree's best move so far is taken); extraction as for eqsat."""
+    budget = limits.budget_or(BUDGET)
+    time_limit, progress = limits.time, limits.progress
+    max_depth, c, node_limit = options.max_depth, options.c, options.node_limit
     search = EGraphSearch.begin(graph, rules, cost_model, node_limit)
     runner = search.runner
-    mcts = _Mcts(search, budget, max_depth, c, random.Random(seed),
+    mcts = _Mcts(search, budget, max_depth, c, random.Random(options.seed),
                  search.construction_deadline(time_limit))
     root = TreeNode(runner, search.extract_cost(runner))
     mcts.scale = root.cost if root.cost > 0 else 1.0
@@ -236,8 +246,9 @@ def mcts_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
     growth = final.stats
     growth.stopped_by = stopped
     growth.iterations = len(decisions)
-    result = search.finish(final, extractors, search.extraction_time(time_limit, extract_time),
-                           keep, growth, decisions)
+    result = search.finish(final, options.extractors,
+                           search.extraction_time(time_limit, options.extract_time), limits.keep,
+                           growth, decisions)
     t = mcts.trace
     result.stats.egraph["mcts"] = {
         "iterations": t.iterations, "expansions": t.expansions,

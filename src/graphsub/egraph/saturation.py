@@ -25,8 +25,8 @@ from graphsub.egraph.runner import GrowthStats, Runner
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import Rule
-from graphsub.search.registry import register
-from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn, SearchProgress,
+from graphsub.search.registry import Limits, register
+from graphsub.search.result import (Candidate, OptimizeResult, SearchProgress,
                                     SearchStats, Step, StopReason)
 
 
@@ -134,19 +134,35 @@ class EGraphSearch:
                               candidates[:keep])
 
 
-@register("eqsat", ("budget", "node_limit", "k_multi"), egraph=True)
+@dataclass(frozen=True, kw_only=True)
+class ExtractionOptions:
+    #: The e-graph's most e-nodes.
+    node_limit: int = 20_000
+    #: Extractors whose graphs compete (graphsub.egraph.extract.EXTRACTORS).
+    extractors: tuple[str, ...] = ("ilp", "dag-greedy", "greedy")
+    #: Seconds for the ILP extraction (None: what is left of the time limit; skipped below
+    #: MIN_ILP_TIME, the greedy extractors' graphs then compete).
+    extract_time: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EqsatOptions(ExtractionOptions):
+    #: Iterations that apply the multi-pattern rules (Tensat's k_multi).
+    k_multi: int = 1
+
+
+@register("eqsat", EqsatOptions, "e-graph iterations", None, egraph=True)
 def eqsat_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
-                 time_limit: float = 60.0, budget: int | None = None, node_limit: int = 20_000,
-                 k_multi: int = 1, extractors: Sequence[str] = ("ilp", "dag-greedy", "greedy"),
-                 extract_time: float | None = None, keep: int = 5,
-                 progress: ProgressFn | None = None) -> OptimizeResult:
-    """Tensat: saturate (multi-pattern rules in the first `k_multi` iterations), then extract.
+                 limits: Limits = Limits(), options: EqsatOptions = EqsatOptions()
+                 ) -> OptimizeResult:
+    """Tensat: saturate (multi-pattern rules in the first k_multi iterations), then extract.
     The default node limit leaves room to saturate: at the MCTS paper's 2,000 the first
     iteration's multi-pattern rules fill NasRNN's e-graph before any single-pattern rule runs.
-    `budget` caps the iterations (none by default: saturation, the node limit or the time
-    limit stops it). The ILP extraction gets `extract_time` seconds (default: what is left of
-    `time_limit`; skipped below MIN_ILP_TIME, the greedy extractors' graphs then compete)."""
-    search = EGraphSearch.begin(graph, rules, cost_model, node_limit)
+    The budget caps the iterations (none by default: saturation, the node limit or the time
+    limit stops it)."""
+    time_limit, budget, progress = limits.time, limits.budget, limits.progress
+    k_multi = options.k_multi
+    search = EGraphSearch.begin(graph, rules, cost_model, options.node_limit)
     runner = search.runner
     single = [i for i, r in enumerate(runner.rules) if len(r.sources) == 1]
     multi = [i for i, r in enumerate(runner.rules) if len(r.sources) > 1]
@@ -178,5 +194,6 @@ def eqsat_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
                 break
     except KeyboardInterrupt:
         growth.stopped_by = StopReason.INTERRUPT
-    return search.finish(runner, extractors, search.extraction_time(time_limit, extract_time),
-                         keep, growth)
+    return search.finish(runner, options.extractors,
+                         search.extraction_time(time_limit, options.extract_time), limits.keep,
+                         growth)

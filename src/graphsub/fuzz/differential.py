@@ -267,12 +267,15 @@ def _roundtrip(subject: _Subject) -> Outcome:
 
 def _search(subject: _Subject, algorithm: str, rules: Sequence[Rule], time_limit: float,
             options: Mapping[str, Any]) -> Outcome:
-    """One search; its best graph and candidates exported and compared."""
+    """One search; its best graph and candidates exported and compared. `options` bound
+    every search at once: each gets the budget and the ones it has."""
     stage = f"search:{algorithm}"
+    own = {name: value for name, value in options.items()
+           if name == "budget" or name in ALGORITHMS[algorithm].option_names()}
     with _GcClock() as gc_clock:
         start = time.perf_counter()
         result = optimize(subject.graph, rules, algorithm=algorithm, time_limit=time_limit,
-                          cost=make_cost_model("analytic"), threads=1, **options)
+                          cost=make_cost_model("analytic"), threads=1, **own)
         seconds = time.perf_counter() - start
     found = [("best", result.graph, result.trace)]
     found += [(f"candidate {i}", c.graph, c.trace) for i, c in enumerate(result.candidates)]

@@ -6,7 +6,8 @@ graph becomes the best if it is cheaper, and is queued if its cost is below alph
 best cost. alpha = 1 is greedy (only
 improvements are explored); alpha > 1 allows relaxed substitutions that raise cost on the way
 to a better graph. Graphs are deduplicated by fingerprint when dequeued, and graphs with more than
-`max_node_factor` times the original number of nodes are dropped.
+`max_node_factor` times the original number of nodes are dropped. The budget counts graphs
+expanded.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import heapq
 import itertools
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from graphsub.cost.base import CostModel
 from graphsub.ir.graph import Graph
@@ -23,23 +25,38 @@ from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match
 from graphsub.search.pricing import price_rewrite
-from graphsub.search.registry import register
-from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn, SearchProgress,
-                                    SearchStats, Step, StopReason)
+from graphsub.search.registry import Limits, register
+from graphsub.search.result import (Candidate, OptimizeResult, SearchProgress, SearchStats, Step,
+                                    StopReason)
+
+#: Graphs expanded when the limits give no budget.
+BUDGET = 1000
 
 
+@dataclass(frozen=True, kw_only=True)
+class GreedyOptions:
+    #: Children with more than this many times the input graph's nodes are dropped.
+    max_node_factor: float = 2.0
 
-@register("backtracking", ("alpha", "budget"))
+
+@dataclass(frozen=True, kw_only=True)
+class BacktrackingOptions(GreedyOptions):
+    #: Children costing less than alpha x the best cost so far are queued (1: greedy).
+    alpha: float = 1.05
+
+
+@register("backtracking", BacktrackingOptions, "graphs expanded", BUDGET)
 def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
-                        alpha: float = 1.05, budget: int = 1000, time_limit: float = 60.0,
-                        max_node_factor: float = 2.0, keep: int = 5,
-                        progress: ProgressFn | None = None) -> OptimizeResult:
-    """Search for a cheaper equivalent graph. Stops when the queue is empty, after `budget`
-    expansions, after `time_limit` seconds, or on Ctrl-C, returning the best graph so far."""
+                        limits: Limits = Limits(),
+                        options: BacktrackingOptions = BacktrackingOptions()) -> OptimizeResult:
+    """Search for a cheaper equivalent graph. Stops when the queue is empty, when the budget
+    of expansions is spent, at the time limit, or on Ctrl-C, returning the best graph so far."""
+    alpha, budget, keep = options.alpha, limits.budget_or(BUDGET), limits.keep
+    time_limit, progress = limits.time, limits.progress
     start = time.perf_counter()
     stats = SearchStats()
     initial_cost = cost_model.graph_cost(graph)
-    node_cap = max_node_factor * len(graph)
+    node_cap = options.max_node_factor * len(graph)
     matcher = IncrementalMatcher(rules)
     seen: set[int] = set()
     counter = itertools.count()
@@ -62,7 +79,7 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
 
     try:
         while queue:
-            if stats.explored >= budget:
+            if budget is not None and stats.explored >= budget:
                 stats.stopped_by = StopReason.BUDGET
                 break
             if time.perf_counter() - start > time_limit:
@@ -121,9 +138,11 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
     return OptimizeResult(top.graph, top.trace, stats, initial_cost, top.cost, list(best))
 
 
-@register("greedy", ("budget",))
+@register("greedy", GreedyOptions, "graphs expanded", BUDGET)
 def greedy_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
-                  **kwargs) -> OptimizeResult:
+                  limits: Limits = Limits(), options: GreedyOptions = GreedyOptions()
+                  ) -> OptimizeResult:
     """Backtracking with alpha = 1: only substitutions that lower the cost are followed."""
-    kwargs["alpha"] = 1.0
-    return backtracking_search(graph, rules, cost_model, **kwargs)
+    return backtracking_search(graph, rules, cost_model, limits,
+                               BacktrackingOptions(alpha=1.0,
+                                                   max_node_factor=options.max_node_factor))

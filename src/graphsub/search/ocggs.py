@@ -34,8 +34,8 @@ from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match, find_matches
-from graphsub.search.registry import register
-from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn, SearchProgress,
+from graphsub.search.registry import Limits, register
+from graphsub.search.result import (Candidate, OptimizeResult, SearchProgress,
                                     SearchStats, Step, StopReason)
 
 
@@ -112,10 +112,10 @@ class _Search:
     """What the three algorithms share: limits, statistics and the best few results."""
 
     def __init__(self, graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
-                 time_limit: float, budget: int, keep: int, progress: ProgressFn | None,
-                 reuse: bool) -> None:
+                 limits: Limits, reuse: bool) -> None:
         self.rules, self.cost_model = list(rules), cost_model
-        self.time_limit, self.budget, self.keep, self.progress = time_limit, budget, keep, progress
+        self.time_limit, self.budget = limits.time, limits.budget
+        self.keep, self.progress = limits.keep, limits.progress
         self.start = time.perf_counter()
         self.stats = SearchStats()
         self.root = initial_sequence(graph, cost_model.graph_cost(graph))
@@ -125,7 +125,7 @@ class _Search:
         self.ordered_checks = 0
 
     def out_of_time(self) -> bool:
-        if self.stats.explored >= self.budget:
+        if self.budget is not None and self.stats.explored >= self.budget:
             self.stats.stopped_by = StopReason.BUDGET
             return True
         if time.perf_counter() - self.start > self.time_limit:
@@ -189,10 +189,32 @@ class _Search:
                               [Candidate(s.graph, s.cost, s.steps()) for s in self.best])
 
 
+@dataclass(frozen=True, kw_only=True)
+class SequenceOptions:
+    #: The longest substitution sequence (OCGGS's K).
+    k: int = 10
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnumerationOptions(SequenceOptions):
+    k: int = 3  # the brute force grows as (matches)^k
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingOptions(SequenceOptions):
+    #: The sample size, and the most cost-increasing substitutions in a row (the paper's
+    #: settings: q = 20, eta = 1, k = 10).
+    q: int = 20
+    eta: int = 1
+
+
+#: What the OCGGS searches' budget counts; they have none by default (k bounds them).
+UNIT = "graphs expanded"
+
+
 def _exact_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int,
-                  reuse: bool, ordered: bool, time_limit: float, budget: int, keep: int,
-                  progress: ProgressFn | None) -> OptimizeResult:
-    search = _Search(graph, rules, cost_model, time_limit, budget, keep, progress, reuse)
+                  reuse: bool, ordered: bool, limits: Limits) -> OptimizeResult:
+    search = _Search(graph, rules, cost_model, limits, reuse)
 
     def descend(seq: SubstitutionSequence) -> None:
         if len(seq.subs) == k or search.out_of_time():
@@ -210,42 +232,40 @@ def _exact_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k:
     return search.result()
 
 
-@register("pruning", ("k",))
-def pruning_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int = 10,
-                   time_limit: float = 60.0, budget: int = 10**9, keep: int = 5,
-                   progress: ProgressFn | None = None) -> OptimizeResult:
+@register("pruning", SequenceOptions, UNIT, None)
+def pruning_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
+                   limits: Limits = Limits(), options: SequenceOptions = SequenceOptions()
+                   ) -> OptimizeResult:
     """OCGGS Algorithm 1: every ordered sequence of length <= k, each graph matched anew.
     Exact for k when it finishes (stats.stopped_by == StopReason.EXHAUSTED)."""
-    return _exact_search(graph, rules, cost_model, k, False, True, time_limit, budget, keep,
-                         progress)
+    return _exact_search(graph, rules, cost_model, options.k, False, True, limits)
 
 
-@register("dpp", ("k",))
-def dpp_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int = 10,
-               time_limit: float = 60.0, budget: int = 10**9, keep: int = 5,
-               progress: ProgressFn | None = None) -> OptimizeResult:
+@register("dpp", SequenceOptions, UNIT, None)
+def dpp_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
+               limits: Limits = Limits(), options: SequenceOptions = SequenceOptions()
+               ) -> OptimizeResult:
     """OCGGS Algorithm 2: Pruning with each sequence's child substitutions reused from its
     father's (Theorem 6); the statistics count matches reused and computed."""
-    return _exact_search(graph, rules, cost_model, k, True, True, time_limit, budget, keep,
-                         progress)
+    return _exact_search(graph, rules, cost_model, options.k, True, True, limits)
 
 
-@register("enumeration", ("k",))
+@register("enumeration", EnumerationOptions, UNIT, None)
 def enumeration_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
-                       k: int = 3, time_limit: float = 60.0, budget: int = 10**9,
-                       keep: int = 5, progress: ProgressFn | None = None) -> OptimizeResult:
+                       limits: Limits = Limits(),
+                       options: EnumerationOptions = EnumerationOptions()) -> OptimizeResult:
     """The brute force the paper compares against (ENU): every sequence of length <= k."""
-    return _exact_search(graph, rules, cost_model, k, True, False, time_limit, budget, keep,
-                         progress)
+    return _exact_search(graph, rules, cost_model, options.k, True, False, limits)
 
 
-@register("sampling", ("k",))
-def sampling_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k: int = 10,
-                    q: int = 20, eta: int = 1, time_limit: float = 60.0, budget: int = 10**9,
-                    keep: int = 5, progress: ProgressFn | None = None) -> OptimizeResult:
+@register("sampling", SamplingOptions, UNIT, None)
+def sampling_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
+                    limits: Limits = Limits(), options: SamplingOptions = SamplingOptions()
+                    ) -> OptimizeResult:
     """OCGGS Algorithm 3 with sample size `q` and at most `eta` cost-increasing substitutions
-    in a row (the paper's settings: q = 20, eta = 1, k = 10)."""
-    search = _Search(graph, rules, cost_model, time_limit, budget, keep, progress, reuse=True)
+    in a row."""
+    k, q, eta = options.k, options.q, options.eta
+    search = _Search(graph, rules, cost_model, limits, reuse=True)
     root_cost = search.root.cost
     half = max(1, q // 2)
 

@@ -20,6 +20,8 @@ sink the last third, which keeps the two sides balanced. networkx computes the m
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 import time
 from collections import Counter, deque
@@ -36,16 +38,14 @@ from graphsub.ir.types import Attrs, ConstantStub
 from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match
-from graphsub.search.result import (Candidate, OptimizeResult, ProgressFn, SearchProgress,
+from graphsub.search.registry import Limits, SearchAlgorithm, SearchFn
+from graphsub.search.result import (Candidate, OptimizeResult, SearchProgress,
                                     SearchStats, Step, StopReason)
 
 #: MetaFlow splits subgraphs with more than 30 operators (section 5).
 DEFAULT_THRESHOLD = 30
 #: Share of the time limit kept for the search around the cuts.
 BOUNDARY_SHARE = 0.2
-
-SearchFn = Callable[..., OptimizeResult]
-
 
 def partitioned(graph: Graph) -> list[int]:
     """The nodes the parts divide among them, in topological order: the operators on data.
@@ -307,11 +307,11 @@ def _runnable_order(graph: Graph, regions: list[set[int]]) -> list[set[int]]:
 
 
 def _search_region(index: int, search: SearchFn, graph: Graph, rules: Sequence[Rule],
-                   cost_model: CostModel, kwargs: dict[str, Any]
+                   cost_model: CostModel, limits: Limits, options: Any
                    ) -> tuple[int, tuple[Graph, tuple[Step, ...], SearchStats, float, float]]:
     """One region's search (in a worker process when parallel). What comes back is a fresh
     graph, without the chain of parent graphs a search leaves behind."""
-    result = search(graph, rules, cost_model, **kwargs)
+    result = search(graph, rules, cost_model, limits, options)
     g = result.graph
     plain = Graph(g.nodes, g.inputs, g.outputs, g.output_names, g.meta, g.next_id, check=False)
     return index, (plain, result.trace, result.stats, result.initial_cost, result.final_cost)
@@ -326,15 +326,28 @@ def _add_stats(total: SearchStats, part: SearchStats) -> None:
         total.stopped_by = part.stopped_by
 
 
-def split_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, search: SearchFn,
-                 threshold: int = DEFAULT_THRESHOLD, time_limit: float = 60.0,
-                 executor: str = "process", workers: int | None = None,
-                 progress: ProgressFn | None = None,
-                 **kwargs: Any) -> OptimizeResult:
-    """Split, search every part with `search` (any algorithm; `kwargs` go to it), stitch,
-    search around the cuts. The time limit covers it all: the parts share
+def splitting(algorithm: SearchAlgorithm, threshold: int = DEFAULT_THRESHOLD,
+          executor: str = "process", workers: int | None = None) -> SearchFn:
+    """A registered search wrapped by MetaFlow's graph split: a search of the same contract
+    that cuts graphs of more than `threshold` operators into parts, searches them (on
+    `executor`: process, dask or serial), stitches them and searches around the cuts. The
+    limits' budget then applies per part."""
+    return functools.partial(split_search, algorithm=algorithm, threshold=threshold,
+                             executor=executor, workers=workers)
+
+
+def split_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
+                 limits: Limits = Limits(), options: Any = None, *,
+                 algorithm: SearchAlgorithm, threshold: int = DEFAULT_THRESHOLD,
+                 executor: str = "process", workers: int | None = None) -> OptimizeResult:
+    """Split, search every part with the algorithm and `options` (None: its defaults),
+    stitch, search around the cuts. The time limit covers it all: the parts share
     1 - BOUNDARY_SHARE of it in proportion to their size (spread over the workers)."""
     from graphsub.executors import SerialExecutor, make_executor
+
+    search = algorithm.function
+    options = algorithm.options() if options is None else options
+    time_limit, progress = limits.time, limits.progress
 
     start = time.perf_counter()
     stats = SearchStats()
@@ -343,8 +356,7 @@ def split_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, sea
     matches = [m for found in matcher.matches(graph) for m in found]
     parts = split_graph(graph, threshold, matches)
     if len(parts) <= 1:
-        return search(graph, rules, cost_model, time_limit=time_limit, progress=progress,
-                      **kwargs)
+        return search(graph, rules, cost_model, limits, options)
     workers = workers or os.cpu_count() or 1
     if not cost_model.parallel_safe or workers == 1:
         executor = "serial"  # timing operators in two processes at once would skew both
@@ -360,9 +372,9 @@ def split_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, sea
             lanes = min(len(regions), running.workers)
             shipped = [region.graph if isinstance(running, SerialExecutor)
                        else without_weight_data(region.graph) for region in cut]
-            tasks = [(i, search, shipped[i], rules, cost_model, {
-                **kwargs, "time_limit": min(seconds, seconds * lanes * len(r) / total)})
-                for i, (region, r) in enumerate(zip(cut, regions))]
+            tasks = [(i, search, shipped[i], rules, cost_model, dataclasses.replace(
+                limits, time=min(seconds, seconds * lanes * len(r) / total), progress=None),
+                options) for i, (region, r) in enumerate(zip(cut, regions))]
             done: dict[int, tuple[Graph, tuple[Step, ...], SearchStats, float, float]] = {}
             for index, outcome in running.run(_search_region, tasks):
                 done[index] = outcome
