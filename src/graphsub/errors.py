@@ -37,3 +37,11 @@ class UnknownModelError(GraphsubError):
 
 class ExportError(GraphsubError):
     """A graph could not be written as a valid ONNX model."""
+
+
+class NoLoweringError(GraphsubError):
+    """An operator has no torch lowering on this device."""
+
+
+class ConversionError(GraphsubError):
+    """A torch (ATen) node cannot be expressed with graphsub's operators."""

@@ -106,6 +106,24 @@ def test_graphsub_rewrites_the_convnet_and_keeps_only_what_it_cannot_model():
     assert report.left_in_torch == {}
 
 
+def test_a_classifier_head_with_log_softmax_is_converted_whole():
+    """aten._log_softmax comes in through log_softmax's ATen importer (ops/norm.py): nothing of
+    the model stays in torch, and the compiled outputs equal eager on logits far apart."""
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(32, 10)
+
+        def forward(self, x):
+            return F.log_softmax(self.fc(x) * 20.0, dim=-1)
+
+    model = Head().eval()
+    want, got, _ = compiled_outputs(model, torch.randn(8, 32), time_limit=2, cost="analytic")
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    report = torch_compile.reports()[-1]
+    assert report.parts and report.left_in_torch == {}
+
+
 def test_the_transformer_attention_stays_in_torch():
     model = TransformerBlock().eval()
     compiled_outputs(model, torch.randn(2, 16, 64), time_limit=5, cost="analytic")

@@ -325,6 +325,15 @@ def test_softmax(shape, seed, data):
 
 
 @given(shape=st.lists(dims, min_size=1, max_size=4).map(tuple), seed=seeds, data=st.data(),
+       scale=st.sampled_from([1.0, 3.0, 30.0]))
+def test_log_softmax(shape, seed, data, scale):
+    """Logits spread from near-uniform to far apart (where a naive log(softmax) underflows to
+    -inf and the shifted form must not)."""
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    check_op("log_softmax", [rand(shape, seed) * scale], {"axis": axis}, rtol=1e-4, atol=1e-4)
+
+
+@given(shape=st.lists(dims, min_size=1, max_size=4).map(tuple), seed=seeds, data=st.data(),
        opset=OPSETS)
 def test_layer_norm(shape, seed, data, opset):
     axis = data.draw(st.integers(-len(shape), len(shape) - 1))
@@ -348,7 +357,8 @@ TESTED_HERE = {
     *UNARY, "add", "sub", "mul", "div", "pow", "smul", "gelu", "leaky_relu", "clip", "cast",
     "dropout", "matmul", "conv2d", "enlarge", "max_pool2d", "avg_pool2d", "global_avg_pool",
     "concat", "split", "transpose", "reshape", "flatten", "squeeze", "unsqueeze", "slice",
-    "pad", "reduce_sum", "reduce_mean", "reduce_max", "softmax", "layer_norm", "batch_norm",
+    "pad", "reduce_sum", "reduce_mean", "reduce_max", "softmax", "log_softmax", "layer_norm",
+    "batch_norm",
 }
 
 

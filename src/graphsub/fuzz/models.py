@@ -516,6 +516,12 @@ def _softmax(b: _Builder) -> None:
     b.bounded.add(b.one("Softmax", [x], **attrs))
 
 
+def _log_softmax(b: _Builder) -> None:
+    x = b.pick(lambda n: len(b.shape(n)) >= 1)
+    attrs = {} if b.chance(0.2) else {"axis": b.axis(len(b.shape(x)))}
+    b.one("LogSoftmax", [x], **attrs)
+
+
 def _flatten(b: _Builder) -> None:
     x = b.pick(lambda n: len(b.shape(n)) >= 1)
     rank = len(b.shape(x))
@@ -1161,7 +1167,7 @@ def _builders(opset: int) -> dict[str, tuple[float, Builder]]:
         "Add": (3, _binary("Add")), "Sub": (2, _binary("Sub")), "Mul": (3, _binary("Mul")),
         "Div": (1.5, _binary("Div")), "Pow": (1, _binary("Pow")), "Sum": (1, _sum),
         "Clip": (1, _clip), "Cast": (1, _cast), "Dropout": (1, _dropout),
-        "Softmax": (1.5, _softmax), "Flatten": (1.5, _flatten), "Transpose": (2, _transpose),
+        "Softmax": (1.5, _softmax), "LogSoftmax": (1, _log_softmax), "Flatten": (1.5, _flatten), "Transpose": (2, _transpose),
         "Reshape": (2, _reshape), "Squeeze": (1, _squeeze), "Unsqueeze": (1, _unsqueeze),
         "Concat": (2, _concat), "Split": (1.5, _split), "Slice": (1.5, _slice),
         "Pad": (1.5, _pad), "ReduceSum": (1, _reduce("ReduceSum")),

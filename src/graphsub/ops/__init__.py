@@ -2,8 +2,8 @@
 
 from graphsub.ops import (conv, elementwise, linalg, norm, opaque, pool, reduce,  # noqa: F401
                           shape, source)
-from graphsub.ops.base import (AttrSpec, OpDef, all_ops, get_op, importable_onnx_ops,
-                               importer_for, register, view_ops)
+from graphsub.ops.base import (AttrSpec, OpDef, all_ops, aten_importers, get_op,
+                               importable_onnx_ops, importer_for, register, view_ops)
 
 
 def is_deterministic(node) -> bool:
@@ -13,5 +13,5 @@ def is_deterministic(node) -> bool:
     return True
 
 
-__all__ = ["AttrSpec", "OpDef", "all_ops", "get_op", "importable_onnx_ops", "importer_for",
+__all__ = ["AttrSpec", "OpDef", "all_ops", "aten_importers", "get_op", "importable_onnx_ops", "importer_for",
            "is_deterministic", "register", "view_ops"]

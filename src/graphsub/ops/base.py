@@ -1,16 +1,22 @@
 """The operator definition type and the registry every other part of graphsub reads.
 
 One `OpDef` holds everything that must agree about an operator: its attributes, shape
-inference, numpy reference semantics, ONNX export, and cost counts. ONNX *import* is keyed by
-ONNX op type instead (one ONNX op may become several graphsub ops, as Gemm does), so importers
-have a registry of their own, filled by the same family modules.
+inference, numpy reference semantics, ONNX export, cost counts and torch lowering. Imports are
+keyed by the *foreign* operator instead (one ONNX op or ATen op may become several graphsub
+ops, as Gemm and silu do), so ONNX and ATen importers have registries of their own, filled by
+the same family modules, beside the OpDefs they produce. docs/operators.md says how to add one.
+
+The family modules never import torch: a lowering and an ATen importer reach torch through
+the context the torch backend or the torch.compile frontend hands them (`TorchLowering`,
+`AtenBuilder`), so graphsub without its torch extra still imports every operator, and the
+operator layer stays below the backends that run it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -27,6 +33,36 @@ EvalFn = Callable[[Attrs, Sequence[np.ndarray]], tuple[np.ndarray, ...]]
 ExportFn = Callable[["ExportContext", Attrs, list[str], list[str], Types], None]
 CountFn = Callable[[Attrs, Types, Types], int]
 CanonFn = Callable[[dict[str, Any], Types], dict[str, Any]]
+
+
+class TorchLowering(Protocol):
+    """What an operator's torch lowering may use, handed over by the torch backend.
+
+    A lowering is called once, when a program is built, with this context, the node's
+    attributes and its input and output types; it returns a function of the input tensors
+    that uses torch operations only, with every shape, pad and index resolved ahead (no
+    `.shape`, `.item()` or host round trip at run time), so that the same function runs
+    eagerly, is traced into an FX graph, captured in a CUDA graph or handed to inductor.
+    """
+
+    torch: Any            #: the torch module
+    F: Any                #: torch.nn.functional
+    device: Any           #: the torch.device the program runs on
+    #: cuDNN's fused convolution + bias + relu where the device has it, else None
+    fused_conv_relu: Any
+
+    def const(self, array: np.ndarray) -> Any:
+        """A constant tensor on the device, made once when the program is built."""
+
+    def leaf(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call `fn` without tracing into it (onnxruntime on the host, for opaque nodes)."""
+
+    def dtype(self, name: str) -> Any:
+        """The torch dtype of a graphsub dtype name."""
+
+
+TorchFn = Callable[..., tuple[Any, ...]]
+LowerFn = Callable[[TorchLowering, Attrs, Types, Types], TorchFn]
 
 
 class _Required:
@@ -77,6 +113,8 @@ class OpDef:
     #: view with other strides: transpose, split, slice; free where a target hands operators
     #: strided inputs, torch) or "" (a kernel computes it).
     view: str = ""
+    #: The operator in torch (see `TorchLowering`); None: the torch targets cannot run it.
+    torch: LowerFn | None = None
     doc: str = ""
     _spec_by_name: dict[str, AttrSpec] = field(init=False, repr=False, compare=False)
 
@@ -165,6 +203,76 @@ def view_ops(*kinds: str) -> frozenset[str]:
     return frozenset(name for name, op in _REGISTRY.items() if op.view in kinds)
 
 
+class AtenCall(Protocol):
+    """One ATen node as an ATen importer sees it, handed over by the torch.compile frontend."""
+
+    #: The node's arguments by schema name, defaults filled in.
+    args: dict[str, Any]
+    #: Keyword arguments as written (those a schema default hides from `args` included).
+    kwargs: dict[str, Any]
+
+    def out_shape(self) -> tuple[int, ...]:
+        """The shape of the node's (first) output."""
+
+    def shape_of(self, arg: Any) -> tuple[int, ...] | None:
+        """The shape of a tensor argument as recorded in the graph, None if unknown."""
+
+
+class AtenBuilder(Protocol):
+    """What an ATen importer may ask of the graph being built."""
+
+    def value(self, arg: Any, like: Any = None) -> Any:
+        """The graphsub value of an argument: a converted tensor, or a Python scalar as a
+        0-d weight of `like`'s dtype."""
+
+    def is_tensor(self, arg: Any) -> bool:
+        """Whether the argument is a tensor of the graph (not a Python scalar)."""
+
+    def op(self, name: str, *args: Any, **attrs: Any) -> Any:
+        """Add a graphsub operator; its value, or a tuple for several outputs."""
+
+    def weight(self, array: np.ndarray) -> Any:
+        """A constant of the graph."""
+
+    def shape(self, value: Any) -> tuple[int, ...]:
+        """The shape of a graphsub value."""
+
+    def dtype(self, value: Any) -> str:
+        """The dtype name of a graphsub value."""
+
+    def dtype_name(self, torch_dtype: Any) -> str | None:
+        """graphsub's name of a torch dtype, None for one graphsub does not convert."""
+
+
+AtenImportFn = Callable[[AtenBuilder, AtenCall], Any]
+AtenCheckFn = Callable[[AtenCall], "str | None"]
+#: ATen overload name ("relu.default", "add.Tensor") -> (importer, check). A check returns
+#: why this particular node cannot be imported, or None.
+_ATEN_IMPORTERS: dict[str, tuple[AtenImportFn, AtenCheckFn]] = {}
+
+
+def _always(call: AtenCall) -> str | None:
+    return None
+
+
+def aten_importer(*overloads: str, check: AtenCheckFn = _always
+                  ) -> Callable[[AtenImportFn], AtenImportFn]:
+    """Register an importer for ATen overloads, named as `torch.ops.aten` spells them
+    ("convolution.default"). The importer returns the graphsub value (or a tuple, None where
+    an output is not modelled); it raises ConversionError for what it cannot express."""
+
+    def deco(fn: AtenImportFn) -> AtenImportFn:
+        for name in overloads:
+            _ATEN_IMPORTERS[name] = (fn, check)
+        return fn
+
+    return deco
+
+
+def aten_importers() -> dict[str, tuple[AtenImportFn, AtenCheckFn]]:
+    return dict(_ATEN_IMPORTERS)
+
+
 def importer_for(onnx_op_type: str) -> ImportFn | None:
     return _IMPORTERS.get(onnx_op_type)
 
@@ -204,6 +312,10 @@ def choice(*options: str) -> Callable[[Any], str]:
         return v
 
     return convert
+
+
+def is_float(t: TensorType) -> bool:
+    return t.dtype.startswith(("float", "bfloat"))
 
 
 def norm_axis(axis: int, rank: int, op: str) -> int:

@@ -9,11 +9,13 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from graphsub.errors import ShapeError
+from graphsub.errors import ConversionError, ShapeError
 from graphsub.ir.types import Attrs, TensorType
-from graphsub.ops.base import (AttrSpec, OpDef, Types, choice, ints, onnx_importer, pair,
-                               register, same_dtype)
-from graphsub.ops.elementwise import ACTIVATIONS, apply_activation, emit_with_activation
+from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, OpDef, TorchFn, TorchLowering,
+                               Types, aten_importer, choice, ints, onnx_importer, pair, register,
+                               same_dtype)
+from graphsub.ops.elementwise import (ACTIVATIONS, apply_activation, emit_with_activation,
+                                      torch_activation)
 
 Pads = tuple[int, int, int, int]  # top, left, bottom, right (ONNX order is t, l, b, r too)
 
@@ -168,8 +170,43 @@ def _conv_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Type
                          lambda out: ctx.emit("Conv", ins, [out], **onnx_attrs), outs[0])
 
 
+def symmetric_pads(pads: Pads) -> tuple[int, int] | None:
+    """(top, left) when the pads are the same on both sides of each axis (what torch's own
+    padding argument expresses), else None."""
+    t, left, b, r = pads
+    return (t, left) if (t, left) == (b, r) else None
+
+
+def _conv_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    F = t.F
+    x, w = ins[0], ins[1]
+    groups = x.shape[1] // w.shape[1]
+    stride, dilation = tuple(attrs["stride"]), tuple(attrs["dilation"])
+    pads = resolve_pads(attrs["padding"], x.shape[2:], w.shape[2:], stride, dilation)
+    sym = symmetric_pads(pads)
+    activation = attrs["activation"]
+    fused = t.fused_conv_relu
+    if activation == "relu" and fused is not None and sym is not None:
+        # cuDNN's fused convolution + bias + relu: one kernel instead of two.
+        def conv_relu(x_, w_, b_=None):
+            return (fused(x_, w_, b_, stride, sym, dilation, groups),)
+
+        return conv_relu
+    act = torch_activation(t, activation)
+    if sym is not None:
+        def conv(x_, w_, b_=None):
+            return (act(F.conv2d(x_, w_, b_, stride, sym, dilation, groups)),)
+        return conv
+    top, left, bottom, right = pads
+
+    def conv_padded(x_, w_, b_=None):
+        return (act(F.conv2d(F.pad(x_, (left, right, top, bottom)), w_, b_, stride, 0,
+                             dilation, groups)),)
+    return conv_padded
+
+
 register(OpDef(
-    name="conv2d", inputs=(2, 3),
+    name="conv2d", inputs=(2, 3), torch=_conv_torch,
     attrs=(AttrSpec("stride", (1, 1), pair), AttrSpec("padding", "same", padding_attr),
            AttrSpec("dilation", (1, 1), pair),
            AttrSpec("activation", "none", choice(*ACTIVATIONS))),
@@ -216,6 +253,24 @@ def _import_conv(ctx, node):
     return ctx.add("conv2d", ins, stride=stride, padding=padding, dilation=dilation)
 
 
+def _aten_conv_check(n: AtenCall) -> str | None:
+    if n.args["transposed"] or len(n.args["stride"]) != 2:
+        return "only 2-D, non-transposed convolutions are modelled"
+    return None
+
+
+@aten_importer("convolution.default", check=_aten_conv_check)
+def _aten_convolution(c: AtenBuilder, n: AtenCall) -> object:
+    a = n.args
+    x, w = c.value(a["input"]), c.value(a["weight"])
+    if c.shape(x)[1] != a["groups"] * c.shape(w)[1]:
+        raise ConversionError("group count does not match the shapes")
+    ph, pw = a["padding"]
+    args = [x, w] + ([c.value(a["bias"])] if a["bias"] is not None else [])
+    return c.op("conv2d", *args, stride=tuple(a["stride"]), dilation=tuple(a["dilation"]),
+                padding=(ph, pw, ph, pw))
+
+
 # ---- enlarge (TASO) -------------------------------------------------------------------------
 
 def _enlarge_infer(attrs: Attrs, ins: Types) -> Types:
@@ -245,9 +300,14 @@ def _enlarge_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: T
     ctx.emit("Pad", [ins[0], ctx.const(pads)], outs, mode="constant")
 
 
+def _enlarge_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    ph, pw = _enlarge_pads(attrs, ins[0].shape)
+    return lambda w: (t.F.pad(w, (pw, pw, ph, ph)),)
+
+
 register(OpDef(
     name="enlarge", inputs=(1, 1), attrs=(AttrSpec("kernel", convert=pair),),
-    infer=_enlarge_infer, evaluate=_enlarge_eval, export=_enlarge_export,
+    infer=_enlarge_infer, evaluate=_enlarge_eval, export=_enlarge_export, torch=_enlarge_torch,
     doc="Zero-pad a convolution kernel to a larger size, centred (TASO), so that convolutions "
         "with different kernels can merge. A SAME convolution with the enlarged kernel computes "
         "the same result.",

@@ -8,10 +8,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy import special
 
-from graphsub.errors import ShapeError
+from graphsub.errors import ConversionError, ShapeError
 from graphsub.ir.types import SUPPORTED_DTYPES, Attrs, TensorType
-from graphsub.ops.base import (AttrSpec, OpDef, Types, broadcast, choice, onnx_importer,
-                               register, same_dtype, f32)
+from graphsub.ops.base import (AtenBuilder, AtenCall, AtenImportFn, AttrSpec, LowerFn, OpDef,
+                               TorchFn, TorchLowering, Types, aten_importer, broadcast, choice,
+                               f32, is_float, onnx_importer, register, same_dtype)
 
 ACTIVATIONS = ("none", "relu", "sigmoid", "tanh")
 
@@ -34,6 +35,27 @@ def apply_activation(name: str, x: np.ndarray) -> np.ndarray:
 
 
 ACTIVATION_ONNX = {"relu": "Relu", "sigmoid": "Sigmoid", "tanh": "Tanh"}
+
+
+def torch_activation(t: TorchLowering, name: str) -> Callable[[object], object]:
+    """The torch semantics of a fused activation attribute."""
+    if name == "none":
+        return lambda y: y
+    return {"relu": t.torch.relu, "sigmoid": t.torch.sigmoid, "tanh": t.torch.tanh}[name]
+
+
+def torch_function(name: str) -> LowerFn:
+    """The lowering of an operator that is one torch function of its inputs (`torch.<name>`),
+    without attributes."""
+    def lower(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+        fn = getattr(t.torch, name)
+        return lambda *xs: (fn(*xs),)
+
+    return lower
+
+
+def _torch_identity(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    return lambda x: (x,)
 
 
 def emit_with_activation(ctx, activation: str, emit_core: Callable[[str], None],
@@ -103,9 +125,9 @@ def _float_only(name: str) -> Callable[[Attrs, Types], Types]:
 
 
 def _unary(name: str, onnx_type: str, fn: Callable[[np.ndarray], np.ndarray], flops: int,
-           float_only: bool = True, view: str = "") -> OpDef:
+           float_only: bool = True, view: str = "", torch: LowerFn | None = None) -> OpDef:
     return register(OpDef(
-        name=name, inputs=(1, 1), view=view,
+        name=name, inputs=(1, 1), view=view, torch=torch or torch_function(name),
         infer=_float_only(name) if float_only else _same_type,
         evaluate=lambda attrs, xs: (np.asarray(fn(xs[0])).astype(xs[0].dtype),),
         export=lambda ctx, attrs, ins, outs, types: ctx.emit(onnx_type, ins, outs),
@@ -123,25 +145,37 @@ LOG = _unary("log", "Log", np.log, 1)
 SQRT = _unary("sqrt", "Sqrt", np.sqrt, 1)
 NEG = _unary("neg", "Neg", np.negative, 1, float_only=False)
 RECIPROCAL = _unary("reciprocal", "Reciprocal", np.reciprocal, 1)
-IDENTITY = _unary("identity", "Identity", lambda x: x, 0, float_only=False, view="alias")
+IDENTITY = _unary("identity", "Identity", lambda x: x, 0, float_only=False, view="alias",
+                  torch=_torch_identity)
 
 register(OpDef(
     name="dropout", inputs=(1, 1), view="alias", attrs=(AttrSpec("ratio", 0.5, f32),),
-    infer=_same_type, evaluate=lambda attrs, xs: (xs[0],),
+    infer=_same_type, evaluate=lambda attrs, xs: (xs[0],), torch=_torch_identity,
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("Identity", ins, outs),
     doc="Dropout at inference: the identity. Kept so imported graphs stay faithful; exported "
         "as Identity.",
 ))
 
+def _torch_gelu(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    approximate = attrs["approximate"]
+    return lambda x: (t.F.gelu(x, approximate=approximate),)
+
+
 register(OpDef(
     name="gelu", inputs=(1, 1), attrs=(AttrSpec("approximate", "none", choice("none", "tanh")),),
     infer=_float_only("gelu"), evaluate=_gelu, export=_export_gelu, flops=_per_element(8),
+    torch=_torch_gelu,
     doc="Gaussian error linear unit; exported as ONNX Gelu from opset 20, else as primitives.",
 ))
 
+def _torch_leaky_relu(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    alpha = attrs["alpha"]
+    return lambda x: (t.F.leaky_relu(x, alpha),)
+
+
 register(OpDef(
     name="leaky_relu", inputs=(1, 1), attrs=(AttrSpec("alpha", 0.01, f32),),
-    infer=_float_only("leaky_relu"),
+    infer=_float_only("leaky_relu"), torch=_torch_leaky_relu,
     evaluate=lambda attrs, xs: (np.where(xs[0] >= 0, xs[0], xs[0] * np.float32(attrs["alpha"]))
                                 .astype(xs[0].dtype),),
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("LeakyRelu", ins, outs,
@@ -173,10 +207,22 @@ def _eval_clip(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]
     return (x,)
 
 
+def _torch_clip(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    # Bounds converted to the tensor's dtype as the numpy reference does (an integer tensor
+    # clipped at -0.5 is clipped at 0).
+    dtype = np.dtype(ins[0].dtype) if ins[0].dtype != "bfloat16" else np.dtype("float32")
+    lo = None if attrs["min"] is None else np.array(attrs["min"], dtype).item()
+    hi = None if attrs["max"] is None else np.array(attrs["max"], dtype).item()
+    if lo is None and hi is None:
+        return lambda x: (x,)
+    return lambda x: (t.torch.clamp(x, lo, hi),)
+
+
 register(OpDef(
     name="clip", inputs=(1, 1),
     attrs=(AttrSpec("min", None, _optional_float), AttrSpec("max", None, _optional_float)),
     infer=_same_type, evaluate=_eval_clip, export=_export_clip, flops=_per_element(2),
+    torch=_torch_clip,
     doc="Clamp to [min, max]; either bound may be None (unbounded).",
 ))
 
@@ -194,11 +240,16 @@ def _export_cast(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Type
     ctx.emit("Cast", ins, outs, to=helper.np_dtype_to_tensor_dtype(np.dtype(attrs["to"])))
 
 
+def _torch_cast(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    dtype = t.dtype(attrs["to"])
+    return lambda x: (x.to(dtype),)
+
+
 register(OpDef(
     name="cast", inputs=(1, 1), attrs=(AttrSpec("to", "float32", _dtype_name),),
     infer=lambda attrs, ins: (TensorType(ins[0].shape, attrs["to"]),),
     evaluate=lambda attrs, xs: (xs[0].astype(attrs["to"]),),
-    export=_export_cast,
+    export=_export_cast, torch=_torch_cast,
 ))
 
 
@@ -218,10 +269,16 @@ def _int_safe_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.divide(a, b).astype(a.dtype)
 
 
+def _torch_div(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    if is_float(ins[0]):
+        return lambda a, b: (t.torch.div(a, b),)
+    return lambda a, b: (t.torch.div(a, b, rounding_mode="trunc"),)  # ONNX integer division
+
+
 def _binary(name: str, onnx_type: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
-            doc: str, commutative: bool = False) -> OpDef:
+            doc: str, commutative: bool = False, torch: LowerFn | None = None) -> OpDef:
     return register(OpDef(
-        name=name, inputs=(2, 2), infer=_binary_infer(name),
+        name=name, inputs=(2, 2), infer=_binary_infer(name), torch=torch or torch_function(name),
         evaluate=lambda attrs, xs: (np.asarray(fn(xs[0], xs[1])).astype(xs[0].dtype),),
         export=lambda ctx, attrs, ins, outs, types: ctx.emit(onnx_type, ins, outs),
         flops=_per_element(1), doc=doc, commutative=commutative,
@@ -231,7 +288,8 @@ def _binary(name: str, onnx_type: str, fn: Callable[[np.ndarray, np.ndarray], np
 ADD = _binary("add", "Add", np.add, "Element-wise sum with numpy broadcasting.", True)
 SUB = _binary("sub", "Sub", np.subtract, "Element-wise difference with broadcasting.")
 MUL = _binary("mul", "Mul", np.multiply, "Element-wise product with broadcasting.", True)
-DIV = _binary("div", "Div", _int_safe_div, "Element-wise quotient with broadcasting.")
+DIV = _binary("div", "Div", _int_safe_div, "Element-wise quotient with broadcasting.",
+              torch=_torch_div)
 POW = _binary("pow", "Pow", np.power, "Element-wise power with broadcasting.")
 
 
@@ -246,7 +304,7 @@ register(OpDef(
     name="smul", inputs=(2, 2), infer=_smul_infer,
     evaluate=lambda attrs, xs: ((xs[0] * xs[1]).astype(xs[0].dtype),),
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("Mul", ins, outs),
-    flops=_per_element(1),
+    flops=_per_element(1), torch=torch_function("mul"),
     doc="Multiplication by a scalar tensor (TASO's scalar mul); folds into convolutions.",
 ))
 
@@ -328,3 +386,95 @@ def _import_cast(ctx, node):
         return ctx.add("cast", ctx.inputs(node), to=str(to))
     except Exception:
         return None
+
+
+# ---- ATen import (torch.compile) -----------------------------------------------------------
+
+def _aten_unary(ours: str) -> AtenImportFn:
+    return lambda c, n: c.op(ours, c.value(n.args["self"]))
+
+
+for _name in ("relu", "sigmoid", "tanh", "exp", "log", "sqrt", "neg", "erf", "reciprocal"):
+    aten_importer(f"{_name}.default")(_aten_unary(_name))
+
+
+@aten_importer("rsqrt.default")
+def _aten_rsqrt(c: AtenBuilder, n: AtenCall) -> object:
+    return c.op("reciprocal", c.op("sqrt", c.value(n.args["self"])))
+
+
+@aten_importer("silu.default")
+def _aten_silu(c: AtenBuilder, n: AtenCall) -> object:
+    x = c.value(n.args["self"])
+    return c.op("mul", x, c.op("sigmoid", x))
+
+
+@aten_importer("gelu.default")
+def _aten_gelu(c: AtenBuilder, n: AtenCall) -> object:
+    return c.op("gelu", c.value(n.args["self"]), approximate=n.args.get("approximate", "none"))
+
+
+@aten_importer("leaky_relu.default")
+def _aten_leaky(c: AtenBuilder, n: AtenCall) -> object:
+    return c.op("leaky_relu", c.value(n.args["self"]),
+                alpha=float(n.args.get("negative_slope", 0.01)))
+
+
+@aten_importer("hardtanh.default", "clamp.default")
+def _aten_clip(c: AtenBuilder, n: AtenCall) -> object:
+    lo = n.args.get("min_val", n.args.get("min"))
+    hi = n.args.get("max_val", n.args.get("max"))
+    return c.op("clip", c.value(n.args["self"]), min=lo, max=hi)
+
+
+def _unit_alpha(n: AtenCall) -> str | None:
+    return None if n.args.get("alpha", 1) == 1 else "alpha != 1"
+
+
+def _aten_binary(ours: str) -> AtenImportFn:
+    def convert(c: AtenBuilder, n: AtenCall) -> object:
+        x, other = n.args["self"], n.args["other"]
+        if not c.is_tensor(x):  # scalar first (rsub and friends are not here)
+            raise ConversionError("scalar left operand")
+        xv = c.value(x)
+        if not c.is_tensor(other) and ours == "mul":
+            return c.op("smul", xv, c.value(other, like=xv))
+        return c.op(ours, xv, c.value(other, like=xv))
+
+    return convert
+
+
+for _name in ("add", "sub", "mul", "div"):
+    aten_importer(f"{_name}.Tensor", f"{_name}.Scalar",
+                  **({"check": _unit_alpha} if _name in ("add", "sub") else {}))(
+        _aten_binary(_name))
+
+
+@aten_importer("pow.Tensor_Scalar")
+def _aten_pow(c: AtenBuilder, n: AtenCall) -> object:
+    x = c.value(n.args["self"])
+    return c.op("pow", x, c.value(n.args["exponent"], like=x))
+
+
+@aten_importer("clone.default", "alias.default", "alias_copy.default", "detach.default",
+               "detach_copy.default")
+def _aten_identity(c: AtenBuilder, n: AtenCall) -> object:
+    return c.value(n.args["self"])
+
+
+def _to_copy_check(n: AtenCall) -> str | None:
+    extra = {k for k in ("layout", "device", "pin_memory", "memory_format")
+             if n.kwargs.get(k) is not None}
+    return f"_to_copy changing {', '.join(sorted(extra))}" if extra else None
+
+
+@aten_importer("_to_copy.default", check=_to_copy_check)
+def _aten_to_copy(c: AtenBuilder, n: AtenCall) -> object:
+    x = c.value(n.args["self"])
+    dtype = n.args.get("dtype")
+    if dtype is None:
+        return x
+    name = c.dtype_name(dtype)
+    if name is None:
+        raise ConversionError(f"cast to {dtype}")
+    return c.op("cast", x, to=name)

@@ -8,9 +8,11 @@ import numpy as np
 
 from graphsub.errors import ShapeError
 from graphsub.ir.types import Attrs, TensorType
-from graphsub.ops.base import (AttrSpec, OpDef, Types, choice, onnx_importer, register,
+from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, OpDef, TorchFn, TorchLowering,
+                               Types, aten_importer, choice, onnx_importer, register,
                                same_dtype)
-from graphsub.ops.elementwise import ACTIVATIONS, apply_activation, emit_with_activation
+from graphsub.ops.elementwise import (ACTIVATIONS, apply_activation, emit_with_activation,
+                                      torch_activation)
 
 
 def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -46,8 +48,13 @@ def _export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) ->
                          lambda out: ctx.emit("MatMul", ins, [out]), outs[0])
 
 
+def _torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    act, matmul = torch_activation(t, attrs["activation"]), t.torch.matmul
+    return lambda a, b: (act(matmul(a, b)),)
+
+
 register(OpDef(
-    name="matmul", inputs=(2, 2),
+    name="matmul", inputs=(2, 2), torch=_torch,
     attrs=(AttrSpec("activation", "none", choice(*ACTIVATIONS)),),
     infer=_infer,
     evaluate=lambda attrs, xs: (apply_activation(attrs["activation"],
@@ -87,3 +94,20 @@ def _import_gemm(ctx, node):
             (c,) = ctx.add("smul", [c, ctx.weight(np.array(beta, dtype))])
         (y,) = ctx.add("add", [y, c])
     return [y]
+
+
+@aten_importer("mm.default", "bmm.default", "matmul.default")
+def _aten_mm(c: AtenBuilder, n: AtenCall) -> object:
+    a = n.args
+    return c.op("matmul", c.value(a["self"]), c.value(a.get("mat2", a.get("other"))))
+
+
+def _addmm_check(n: AtenCall) -> str | None:
+    a = n.args
+    return None if a.get("beta", 1) == 1 and a.get("alpha", 1) == 1 else "beta/alpha != 1"
+
+
+@aten_importer("addmm.default", check=_addmm_check)
+def _aten_addmm(c: AtenBuilder, n: AtenCall) -> object:
+    y = c.op("matmul", c.value(n.args["mat1"]), c.value(n.args["mat2"]))
+    return c.op("add", y, c.value(n.args["self"]))

@@ -7,14 +7,16 @@ lacks the fused op (LayerNormalization arrived in opset 17).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from graphsub.errors import ShapeError
+from graphsub.errors import ConversionError, ShapeError
 from graphsub.ir.types import Attrs
-from graphsub.ops.base import AttrSpec, OpDef, Types, f32, norm_axis, onnx_importer, register
+from graphsub.ops.base import (AtenBuilder, AtenCall, AtenImportFn, AttrSpec, OpDef, TorchFn,
+                               TorchLowering, Types, aten_importer, f32, norm_axis, onnx_importer,
+                               register)
 
 
 def _axis_canon(op: str):
@@ -40,19 +42,47 @@ def _softmax(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return ((e / e.sum(axis=attrs["axis"], keepdims=True)).astype(xs[0].dtype),)
 
 
-register(OpDef(
-    name="softmax", inputs=(1, 1), attrs=(AttrSpec("axis", -1, int),),
-    infer=_float_same("softmax"), evaluate=_softmax,
-    export=lambda ctx, attrs, ins, outs, types: ctx.emit("Softmax", ins, outs,
-                                                         axis=attrs["axis"]),
-    canonicalize=_axis_canon("softmax"),
-    flops=lambda attrs, ins, outs: 5 * ins[0].numel,
-))
+def _log_softmax(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    # Shifted by the maximum, as every stable kernel does: exp never overflows, and the
+    # largest entry's term is exactly 1, so the log never sees 0.
+    x = xs[0].astype(np.float64)
+    shifted = x - x.max(axis=attrs["axis"], keepdims=True)
+    return ((shifted - np.log(np.exp(shifted).sum(axis=attrs["axis"], keepdims=True)))
+            .astype(xs[0].dtype),)
 
 
-@onnx_importer("Softmax")
+def _along_axis(name: str) -> Callable[[TorchLowering, Attrs, Types, Types], TorchFn]:
+    """The lowering of `torch.<name>(x, axis)`."""
+    def lower(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+        axis, fn = attrs["axis"], getattr(t.torch, name)
+        return lambda x: (fn(x, axis),)
+
+    return lower
+
+
+#: graphsub op -> (ONNX op, numpy semantics, doc): normalizations along one axis.
+_SOFTMAXES = {
+    "softmax": ("Softmax", _softmax, "Softmax along one axis."),
+    "log_softmax": ("LogSoftmax", _log_softmax,
+                    "The logarithm of softmax along one axis, computed stably."),
+}
+
+for _name, (_onnx_type, _evaluate, _doc) in _SOFTMAXES.items():
+    register(OpDef(
+        name=_name, inputs=(1, 1), attrs=(AttrSpec("axis", -1, int),),
+        infer=_float_same(_name), evaluate=_evaluate, torch=_along_axis(_name),
+        export=lambda ctx, attrs, ins, outs, types, onnx_type=_onnx_type: ctx.emit(
+            onnx_type, ins, outs, axis=attrs["axis"]),
+        canonicalize=_axis_canon(_name),
+        flops=lambda attrs, ins, outs: 5 * ins[0].numel,
+        doc=f"{_doc} (ONNX {_onnx_type})",
+    ))
+
+
+@onnx_importer(*(onnx_type for onnx_type, _, _ in _SOFTMAXES.values()))
 def _import_softmax(ctx, node):
-    return ctx.add("softmax", ctx.inputs(node), axis=ctx.attr(node, "axis", -1))
+    name = {onnx_type: name for name, (onnx_type, _, _) in _SOFTMAXES.items()}[node.op_type]
+    return ctx.add(name, ctx.inputs(node), axis=ctx.attr(node, "axis", -1))
 
 
 # ---- layer normalization ----------------------------------------------------------------------
@@ -106,10 +136,26 @@ def _ln_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types)
         ctx.emit("Mul", [normed, ins[1]], outs)
 
 
+def _ln_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    norm_shape = tuple(ins[0].shape[attrs["axis"]:])
+    eps, layer_norm_ = attrs["epsilon"], t.F.layer_norm
+    # torch wants scale and shift of exactly the normalized shape; ours may broadcast to it.
+    fit = [t.shape != norm_shape for t in ins[1:]]
+
+    def layer_norm(x, scale, bias=None):
+        if fit[0]:
+            scale = scale.expand(norm_shape).contiguous()
+        if bias is not None and fit[1]:
+            bias = bias.expand(norm_shape).contiguous()
+        return (layer_norm_(x, norm_shape, scale, bias, eps),)
+
+    return layer_norm
+
+
 register(OpDef(
     name="layer_norm", inputs=(2, 3),
     attrs=(AttrSpec("axis", -1, int), AttrSpec("epsilon", 1e-5, f32)),
-    infer=_ln_infer, evaluate=_ln_eval, export=_ln_export,
+    infer=_ln_infer, evaluate=_ln_eval, export=_ln_export, torch=_ln_torch,
     canonicalize=_axis_canon("layer_norm"),
     flops=lambda attrs, ins, outs: 8 * ins[0].numel,
     doc="Normalize over the axes from `axis` on, then scale (and shift).",
@@ -146,9 +192,15 @@ def _bn_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return (y.astype(x.dtype),)
 
 
+def _bn_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    eps, batch_norm = attrs["epsilon"], t.F.batch_norm
+    return lambda x, scale, bias, mean, var: (
+        batch_norm(x, mean, var, scale, bias, False, 0.0, eps),)
+
+
 register(OpDef(
     name="batch_norm", inputs=(5, 5), attrs=(AttrSpec("epsilon", 1e-5, f32),),
-    infer=_bn_infer, evaluate=_bn_eval,
+    infer=_bn_infer, evaluate=_bn_eval, torch=_bn_torch,
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("BatchNormalization", ins, outs,
                                                          epsilon=attrs["epsilon"]),
     flops=lambda attrs, ins, outs: 2 * ins[0].numel,
@@ -161,3 +213,60 @@ def _import_batch_norm(ctx, node):
     if ctx.attr(node, "training_mode", 0) or any(ctx.is_used(o) for o in node.output[1:]):
         return None
     return ctx.add("batch_norm", ctx.inputs(node), epsilon=ctx.attr(node, "epsilon", 1e-5))
+
+
+# ---- ATen import (torch.compile) -----------------------------------------------------------
+
+def _same_dtype_result(n: AtenCall) -> str | None:
+    return "a result in another dtype" if n.args.get("half_to_float") else None
+
+
+def _aten_along_axis(ours: str) -> tuple[AtenImportFn, AtenImportFn]:
+    """The importers of aten._<op>.default and aten.<op>.int (the latter may name a dtype)."""
+    def direct(c: AtenBuilder, n: AtenCall) -> object:
+        return c.op(ours, c.value(n.args["self"]), axis=n.args["dim"])
+
+    def with_dtype(c: AtenBuilder, n: AtenCall) -> object:
+        if n.args.get("dtype") is not None:
+            raise ConversionError(f"{ours} with a dtype")
+        return direct(c, n)
+
+    return direct, with_dtype
+
+
+for _name in _SOFTMAXES:
+    _direct, _with_dtype = _aten_along_axis(_name)
+    aten_importer(f"_{_name}.default", check=_same_dtype_result)(_direct)
+    aten_importer(f"{_name}.int")(_with_dtype)
+
+
+def _filled(c: AtenBuilder, shape: Sequence[int], fill: float, like: object) -> object:
+    return c.weight(np.full(tuple(shape), fill, dtype=c.dtype(like)))
+
+
+@aten_importer("native_layer_norm.default")
+def _aten_layer_norm(c: AtenBuilder, n: AtenCall) -> object:
+    a = n.args
+    x = c.value(a["input"])
+    shape = tuple(a["normalized_shape"])
+    w = c.value(a["weight"]) if a["weight"] is not None else _filled(c, shape, 1.0, x)
+    args = [x, w] + ([c.value(a["bias"])] if a["bias"] is not None else [])
+    y = c.op("layer_norm", *args, axis=-len(shape), epsilon=float(a["eps"]))
+    return (y, None, None)  # mean and inverse std are not modelled
+
+
+def _aten_bn_check(n: AtenCall) -> str | None:
+    return "training-mode batch norm" if n.args.get("training") else None
+
+
+@aten_importer("native_batch_norm.default", "_native_batch_norm_legit_no_training.default",
+               check=_aten_bn_check)
+def _aten_batch_norm(c: AtenBuilder, n: AtenCall) -> object:
+    a = n.args
+    x = c.value(a["input"])
+    channels = (c.shape(x)[1],)
+    w = c.value(a["weight"]) if a["weight"] is not None else _filled(c, channels, 1.0, x)
+    bias = c.value(a["bias"]) if a["bias"] is not None else _filled(c, channels, 0.0, x)
+    y = c.op("batch_norm", x, w, bias, c.value(a["running_mean"]), c.value(a["running_var"]),
+             epsilon=float(a["eps"]))
+    return (y, None, None)

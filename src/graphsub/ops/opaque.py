@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from graphsub.errors import GraphsubError
+from graphsub.errors import GraphsubError, NoLoweringError
 from graphsub.ir.types import Attrs
-from graphsub.ops.base import AttrSpec, OpDef, Types, register
+from graphsub.ops.base import AttrSpec, OpDef, TorchFn, TorchLowering, Types, register
 
 
 def node_proto(node_bytes: bytes):
@@ -63,8 +63,29 @@ def is_deterministic(attrs: Attrs) -> bool:
     return not node.op_type.startswith("Random") and node.op_type not in ("Bernoulli",)
 
 
+def _torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    """onnxruntime on the host, called outside the traced program."""
+    if t.device.type != "cpu":
+        raise NoLoweringError(
+            f"graphsub's torch backend cannot run the ONNX op {attrs['op_type']!r} on "
+            f"{t.device.type}: it is not one of graphsub's operators, and only on the CPU does "
+            "the torch backend run such ops through onnxruntime. Use --target ort-cuda or "
+            "torch-cpu for this model")
+    torch, n = t.torch, len(outs)
+
+    def run_in_onnxruntime(*xs):
+        arrays = [x.detach().contiguous().numpy() for x in xs]
+        return tuple(torch.from_numpy(np.array(y)) for y in _eval(attrs, arrays))
+
+    def opaque(*xs):
+        res = t.leaf(run_in_onnxruntime, *xs)
+        return tuple(res[i] for i in range(n))
+
+    return opaque
+
+
 register(OpDef(
-    name="opaque", inputs=(0, None),
+    name="opaque", inputs=(0, None), torch=_torch,
     attrs=(AttrSpec("onnx_node", convert=bytes), AttrSpec("opsets", convert=tuple),
            AttrSpec("output_types", convert=tuple), AttrSpec("input_slots", convert=tuple),
            AttrSpec("op_type", convert=str)),

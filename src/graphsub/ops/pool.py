@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,9 +10,10 @@ import numpy as np
 
 from graphsub.errors import ShapeError
 from graphsub.ir.types import Attrs, TensorType
-from graphsub.ops.base import AttrSpec, OpDef, Types, onnx_importer, pair, register
-from graphsub.ops.conv import (canonical_padding, onnx_pads, pad_nchw, padding_attr,
-                               resolve_pads, window_out, windows)
+from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, OpDef, TorchFn, TorchLowering,
+                               Types, aten_importer, is_float, onnx_importer, pair, register)
+from graphsub.ops.conv import (Pads, canonical_padding, onnx_pads, pad_nchw, padding_attr,
+                               resolve_pads, symmetric_pads, window_out, windows)
 
 
 def _pool_geometry(attrs: Attrs, x: TensorType, op: str):
@@ -83,13 +85,61 @@ def _pool_flops(attrs: Attrs, ins: Types, outs: Types) -> int:
     return outs[0].numel * attrs["kernel"][0] * attrs["kernel"][1]
 
 
+def _torch_pads(attrs: Attrs, x: TensorType) -> tuple[Pads, bool]:
+    """The pads, and whether torch's built-in (symmetric, at most half the kernel) padding
+    expresses them."""
+    pads = resolve_pads(attrs["padding"], x.shape[2:], attrs["kernel"], attrs["stride"])
+    sym = symmetric_pads(pads)
+    k = attrs["kernel"]
+    builtin = sym is not None and sym[0] <= k[0] // 2 and sym[1] <= k[1] // 2
+    return pads, builtin
+
+
+def _max_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    F = t.F
+    k, s = tuple(attrs["kernel"]), tuple(attrs["stride"])
+    pads, builtin = _torch_pads(attrs, ins[0])
+    if builtin:
+        p = (pads[0], pads[1])
+        return lambda x: (F.max_pool2d(x, k, s, p),)
+    top, left, bottom, right = pads
+    low = -math.inf if is_float(ins[0]) else int(np.iinfo(np.dtype(ins[0].dtype)).min)
+    return lambda x: (F.max_pool2d(F.pad(x, (left, right, top, bottom), value=low), k, s),)
+
+
+def _avg_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    F = t.F
+    k, s = tuple(attrs["kernel"]), tuple(attrs["stride"])
+    include = bool(attrs["count_include_pad"])
+    pads, builtin = _torch_pads(attrs, ins[0])
+    if builtin:
+        p = (pads[0], pads[1])
+        return lambda x: (F.avg_pool2d(x, k, s, p, count_include_pad=include),)
+    top, left, bottom, right = pads
+    if include or not any(pads):
+        return lambda x: (F.avg_pool2d(F.pad(x, (left, right, top, bottom)), k, s),)
+    # Padded cells do not count: rescale the zero-padded average by kernel area / real cells.
+    h, w = ins[0].shape[2:]
+    ones = np.pad(np.ones((h, w)), ((top, bottom), (left, right)))
+    ho, wo = outs[0].shape[2:]
+    counts = np.array([[ones[i * s[0]:i * s[0] + k[0], j * s[1]:j * s[1] + k[1]].sum()
+                        for j in range(wo)] for i in range(ho)])
+    scale = t.const((k[0] * k[1] / counts).astype(ins[0].dtype).reshape(1, 1, ho, wo))
+    return lambda x: (F.avg_pool2d(F.pad(x, (left, right, top, bottom)), k, s) * scale,)
+
+
+def _gap_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    dims, mean = tuple(range(2, ins[0].rank)), t.torch.mean
+    return lambda x: (mean(x, dim=dims, keepdim=True),)
+
+
 _POOL_ATTRS = (AttrSpec("kernel", convert=pair), AttrSpec("stride", None, pair),
                AttrSpec("padding", "valid", padding_attr))
 
 register(OpDef(
     name="max_pool2d", inputs=(1, 1), attrs=_POOL_ATTRS,
     infer=_pool_infer("max_pool2d"), evaluate=_max_eval, export=_pool_export("MaxPool"),
-    flops=_pool_flops, canonicalize=_pool_canon,
+    flops=_pool_flops, canonicalize=_pool_canon, torch=_max_torch,
     doc="Max pooling; padding never wins the max. Stride defaults to the kernel size.",
 ))
 
@@ -97,7 +147,7 @@ register(OpDef(
     name="avg_pool2d", inputs=(1, 1),
     attrs=_POOL_ATTRS + (AttrSpec("count_include_pad", False, bool),),
     infer=_pool_infer("avg_pool2d"), evaluate=_avg_eval, export=_pool_export("AveragePool"),
-    flops=_pool_flops, canonicalize=_pool_canon,
+    flops=_pool_flops, canonicalize=_pool_canon, torch=_avg_torch,
     doc="Average pooling; padded cells count only with count_include_pad.",
 ))
 
@@ -110,7 +160,7 @@ def _gap_infer(attrs: Attrs, ins: Types) -> Types:
 
 
 register(OpDef(
-    name="global_avg_pool", inputs=(1, 1), infer=_gap_infer,
+    name="global_avg_pool", inputs=(1, 1), infer=_gap_infer, torch=_gap_torch,
     evaluate=lambda attrs, xs: (xs[0].mean(axis=tuple(range(2, xs[0].ndim)), keepdims=True,
                                            dtype=np.float64).astype(xs[0].dtype),),
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("GlobalAveragePool", ins, outs),
@@ -149,3 +199,49 @@ def _import_pool(ctx, node):
 @onnx_importer("GlobalAveragePool")
 def _import_gap(ctx, node):
     return ctx.add("global_avg_pool", ctx.inputs(node))
+
+
+def _aten_pool_check(n: AtenCall) -> str | None:
+    if any(d != 1 for d in n.args.get("dilation", [1, 1])) or n.args.get("ceil_mode"):
+        return "dilated or ceil-mode pooling"
+    if n.args.get("divisor_override") is not None:
+        return "pooling with a divisor override"
+    return None
+
+
+def _aten_pair(v: Sequence[int] | int) -> tuple[int, int]:
+    v = list(v) if not isinstance(v, int) else [v]
+    return (v[0], v[-1])
+
+
+def _aten_pool_attrs(a: dict[str, Any]) -> dict[str, Any]:
+    kernel = _aten_pair(a["kernel_size"])
+    stride = _aten_pair(a["stride"]) if a.get("stride") else kernel
+    ph, pw = _aten_pair(a.get("padding", 0) or 0)
+    return dict(kernel=kernel, stride=stride, padding=(ph, pw, ph, pw))
+
+
+@aten_importer("max_pool2d_with_indices.default", check=_aten_pool_check)
+def _aten_max_pool_indices(c: AtenBuilder, n: AtenCall) -> object:
+    return (c.op("max_pool2d", c.value(n.args["self"]), **_aten_pool_attrs(n.args)), None)
+
+
+@aten_importer("max_pool2d.default", check=_aten_pool_check)
+def _aten_max_pool(c: AtenBuilder, n: AtenCall) -> object:
+    return c.op("max_pool2d", c.value(n.args["self"]), **_aten_pool_attrs(n.args))
+
+
+@aten_importer("avg_pool2d.default", check=_aten_pool_check)
+def _aten_avg_pool(c: AtenBuilder, n: AtenCall) -> object:
+    return c.op("avg_pool2d", c.value(n.args["self"]),
+                count_include_pad=bool(n.args["count_include_pad"]), **_aten_pool_attrs(n.args))
+
+
+def _aten_adaptive_check(n: AtenCall) -> str | None:
+    return None if list(n.args["output_size"]) == [1, 1] else "adaptive pooling to more than 1x1"
+
+
+@aten_importer("_adaptive_avg_pool2d.default", "adaptive_avg_pool2d.default",
+               check=_aten_adaptive_check)
+def _aten_adaptive(c: AtenBuilder, n: AtenCall) -> object:
+    return c.op("global_avg_pool", c.value(n.args["self"]))

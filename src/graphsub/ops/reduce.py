@@ -8,7 +8,10 @@ from typing import Any
 import numpy as np
 
 from graphsub.ir.types import Attrs, TensorType
-from graphsub.ops.base import AttrSpec, OpDef, Types, ints, norm_axis, onnx_importer, register
+from graphsub.errors import ConversionError
+from graphsub.ops.base import (AtenBuilder, AtenCall, AtenImportFn, AttrSpec, LowerFn, OpDef,
+                               TorchFn, TorchLowering, Types, aten_importer, ints, is_float,
+                               norm_axis, onnx_importer, register)
 
 
 def _canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
@@ -41,9 +44,27 @@ def _export(onnx_type: str, axes_as_input_from: int):
     return export
 
 
+def _torch(kind: str) -> LowerFn:
+    def lower(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+        torch = t.torch
+        axes, keep = tuple(attrs["axes"]), bool(attrs["keepdims"])
+        if not axes:
+            return lambda x: (x,)
+        if kind == "max":
+            return lambda x: (torch.amax(x, dim=axes, keepdim=keep),)
+        if kind == "sum":
+            return lambda x: (torch.sum(x, dim=axes, keepdim=keep, dtype=x.dtype),)
+        if is_float(ins[0]):
+            return lambda x: (torch.mean(x, dim=axes, keepdim=keep),)
+        dtype = t.dtype(ins[0].dtype)  # the reference averages integers in float64
+        return lambda x: (torch.mean(x.double(), dim=axes, keepdim=keep).to(dtype),)
+
+    return lower
+
+
 def _reduce(name: str, onnx_type: str, fn: Callable[..., np.ndarray], axes_input_from: int) -> None:
     register(OpDef(
-        name=name, inputs=(1, 1),
+        name=name, inputs=(1, 1), torch=_torch(name.removeprefix("reduce_")),
         attrs=(AttrSpec("axes", None, ints), AttrSpec("keepdims", True, bool)),
         infer=_infer,
         evaluate=lambda attrs, xs: (np.asarray(fn(xs[0], axis=attrs["axes"],
@@ -87,3 +108,21 @@ def _import_reduce(ctx, node):
         axes = None
     return ctx.add(_IMPORTS[node.op_type], [x], axes=axes,
                    keepdims=bool(ctx.attr(node, "keepdims", 1)))
+
+
+def _aten_reduce(ours: str) -> AtenImportFn:
+    def convert(c: AtenBuilder, n: AtenCall) -> object:
+        if n.args.get("dtype") is not None:
+            raise ConversionError("reduction with a dtype")
+        dims = n.args.get("dim")
+        axes = None if dims is None or (isinstance(dims, (list, tuple)) and not dims) else (
+            [dims] if isinstance(dims, int) else list(dims))
+        return c.op(ours, c.value(n.args["self"]), axes=axes,
+                    keepdims=bool(n.args.get("keepdim", False)))
+
+    return convert
+
+
+aten_importer("mean.dim")(_aten_reduce("reduce_mean"))
+aten_importer("sum.dim_IntList")(_aten_reduce("reduce_sum"))
+aten_importer("amax.default")(_aten_reduce("reduce_max"))

@@ -11,12 +11,20 @@ import numpy as np
 
 from graphsub.errors import ShapeError
 from graphsub.ir.types import Attrs, TensorType
-from graphsub.ops.base import (AttrSpec, OpDef, Types, choice, ints, norm_axis, onnx_importer,
-                               register, same_dtype, f32)
+from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, OpDef, TorchFn, TorchLowering,
+                               Types, aten_importer, choice, f32, ints, is_float, norm_axis, onnx_importer, register,
+                               same_dtype)
 
 
 def _no_flops(attrs: Attrs, ins: Types, outs: Types) -> int:
     return 0
+
+
+def _torch_reshape(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    """Every alias operator in torch: a reshape to the output's shape, a view whenever the
+    strides allow one."""
+    shape = tuple(outs[0].shape)
+    return lambda x: (x.reshape(shape),)
 
 
 def _axis_canon(values: dict[str, Any], ins: Types, op: str) -> dict[str, Any]:
@@ -42,9 +50,14 @@ def _concat_infer(attrs: Attrs, ins: Types) -> Types:
     return (TensorType(first[:axis] + (size,) + first[axis + 1:], dtype),)
 
 
+def _concat_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    axis, cat = attrs["axis"], t.torch.cat
+    return lambda *xs: (cat(xs, axis),)
+
+
 register(OpDef(
     name="concat", inputs=(1, None), attrs=(AttrSpec("axis", convert=int),),
-    infer=_concat_infer,
+    infer=_concat_infer, torch=_concat_torch,
     evaluate=lambda attrs, xs: (np.concatenate(xs, axis=attrs["axis"]),),
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("Concat", ins, outs,
                                                          axis=attrs["axis"]),
@@ -71,8 +84,19 @@ def _split_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Typ
     ctx.emit("Split", [ins[0], sizes], outs, axis=attrs["axis"])
 
 
+def _split_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    sizes, axis, n = list(attrs["sizes"]), attrs["axis"], len(attrs["sizes"])
+    split_ = t.torch.split
+
+    def split(x):
+        parts = split_(x, sizes, axis)  # views
+        return tuple(parts[i] for i in range(n))  # indexed: a traced split is not iterable
+
+    return split
+
+
 register(OpDef(
-    name="split", inputs=(1, 1), view="strided",
+    name="split", inputs=(1, 1), view="strided", torch=_split_torch,
     attrs=(AttrSpec("axis", convert=int), AttrSpec("sizes", convert=ints)),
     infer=_split_infer, evaluate=_split_eval, export=_split_export,
     canonicalize=lambda v, ins: _axis_canon(v, ins, "split"),
@@ -113,9 +137,14 @@ def _transpose_infer(attrs: Attrs, ins: Types) -> Types:
     return (TensorType(tuple(x.shape[p] for p in perm), x.dtype),)
 
 
+def _transpose_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    perm = tuple(attrs["perm"])
+    return lambda x: (x.permute(perm),)
+
+
 register(OpDef(
     name="transpose", inputs=(1, 1), view="strided", attrs=(AttrSpec("perm", convert=ints),),
-    infer=_transpose_infer,
+    infer=_transpose_infer, torch=_transpose_torch,
     evaluate=lambda attrs, xs: (np.asarray(np.transpose(xs[0], attrs["perm"]), order="C"),),
     export=lambda ctx, attrs, ins, outs, types: (
         ctx.emit("Transpose", ins, outs, perm=list(attrs["perm"])) if attrs["perm"]
@@ -148,7 +177,7 @@ def _export_reshape(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: T
 
 register(OpDef(
     name="reshape", inputs=(1, 1), view="alias", attrs=(AttrSpec("shape", convert=ints),),
-    infer=_reshape_infer,
+    infer=_reshape_infer, torch=_torch_reshape,
     evaluate=lambda attrs, xs: (xs[0].reshape(attrs["shape"]),),
     export=_export_reshape,
     doc="Reshape to a concrete shape (ONNX's 0 and -1 are resolved at import).",
@@ -191,7 +220,7 @@ def _flatten_canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
 
 register(OpDef(
     name="flatten", inputs=(1, 1), view="alias", attrs=(AttrSpec("axis", 1, int),),
-    infer=_flatten_infer,
+    infer=_flatten_infer, torch=_torch_reshape,
     evaluate=lambda attrs, xs: (xs[0].reshape(_flatten_infer(
         attrs, (TensorType(xs[0].shape, str(xs[0].dtype)),))[0].shape),),
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("Flatten", ins, outs,
@@ -232,7 +261,7 @@ def _axes_export(onnx_type: str):
 
 register(OpDef(
     name="squeeze", inputs=(1, 1), view="alias", attrs=(AttrSpec("axes", None, ints),),
-    infer=_squeeze_infer,
+    infer=_squeeze_infer, torch=_torch_reshape,
     evaluate=lambda attrs, xs: (np.squeeze(xs[0], axis=attrs["axes"]),),
     export=_axes_export("Squeeze"), canonicalize=_squeeze_canon,
     doc="Remove size-1 dimensions (all of them when axes is None).",
@@ -256,7 +285,7 @@ def _unsqueeze_infer(attrs: Attrs, ins: Types) -> Types:
 
 register(OpDef(
     name="unsqueeze", inputs=(1, 1), view="alias", attrs=(AttrSpec("axes", convert=ints),),
-    infer=_unsqueeze_infer,
+    infer=_unsqueeze_infer, torch=_torch_reshape,
     evaluate=lambda attrs, xs: (np.expand_dims(xs[0], attrs["axes"]),),
     export=_axes_export("Unsqueeze"), canonicalize=_unsqueeze_canon,
 ))
@@ -343,8 +372,37 @@ def _slice_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Typ
     ctx.emit("Slice", [ins[0], *consts], outs)
 
 
+def _index_then_gather(t: TorchLowering, key: tuple[slice, ...],
+                       gathers: list[tuple[int, Any]]) -> TorchFn:
+    """x[key] (a view), then an index_select along each (axis, indices) of `gathers`: what
+    basic indexing cannot express (negative steps, reflected pads) as gathers of indices
+    computed when the program is built."""
+    index_select = t.torch.index_select
+
+    def index_then_gather(x):
+        y = x[key]
+        for axis, index in gathers:
+            y = index_select(y, axis, index)
+        return (y,)
+
+    return index_then_gather
+
+
+def _slice_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    rank = ins[0].rank
+    forward = [slice(None)] * rank
+    backward: list[tuple[int, Any]] = []
+    for a, s, e, st in zip(attrs["axes"], attrs["starts"], attrs["ends"], attrs["steps"]):
+        if st > 0:
+            forward[a] = slice(s, e, st)
+        else:  # torch has no negative steps: gather the indices instead
+            idx = np.arange(ins[0].shape[a])[slice(s, e if e >= 0 else None, st)]
+            backward.append((a, t.const(idx.astype(np.int64))))
+    return _index_then_gather(t, tuple(forward), backward)
+
+
 register(OpDef(
-    name="slice", inputs=(1, 1), view="strided",
+    name="slice", inputs=(1, 1), view="strided", torch=_slice_torch,
     attrs=(AttrSpec("starts", convert=ints), AttrSpec("ends", convert=ints),
            AttrSpec("axes", None, ints), AttrSpec("steps", None, ints)),
     infer=_slice_infer,
@@ -406,8 +464,33 @@ def _pad_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types
     ctx.emit("Pad", inputs, outs, mode=attrs["mode"])
 
 
+def _pad_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    pads, rank, mode = attrs["pads"], ins[0].rank, attrs["mode"]
+    if mode == "constant":
+        flat: list[int] = []
+        for axis in reversed(range(rank)):  # torch lists the last axis first
+            flat += [pads[axis], pads[axis + rank]]
+        value = attrs["value"]
+        if not is_float(ins[0]):
+            value = int(value)
+        return lambda x: (t.F.pad(x, flat, value=value),)
+    # reflect / edge: crop what is negative, then gather each padded axis with the indices
+    # numpy's own pad computes (exact for every rank and pad width).
+    shape = ins[0].shape
+    crop = tuple(slice(max(-pads[i], 0), shape[i] - max(-pads[i + rank], 0)) for i in range(rank))
+    np_mode = "reflect" if mode == "reflect" else "edge"
+    gathers = []
+    for axis in range(rank):
+        before, after = max(pads[axis], 0), max(pads[axis + rank], 0)
+        if before or after:
+            n = len(range(*crop[axis].indices(shape[axis])))
+            idx = np.pad(np.arange(n), (before, after), mode=np_mode).astype(np.int64)
+            gathers.append((axis, t.const(idx)))
+    return _index_then_gather(t, crop, gathers)
+
+
 register(OpDef(
-    name="pad", inputs=(1, 1),
+    name="pad", inputs=(1, 1), torch=_pad_torch,
     attrs=(AttrSpec("pads", convert=ints), AttrSpec("mode", "constant",
                                                     choice("constant", "reflect", "edge")),
            AttrSpec("value", 0.0, f32)),
@@ -443,3 +526,94 @@ def _import_pad(ctx, node):
     if mode not in ("constant", "reflect", "edge"):
         return None
     return ctx.add("pad", [x], pads=pads, mode=mode, value=value)
+
+
+# ---- ATen import (torch.compile) -----------------------------------------------------------
+
+def _same_numel(n: AtenCall) -> str | None:
+    """A view or expand that keeps the element count is a reshape; one that broadcasts is not."""
+    source = n.shape_of(n.args["self"])
+    if source is None or math.prod(source) != math.prod(n.out_shape()):
+        return "an expand that broadcasts"
+    return None
+
+
+@aten_importer("view.default", "view_copy.default", "_unsafe_view.default", "reshape.default",
+               "squeeze_copy.dim", "squeeze_copy.dims", "unsqueeze_copy.default", "squeeze.dim",
+               "unsqueeze.default", "flatten.using_ints", "expand_copy.default",
+               "expand.default", check=_same_numel)
+def _aten_reshape(c: AtenBuilder, n: AtenCall) -> object:
+    return c.op("reshape", c.value(n.args["self"]), shape=n.out_shape())
+
+
+@aten_importer("t.default", "t_copy.default")
+def _aten_t(c: AtenBuilder, n: AtenCall) -> object:
+    x = c.value(n.args["self"])
+    return x if len(c.shape(x)) < 2 else c.op("transpose", x, perm=(1, 0))
+
+
+@aten_importer("permute.default", "permute_copy.default")
+def _aten_permute(c: AtenBuilder, n: AtenCall) -> object:
+    return c.op("transpose", c.value(n.args["self"]), perm=tuple(n.args["dims"]))
+
+
+@aten_importer("transpose.int", "transpose_copy.int")
+def _aten_transpose(c: AtenBuilder, n: AtenCall) -> object:
+    x = c.value(n.args["self"])
+    rank = len(c.shape(x))
+    perm = list(range(rank))
+    d0, d1 = n.args["dim0"] % rank, n.args["dim1"] % rank
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return c.op("transpose", x, perm=tuple(perm))
+
+
+@aten_importer("cat.default")
+def _aten_cat(c: AtenBuilder, n: AtenCall) -> object:
+    return c.op("concat", *(c.value(t) for t in n.args["tensors"]), axis=n.args.get("dim", 0))
+
+
+@aten_importer("split.Tensor", "split_copy.Tensor", "split_with_sizes.default",
+               "split_with_sizes_copy.default")
+def _aten_split(c: AtenBuilder, n: AtenCall) -> object:
+    a = n.args
+    x = c.value(a["self"])
+    dim = a.get("dim", 0) % len(c.shape(x))
+    size = c.shape(x)[dim]
+    if "split_sizes" in a:
+        sizes = list(a["split_sizes"])
+    else:
+        step = a["split_size"]
+        sizes = [min(step, size - i) for i in range(0, size, step)] if step else [size]
+    outs = c.op("split", x, axis=dim, sizes=sizes)
+    return outs if isinstance(outs, tuple) else (outs,)
+
+
+@aten_importer("slice.Tensor", "slice_copy.Tensor")
+def _aten_slice(c: AtenBuilder, n: AtenCall) -> object:
+    a = n.args
+    x = c.value(a["self"])
+    big = 2 ** 62
+    start = a.get("start") if a.get("start") is not None else 0
+    end = a.get("end") if a.get("end") is not None else big
+    return c.op("slice", x, starts=[max(min(start, big), -big)], ends=[max(min(end, big), -big)],
+                axes=[a.get("dim", 0)], steps=[a.get("step", 1)])
+
+
+@aten_importer("select.int", "select_copy.int")
+def _aten_select(c: AtenBuilder, n: AtenCall) -> object:
+    x = c.value(n.args["self"])
+    dim = n.args["dim"] % len(c.shape(x))
+    index = n.args["index"] % c.shape(x)[dim]
+    part = c.op("slice", x, starts=[index], ends=[index + 1], axes=[dim], steps=[1])
+    return c.op("reshape", part, shape=n.out_shape())
+
+
+@aten_importer("constant_pad_nd.default")
+def _aten_pad(c: AtenBuilder, n: AtenCall) -> object:
+    x = c.value(n.args["self"])
+    rank = len(c.shape(x))
+    flat = list(n.args["pad"])  # (last axis before, after, second to last before, after, ...)
+    begin, end = [0] * rank, [0] * rank
+    for k in range(len(flat) // 2):
+        begin[rank - 1 - k], end[rank - 1 - k] = flat[2 * k], flat[2 * k + 1]
+    return c.op("pad", x, pads=begin + end, value=float(n.args.get("value", 0.0)))

@@ -69,8 +69,7 @@ class TorchProgram:
         def leaf(fn: Any, *args: Any) -> fx.Proxy:
             return tracer.create_proxy("call_function", fn, args, {})
 
-        ctx = LowerContext(self.device, const, leaf)
-        ctx.fused_conv_relu = fused_conv_relu  # type: ignore[attr-defined]
+        ctx = LowerContext(self.device, const, leaf, fused_conv_relu)
         for nid in graph.inputs:
             env[Value(nid, 0)] = fx.Proxy(
                 fx_graph.placeholder(_identifier(graph[nid].attrs["name"], used)), tracer)
