@@ -174,6 +174,21 @@ def test_importing_the_ir_types_stays_light():
         loaded
 
 
+def test_subpackages_read_as_attributes_after_importing_the_package():
+    """`import graphsub` then `graphsub.zoo.build(...)`, as with any package, though the
+    package imports nothing eagerly; a name that is neither export nor subpackage is still an
+    AttributeError."""
+    script = ("import graphsub\n"
+              "print(len(graphsub.zoo.build('squeezenet')) > 0, graphsub.rules.__name__)\n"
+              "try:\n"
+              "    graphsub.no_such_thing\n"
+              "except AttributeError as exc:\n"
+              "    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True, cwd=SRC).stdout.splitlines()
+    assert out == ["True graphsub.rules", "module 'graphsub' has no attribute 'no_such_thing'"]
+
+
 def test_opaque_nodes_are_evaluated_once_the_runtime_is_imported():
     """The operators sit below the runtime: an opaque node's evaluator (onnxruntime) is
     registered by graphsub.runtime, and without it evaluation says where to go."""

@@ -5,6 +5,7 @@ modules and networkx."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -16,6 +17,10 @@ def lazy_exports(package: str, namespace: dict[str, Any], exports: Mapping[str, 
 
     def __getattr__(name: str) -> Any:
         if name not in exports:
+            # A subpackage reads like any other attribute (`graphsub.zoo.build(...)` after
+            # `import graphsub`), imported on first use as the exports are.
+            if not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}"):
+                return importlib.import_module(f"{package}.{name}")
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(exports[name]), name)
         namespace[name] = value
