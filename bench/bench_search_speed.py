@@ -5,7 +5,9 @@
 runs the same search (backtracking, alpha 1.05, the built-in rules, the deterministic
 analytic a100 profile) for the same time on each model with the source tree given as
 --before (a checkout of an older commit) and with this checkout's, in separate processes,
-one after the other, and prints graphs expanded and generated per second and their ratio.
+one after the other (--rounds times, the order swapped every round, so that a drifting load
+falls on both sides alike), and prints graphs expanded and generated per second and the
+median of the rounds' ratios.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import json
 import subprocess
 import sys
+import statistics
 from datetime import date
 from pathlib import Path
 
@@ -47,26 +50,42 @@ def main() -> None:
     parser.add_argument("--before", required=True, help="src/ of the older checkout")
     parser.add_argument("--models", default="nasnet_a,bert,nasrnn,inception_v3")
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="before/now pairs per model, the order alternating")
     parser.add_argument("--out", default="out/bench/search_speed.json")
     args = parser.parse_args()
+    def rate(s: dict, key: str) -> float:
+        return s[key] / s["seconds"]
+
     rows = []
     for model in args.models.split(","):
-        before, now = run(Path(args.before), model, args.seconds), run(HERE, model, args.seconds)
-        row = {"model": model, "nodes": now["nodes"], "before": before, "now": now}
+        pairs = []
+        for k in range(args.rounds):
+            if k % 2:
+                now = run(HERE, model, args.seconds)
+                before = run(Path(args.before), model, args.seconds)
+            else:
+                before = run(Path(args.before), model, args.seconds)
+                now = run(HERE, model, args.seconds)
+            pairs.append((before, now))
+        ratios = [rate(n, "explored") / rate(b, "explored") for b, n in pairs]
+        middle = sorted(range(len(pairs)), key=lambda i: ratios[i])[len(pairs) // 2]
+        before, now = pairs[middle]
+        row = {"model": model, "nodes": now["nodes"], "before": before, "now": now,
+               "ratios": ratios, "median_ratio": statistics.median(ratios)}
         rows.append(row)
         print(json.dumps(row), flush=True)
     meta = {"date": date.today().isoformat(), "command": " ".join(sys.argv),
-            "seconds": args.seconds}
+            "seconds": args.seconds, "rounds": args.rounds}
     save_rows(args.out, meta, rows)
-
-    def rate(s: dict, key: str) -> float:
-        return s[key] / s["seconds"]
 
     lines = []
     for r in rows:
         b, n = r["before"], r["now"]
+        spread = (f" ({min(r['ratios']):.2f}-{max(r['ratios']):.2f})"
+                  if len(r["ratios"]) > 1 else "")
         lines.append([r["model"], str(r["nodes"]), f"{rate(b, 'explored'):.2f}",
-                      f"{rate(n, 'explored'):.2f}", f"{rate(n, 'explored') / rate(b, 'explored'):.1f}x",
+                      f"{rate(n, 'explored'):.2f}", f"{r['median_ratio']:.2f}x{spread}",
                       f"{rate(b, 'generated'):.0f}", f"{rate(n, 'generated'):.0f}",
                       f"{n.get('matches_reused', 0)} / {n.get('matches_computed', 0)}",
                       f"{b['final'] / b['initial']:.4f}", f"{n['final'] / n['initial']:.4f}"])
