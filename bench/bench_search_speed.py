@@ -8,6 +8,12 @@ analytic a100 profile) for the same time on each model with the source tree give
 one after the other (--rounds times, the order swapped every round, so that a drifting load
 falls on both sides alike), and prints graphs expanded and generated per second and the
 median of the rounds' ratios.
+
+    python bench/bench_search_speed.py --before /tmp/before/src --budget 1500 --rounds 5
+
+bounds the search by work instead: after a short warm-up search, each side expands the same
+number of graphs, timed in CPU seconds of its own process (`time.process_time()`), which a
+busy machine disturbs less than wall-clock rates; "expanded/s" is then per CPU second.
 """
 
 from __future__ import annotations
@@ -26,22 +32,28 @@ from tables import markdown, save_rows  # noqa: E402
 HERE = Path(__file__).resolve().parents[1] / "src"
 
 CHILD = """
-import json, sys
+import json, sys, time
 from graphsub import optimize, zoo
 from graphsub.cost import AnalyticCostModel
 from graphsub.rules import builtin_rules
-g = zoo.build(sys.argv[1])
-r = optimize(g, builtin_rules(), "backtracking", cost=AnalyticCostModel("a100"),
-             time_limit=float(sys.argv[2]), budget=10**9)
-print(json.dumps({"nodes": len(g), **r.stats.as_dict(), "initial": r.initial_cost,
-                  "final": r.final_cost}))
+g, rules, cost = zoo.build(sys.argv[1]), builtin_rules(), AnalyticCostModel("a100")
+seconds, budget = float(sys.argv[2]), int(sys.argv[3])
+if budget:
+    optimize(g, rules, "backtracking", cost=cost, time_limit=3600.0, budget=20)  # warm-up
+started = time.process_time()
+r = optimize(g, rules, "backtracking", cost=cost, time_limit=seconds if not budget else 3600.0,
+             budget=budget or 10**9)
+stats = r.stats.as_dict()
+if budget:
+    stats["seconds"] = time.process_time() - started
+print(json.dumps({"nodes": len(g), **stats, "initial": r.initial_cost, "final": r.final_cost}))
 """
 
 
-def run(src: Path, model: str, seconds: float) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, model, str(seconds)], check=True,
-                         capture_output=True, text=True, env={"PYTHONPATH": str(src),
-                                                              "PATH": "/usr/bin:/bin"})
+def run(src: Path, model: str, seconds: float, budget: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, model, str(seconds), str(budget)],
+                         check=True, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -50,6 +62,9 @@ def main() -> None:
     parser.add_argument("--before", required=True, help="src/ of the older checkout")
     parser.add_argument("--models", default="nasnet_a,bert,nasrnn,inception_v3")
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--budget", type=int, default=0,
+                        help="expand this many graphs a side, timed in CPU seconds (0: "
+                             "--seconds of wall-clock time a side)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="before/now pairs per model, the order alternating")
     parser.add_argument("--out", default="out/bench/search_speed.json")
@@ -62,11 +77,11 @@ def main() -> None:
         pairs = []
         for k in range(args.rounds):
             if k % 2:
-                now = run(HERE, model, args.seconds)
-                before = run(Path(args.before), model, args.seconds)
+                now = run(HERE, model, args.seconds, args.budget)
+                before = run(Path(args.before), model, args.seconds, args.budget)
             else:
-                before = run(Path(args.before), model, args.seconds)
-                now = run(HERE, model, args.seconds)
+                before = run(Path(args.before), model, args.seconds, args.budget)
+                now = run(HERE, model, args.seconds, args.budget)
             pairs.append((before, now))
         ratios = [rate(n, "explored") / rate(b, "explored") for b, n in pairs]
         middle = sorted(range(len(pairs)), key=lambda i: ratios[i])[len(pairs) // 2]
@@ -76,7 +91,7 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     meta = {"date": date.today().isoformat(), "command": " ".join(sys.argv),
-            "seconds": args.seconds, "rounds": args.rounds}
+            "seconds": args.seconds, "budget": args.budget, "rounds": args.rounds}
     save_rows(args.out, meta, rows)
 
     lines = []
