@@ -206,6 +206,21 @@ def test_weight_nodes_are_not_kept_alive_by_the_inference_cache():
     assert not any(key[0] == "weight" for key in graph_module._INFERRED)
 
 
+def test_the_inference_cache_stays_small_in_a_process_that_makes_many_nodes():
+    """A long-lived process (a notebook, the fuzzer's workers) makes ever new operator
+    signatures; the cache must not grow with them, or every full garbage collection walks it
+    (at 200,000 entries, 1.5-2 s: searches overran 0.5 s limits). It holds what one search
+    needs: 15 s of backtracking on NasNet-A makes under 400 distinct entries."""
+    from graphsub.ir import graph as graph_module
+    from graphsub.ir.graph import make_node
+    from graphsub.ir.types import TensorType
+
+    assert graph_module._INFERRED_MAX <= 10_000, "a full collection walks every entry"
+    for n in range(1, 3 * graph_module._INFERRED_MAX):
+        make_node("relu", (), (TensorType((n,), "float32"),))
+    assert len(graph_module._INFERRED) <= graph_module._INFERRED_MAX
+
+
 def test_a_cached_shape_error_keeps_nothing_of_its_raisers_alive():
     """make_node caches inference failures; raising the cached instance itself would attach
     the raiser's frames to it, keeping a search's graphs alive (found by the fuzzer's runs)."""

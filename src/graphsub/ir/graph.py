@@ -50,7 +50,12 @@ class Node:
 #: search builds the same target operators on the same types tens of thousands of times, and
 #: canonicalizing and inferring them was the largest cost of a rewrite.
 _INFERRED: dict[tuple[Any, ...], tuple[Attrs, tuple[TensorType, ...]] | GraphsubError] = {}
-_INFERRED_MAX = 200_000
+#: Emptied when full. One search needs a few hundred entries (15 s of backtracking or eqsat
+#: on NasNet-A or Inception-v3: 150-400); what fills the cache is a long-lived process that
+#: optimizes many models (a notebook, a torch.compile server, the fuzzer's workers). Every
+#: entry is a handful of objects a full garbage collection walks: at 200,000 entries full
+#: collections took 1.5-2 s and broke 0.5 s time limits in the fuzz campaign.
+_INFERRED_MAX = 10_000
 
 
 def make_node(op: str, inputs: Sequence[Value], input_types: Sequence[TensorType],
