@@ -52,10 +52,10 @@ class Node:
 _INFERRED: dict[tuple[Any, ...], tuple[Attrs, tuple[TensorType, ...]] | GraphsubError] = {}
 #: Emptied when full. One search needs hundreds of entries to about a thousand (15 s on
 #: NasNet-A or Inception-v3 with TASO's rules: backtracking 160-250, MCTS 410-1,100); what
-#: fills the cache is a long-lived process that
-#: optimizes many models (a notebook, a torch.compile server, the fuzzer's workers). Every
-#: entry is a handful of objects a full garbage collection walks: at 200,000 entries full
-#: collections took 1.5-2 s and broke 0.5 s time limits in the fuzz campaign.
+#: fills the cache is a long-lived process that optimizes many models (a notebook, a
+#: torch.compile server, the fuzzer's workers). Every entry is a handful of objects a full
+#: garbage collection walks: at 200,000 entries full collections took 1.5-2 s and broke
+#: 0.5 s time limits in the fuzz campaign.
 _INFERRED_MAX = 10_000
 
 
