@@ -137,6 +137,12 @@ def test_no_module_imports_itself_through_others():
     assert not cycle, " -> ".join(a for a, _ in cycle)
 
 
+def in_a_fresh_interpreter(script: str) -> str:
+    """What `script` prints, run by a new Python in src/ (nothing imported before it)."""
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True, cwd=SRC).stdout
+
+
 def test_every_module_imports_first_in_a_fresh_interpreter():
     """Each module imported before any other graphsub module: a cycle that an eager package
     `__init__` hides shows up as an ImportError here (an optional package that is not
@@ -157,18 +163,15 @@ def test_every_module_imports_first_in_a_fresh_interpreter():
         "    except ImportError as exc:\n"
         "        failed.append(f'{name}: {exc}')\n"
         "print('\\n'.join(failed))\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         check=True, cwd=SRC)
-    assert not out.stdout.strip(), out.stdout
+    out = in_a_fresh_interpreter(script)
+    assert not out.strip(), out
 
 
 def test_importing_the_ir_types_stays_light():
     """The bottom layer imports nothing above it: not the operators, not networkx."""
     script = ("import sys, graphsub.ir.types\n"
               "print(sorted(m for m in sys.modules if m.startswith(('graphsub', 'networkx'))))")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         check=True, cwd=SRC)
-    loaded = eval(out.stdout)
+    loaded = eval(in_a_fresh_interpreter(script))
     assert set(loaded) <= {"graphsub", "graphsub.lazy", "graphsub.errors", "graphsub.ir",
                            "graphsub.ir.types"}, \
         loaded
@@ -184,8 +187,7 @@ def test_subpackages_read_as_attributes_after_importing_the_package():
               "    graphsub.no_such_thing\n"
               "except AttributeError as exc:\n"
               "    print(exc)\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         check=True, cwd=SRC).stdout.splitlines()
+    out = in_a_fresh_interpreter(script).splitlines()
     assert out == ["True graphsub.rules", "module 'graphsub' has no attribute 'no_such_thing'"]
 
 
@@ -200,7 +202,6 @@ def test_opaque_nodes_are_evaluated_once_the_runtime_is_imported():
               "import graphsub.runtime.reference\n"
               "from graphsub.ops import opaque\n"
               "print(opaque._evaluator.__module__)\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         check=True, cwd=SRC).stdout.splitlines()
+    out = in_a_fresh_interpreter(script).splitlines()
     assert out[0].startswith("GraphsubError an opaque Gather node is run by onnxruntime"), out
     assert out[1] == "graphsub.runtime.opaque"
