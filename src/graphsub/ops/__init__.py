@@ -13,5 +13,5 @@ def is_deterministic(node) -> bool:
     return True
 
 
-__all__ = ["AttrSpec", "OpDef", "all_ops", "aten_importers", "get_op", "importable_onnx_ops", "importer_for",
-           "is_deterministic", "register", "view_ops"]
+__all__ = ["AttrSpec", "OpDef", "all_ops", "aten_importers", "get_op", "importable_onnx_ops",
+           "importer_for", "is_deterministic", "register", "view_ops"]

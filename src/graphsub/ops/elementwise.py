@@ -117,7 +117,7 @@ def _export_gelu(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Type
 
 def _float_only(name: str) -> Callable[[Attrs, Types], Types]:
     def infer(attrs: Attrs, ins: Types) -> Types:
-        if not ins[0].dtype.startswith(("float", "bfloat")):
+        if not is_float(ins[0]):
             raise ShapeError(f"{name}: needs a floating-point input, got {ins[0].dtype}")
         return (ins[0],)
 

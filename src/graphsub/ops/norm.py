@@ -7,16 +7,16 @@ lacks the fused op (LayerNormalization arrived in opset 17).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from graphsub.errors import ConversionError, ShapeError
 from graphsub.ir.types import Attrs
-from graphsub.ops.base import (AtenBuilder, AtenCall, AtenImportFn, AttrSpec, OpDef, TorchFn,
-                               TorchLowering, Types, aten_importer, f32, norm_axis, onnx_importer,
-                               register)
+from graphsub.ops.base import (AtenBuilder, AtenCall, AtenImportFn, AttrSpec, LowerFn, OpDef,
+                               TorchFn, TorchLowering, Types, aten_importer, f32, norm_axis,
+                               onnx_importer, register)
 
 
 def _axis_canon(op: str):
@@ -51,7 +51,7 @@ def _log_softmax(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ..
             .astype(xs[0].dtype),)
 
 
-def _along_axis(name: str) -> Callable[[TorchLowering, Attrs, Types, Types], TorchFn]:
+def _along_axis(name: str) -> LowerFn:
     """The lowering of `torch.<name>(x, axis)`."""
     def lower(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
         axis, fn = attrs["axis"], getattr(t.torch, name)

@@ -12,8 +12,8 @@ import numpy as np
 from graphsub.errors import ShapeError
 from graphsub.ir.types import Attrs, TensorType
 from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, OpDef, TorchFn, TorchLowering,
-                               Types, aten_importer, choice, f32, ints, is_float, norm_axis, onnx_importer, register,
-                               same_dtype)
+                               Types, aten_importer, choice, f32, ints, is_float, norm_axis,
+                               onnx_importer, register, same_dtype)
 
 
 def _no_flops(attrs: Attrs, ins: Types, outs: Types) -> int:
