@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("graphsub.rules",),
     ("graphsub.cost", "graphsub.proofs"),
     ("graphsub.backends",),
-    ("graphsub.search", "graphsub.generate"),
+    ("graphsub.search", "graphsub.generate", "graphsub.fission"),
     ("graphsub.egraph",),
     ("graphsub.selection", "graphsub.report", "graphsub.zoo"),
     ("graphsub.optimizer",),

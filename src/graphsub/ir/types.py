@@ -107,6 +107,11 @@ class Constant:
         """Whether every element equals `value` (what rule conditions ask of weights)."""
         return bool(np.all(self._array == value))
 
+    def uniform(self) -> float | None:
+        """The one value every element has, or None (a scale or epsilon a rule reads)."""
+        flat = self._array.reshape(-1)
+        return float(flat[0]) if flat.size and bool(np.all(flat == flat[0])) else None
+
     def __repr__(self) -> str:
         return f"Constant({self.type}, {self.digest.hex()[:8]})"
 
@@ -137,6 +142,9 @@ class ConstantStub(Constant):
 
     def all_equal(self, value: Any) -> bool:
         return self._uniform is not None and bool(np.all(self._uniform == value))
+
+    def uniform(self) -> float | None:
+        return float(self._uniform[0]) if self._uniform is not None else None
 
 
 class Attrs(Mapping[str, Any]):

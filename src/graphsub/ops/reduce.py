@@ -17,7 +17,8 @@ from graphsub.ops.base import (AtenBuilder, AtenCall, AtenImportFn, AttrSpec, Lo
 def _canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
     rank = ins[0].rank
     axes = values["axes"] if values["axes"] is not None else tuple(range(rank))
-    values["axes"] = tuple(sorted({norm_axis(a, rank, "reduce") for a in axes}))
+    # A scalar has nothing to reduce over: its one axis the axis conventions allow is none.
+    values["axes"] = tuple(sorted({norm_axis(a, rank, "reduce") for a in axes})) if rank else ()
     return values
 
 

@@ -21,8 +21,8 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from graphsub.errors import CycleError, GraphsubError, ShapeError
-from graphsub.ir.graph import Graph, Value
-from graphsub.ir.types import TensorType
+from graphsub.ir.graph import Graph, Node, Value
+from graphsub.ir.types import Constant, TensorType
 from graphsub.rules.ast import OpTerm, Ref, Rule, Term, Var
 from graphsub.rules.expr import Env, try_evaluate
 from graphsub.rules.matcher import SAME_SHAPES, GraphHost, Match
@@ -47,6 +47,32 @@ class TargetSink(Protocol[H]):
             attrs: Mapping[str, Any] | None = None) -> tuple[H, ...]:
         """Add a node (raising the op's GraphsubError when it does not apply); its outputs."""
         ...
+
+
+class UnderConstruction(Protocol):
+    """A graph being built or edited (GraphBuilder, GraphEditor): its values' types and nodes."""
+
+    def type_of(self, value: Value) -> TensorType: ...
+
+    def node(self, node_id: int) -> Node: ...
+
+
+class BuildingHost:
+    """What rule expressions read (a TensorHost) from a graph under construction: its values'
+    types, and its weight nodes' values."""
+
+    def __init__(self, graph: UnderConstruction) -> None:
+        self._graph = graph
+
+    def type_of(self, value: Value) -> TensorType:
+        return self._graph.type_of(value)
+
+    def is_weight(self, value: Value) -> bool:
+        return self._graph.node(value.node).op == "weight"
+
+    def constant(self, value: Value) -> Constant | None:
+        node = self._graph.node(value.node)
+        return node.attrs["value"] if node.op == "weight" else None
 
 
 class _Rejected(Exception):

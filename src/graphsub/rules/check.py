@@ -33,9 +33,8 @@ from graphsub.cache import cache_dir
 from graphsub.errors import GraphsubError
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
-from graphsub.ir.types import Constant, TensorType
 from graphsub.ops import get_op
-from graphsub.rules.applier import Rejection, apply_match
+from graphsub.rules.applier import BuildingHost, Rejection, apply_match
 from graphsub.rules.ast import AVar, Call, Expr, Lit, OpTerm, Rule, Term, Var, term_vars
 from graphsub.rules.expr import Env
 from graphsub.rules.expr import evaluate as evaluate_expr
@@ -51,6 +50,8 @@ class RuleCheckError(GraphsubError):
 
 _CONV_W = [(4, 4, 3, 3), (4, 4, 1, 1), (8, 4, 3, 3), (4, 4, 1, 3), (4, 4, 3, 1), (4, 2, 3, 3),
            (4, 1, 3, 3), (8, 8, 3, 3), (4, 8, 1, 1), (8, 4, 1, 1)]
+_DEFAULT_SHAPES = [(4, 4), (1, 4, 6, 6), (4,), (1, 8, 6, 6), (4, 6), (1, 4, 1, 1), (), (1, 4),
+                   (2, 4, 4)]
 _ROLE_SHAPES: dict[tuple[str, int], list[tuple[int, ...]]] = {
     ("conv2d", 0): [(1, 4, 6, 6), (1, 8, 6, 6)],
     ("conv2d", 1): _CONV_W,
@@ -58,8 +59,11 @@ _ROLE_SHAPES: dict[tuple[str, int], list[tuple[int, ...]]] = {
     ("enlarge", 0): _CONV_W,
     # Vectors, matrices, batches, and batches that broadcast against a matrix or each other.
     ("matmul", 0): [(4,), (6,), (4, 4), (4, 6), (6, 4), (2, 4, 4), (1, 4, 6), (2, 6, 4)],
-    ("matmul", 1): [(4,), (6,), (4, 4), (4, 6), (6, 4), (2, 4, 4), (1, 4, 6), (2, 6, 4)],
+    ("matmul", 1): [(4,), (6,), (4, 4), (4, 6), (6, 4), (2, 4, 4), (1, 4, 6), (2, 6, 4), (4, 1),
+                    (2, 4, 1)],
     ("smul", 1): [()],
+    # Row scalings (one value per row) and reductions of a row (a column of ones).
+    ("div", 1): _DEFAULT_SHAPES + [(4, 1), (2, 4, 1)],
     ("layer_norm", 1): [(4,), (6,)],
     ("layer_norm", 2): [(4,), (6,)],
     ("avg_pool2d", 0): [(1, 4, 6, 6)],
@@ -68,8 +72,6 @@ _ROLE_SHAPES: dict[tuple[str, int], list[tuple[int, ...]]] = {
     **{("batch_norm", i): [(4,), (8,)] for i in range(1, 5)},
     ("batch_norm", 0): [(1, 4, 6, 6), (1, 8, 6, 6)],
 }
-_DEFAULT_SHAPES = [(4, 4), (1, 4, 6, 6), (4,), (1, 8, 6, 6), (4, 6), (1, 4, 1, 1), (), (1, 4),
-                   (2, 4, 4)]
 #: Rules whose variables' ranks combine in more ways than this are checked by random draws.
 MAX_RANK_PLANS = 256
 #: Draws per combination of ranks, until one fits the source.
@@ -80,6 +82,7 @@ _ATTR_CHOICES: dict[str, list[Any]] = {
     "stride": [(1, 1), (2, 2)], "padding": ["same", "valid"], "activation": ["none", "relu", "sigmoid"],
     "axis": [1, 0, -1], "count_include_pad": [True, False], "keepdims": [True, False],
     "kernel": [(3, 3), (2, 2)],
+    "axes": [(-1,), (0,), (1,), None],
 }
 
 
@@ -113,24 +116,6 @@ def _condition_vars(rule: Rule, fn: str) -> dict[str, Expr | None]:
     for c in rule.conditions:
         walk(c)
     return found
-
-
-class _BuilderHost:
-    """A rule example under construction as expressions read it (a TensorHost): its values'
-    types, and which are weights."""
-
-    def __init__(self, builder: GraphBuilder) -> None:
-        self._b = builder
-
-    def type_of(self, value: Value) -> TensorType:
-        return self._b.type_of(value)
-
-    def is_weight(self, value: Value) -> bool:
-        return self._b.node(value.node).op == "weight"
-
-    def constant(self, value: Value) -> Constant | None:
-        node = self._b.node(value.node)
-        return node.attrs["value"] if node.op == "weight" else None
 
 
 @dataclass
@@ -172,8 +157,11 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
     last two sizes are 4 where its role allows one, the draw that fits the most sources
     (a vector in a product of square matrices: where matmul's associativity fails)."""
     roles = _roles(rule)
-    weights = _condition_vars(rule, "weight")
-    constants = _condition_vars(rule, "all-equal")
+    # A variable whose (value ?t) a rule reads is a weight of one value: drawn as a positive
+    # scalar (an epsilon or a scale, the constants such rules carry into attributes).
+    scalars = _condition_vars(rule, "value")
+    weights = {**_condition_vars(rule, "weight"), **scalars}
+    constants = {**_condition_vars(rule, "all-equal"), **_condition_vars(rule, "close-to")}
     b = GraphBuilder(seed=int(rng.integers(1 << 30)))
     feeds: dict[str, np.ndarray] = {}
     values: dict[str, Value] = {}
@@ -188,12 +176,14 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
             choices = [c for c in choices if len(c) == ranks[name]]
         if square:
             choices = [c for c in choices if all(d == 4 for d in c[-2:])] or choices
+        if name in scalars:
+            choices = [()]
         used = [b.shape(v) for v in values.values() if b.shape(v) in choices]
         if used and rng.random() < 0.6:
             choices = used  # rules often need equal shapes: reuse one already drawn
         shape = choices[rng.integers(len(choices))]
         data = rng.standard_normal(shape).astype(np.float32)
-        if role in _POSITIVE:
+        if role in _POSITIVE or name in scalars:
             data = np.abs(data) + np.float32(0.5)
         if name in constants:
             fill = constants[name]
@@ -223,7 +213,7 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
                     attr_vars[e.name] = _default_attr(t.op, key, in_shapes, attrs, rng)
                 attrs[key] = attr_vars[e.name]
             else:  # a computed expression such as [1 1] or [(dim ?b 1) (dim ?c 1)]
-                env = Env(_BuilderHost(b), values, attr_vars)
+                env = Env(BuildingHost(b), values, attr_vars)
                 attrs[key] = evaluate_expr(e, env)
         if any(k == SAME_SHAPES for k, _ in t.attrs) and len(set(in_shapes)) > 1:
             raise GraphsubError("example does not have equal input shapes")

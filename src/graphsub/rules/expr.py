@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+import numpy as np
+
 from graphsub.errors import GraphsubError
 from graphsub.ir.types import Constant, TensorType
 from graphsub.rules.ast import AVar, Call, Expr, Lit, ListExpr, OutRef
@@ -86,6 +88,27 @@ def _all_equal(env: Env, t: Expr, x: Expr) -> bool:
     return constant is not None and constant.all_equal(evaluate(x, env))
 
 
+def _close_to(env: Env, t: Expr, x: Expr) -> bool:
+    """Whether the matched tensor is a weight whose elements all equal x to its dtype's
+    precision: a constant such as 1/sqrt(2) is written in float64 and stored in float32."""
+    constant = env.constant(t)
+    value = constant.uniform() if constant is not None else None
+    if value is None:
+        return False
+    eps = float(np.finfo(constant.type.dtype).eps) if constant.type.dtype.startswith("float") else 0
+    return abs(value - evaluate(x, env)) <= 4 * eps * max(1.0, abs(value))
+
+
+def _uniform_value(env: Env, t: Expr) -> float:
+    """The one value of a weight whose elements are all equal (an epsilon a rule carries over
+    into an attribute); no value (no match) otherwise."""
+    constant = env.constant(t)
+    value = constant.uniform() if constant is not None else None
+    if value is None:
+        raise _NoValue()
+    return value
+
+
 def _is_weight(env: Env, t: Expr) -> bool:
     return env.is_weight(t)
 
@@ -117,6 +140,14 @@ def _unit_perm(a: tuple[int, ...], b: tuple[int, ...], p: tuple[int, ...]) -> tu
     return tuple([i for i, d in enumerate(a) if d == 1] + order)
 
 
+def _with_dim(shape: tuple[int, ...], axis: int, size: int) -> tuple[int, ...]:
+    """`shape` with the size of one axis replaced (the shape of a reduction's ones vector)."""
+    if not -len(shape) <= axis < len(shape):
+        raise _NoValue()
+    axis %= len(shape)
+    return shape[:axis] + (size,) + shape[axis + 1:]
+
+
 class _NoValue(Exception):
     """An expression has no value for this match (e.g. a dim out of range): no match."""
 
@@ -135,11 +166,14 @@ _TENSOR_FNS: dict[str, Callable[..., Any]] = {
     "dtype": lambda env, t: env.tensor_type(t).dtype,
     "weight": _is_weight,
     "all-equal": _all_equal,
+    "close-to": _close_to,
+    "value": _uniform_value,
 }
 
 FUNCTIONS = sorted(set(_ARITH) | set(_TENSOR_FNS) | {"and", "or", "not", "in", "identity-perm",
                                                      "compose", "len", "neg", "at", "permute",
-                                                     "unit-reshape", "unit-perm"})
+                                                     "unit-reshape", "unit-perm", "range",
+                                                     "with-dim"})
 
 
 def evaluate(e: Expr, env: Env) -> Any:
@@ -193,6 +227,10 @@ def evaluate(e: Expr, env: Env) -> Any:
             return args[0][args[1]]
         except (IndexError, TypeError):
             raise _NoValue() from None
+    if fn == "range":
+        return tuple(range(*args))
+    if fn == "with-dim":
+        return _with_dim(tuple(args[0]), args[1], args[2])
     raise RuleError(f"unknown function {fn!r} in a rule; known: {', '.join(FUNCTIONS)}")
 
 

@@ -33,7 +33,8 @@ import networkx as nx
 
 from graphsub.cost.base import CostModel
 from graphsub.errors import GraphsubError
-from graphsub.ir.graph import Graph, Node, Value, make_node
+from graphsub.ir.graph import Graph, Node, Value
+from graphsub.ir.region import cut_out, read_outside
 from graphsub.ir.types import Attrs, ConstantStub
 from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
@@ -139,49 +140,9 @@ class Region:
 def extract_region(graph: Graph, ops: Iterable[int]) -> Region:
     """The region of `graph` made of the operators `ops` (which must be convex and hold no
     weight-only node); the weights it reads come along."""
-    members = set(ops)
-    weight_only = graph.weight_only()
-    nodes: dict[int, Node] = {}
-    fresh = graph.next_id
-    boundary: dict[Value, int] = {}  # outer value -> id of the input node standing for it
-
-    def copy_weights(nid: int) -> None:
-        if nid not in nodes:
-            for v in graph[nid].inputs:
-                copy_weights(v.node)
-            nodes[nid] = graph[nid]
-
-    for nid in graph.topo_order():
-        if nid not in members:
-            continue
-        node = graph[nid]
-        ins = []
-        for v in node.inputs:
-            if v.node in members:
-                ins.append(v)
-            elif v.node in weight_only and graph[v.node].op != "input":
-                copy_weights(v.node)
-                ins.append(v)
-            else:
-                if v not in boundary:
-                    boundary[v] = fresh
-                    t = graph.type_of(v)
-                    nodes[fresh] = make_node("input", (), (), {
-                        "name": f"region_input_{len(boundary) - 1}", "shape": t.shape,
-                        "dtype": t.dtype})
-                    fresh += 1
-                ins.append(Value(boundary[v], 0))
-        nodes[nid] = Node(node.op, node.attrs, tuple(ins), node.outputs, node.name)
-    users = graph.users()
-    graph_outputs = set(graph.outputs)
-    outputs = [Value(nid, i) for nid in graph.topo_order() if nid in members
-               for i in range(len(graph[nid].outputs))
-               if Value(nid, i) in graph_outputs or any(
-                   u not in members and Value(nid, i) in graph[u].inputs
-                   for u, _ in users.get(nid, ()))]
-    sub = Graph(nodes, list(boundary.values()), outputs,
-                [f"region_output_{k}" for k in range(len(outputs))], graph.meta, fresh)
-    return Region(sub, tuple(boundary), tuple(outputs))
+    outputs = read_outside(graph, ops)
+    sub, inputs = cut_out(graph, ops, outputs)
+    return Region(sub, inputs, outputs)
 
 
 def without_weight_data(graph: Graph) -> Graph:

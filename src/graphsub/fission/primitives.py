@@ -1,0 +1,101 @@
+"""The fission paper's four categories of primitives, and the fission pass itself.
+
+A primitive has one degree of parallelism and one data access pattern, so that it runs as one
+kernel (fission paper, section 2.1; Korch, section 3). The category decides what a generated
+kernel may hold (graphsub.fission.candidates): elementwise, reduce/broadcast and layout
+primitives fuse into one loop nest; a linear primitive (a matmul, a convolution) is a library
+call of its own.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from functools import lru_cache
+from pathlib import Path
+
+from graphsub.ir.graph import Graph
+from graphsub.ops import all_ops
+from graphsub.rules import Rule, apply_match, find_matches, load_rules
+from graphsub.rules.applier import Rejection
+
+_HERE = Path(__file__).parent
+
+
+class Category(StrEnum):
+    ELEMENTWISE = "elementwise"
+    REDUCE = "reduce"         #: reductions and broadcasts
+    LAYOUT = "layout"         #: moves data without arithmetic
+    LINEAR = "linear"         #: matmul, convolution: linear in every input
+    COARSE = "coarse"         #: an operator fission splits into the four above
+    SOURCE = "source"         #: graph inputs and weights: no kernel
+    OPAQUE = "opaque"         #: an operator graphsub does not model: a kernel of its own
+
+
+_CATEGORIES: dict[str, Category] = {
+    **dict.fromkeys(("add", "sub", "mul", "div", "pow", "neg", "exp", "log", "sqrt", "erf",
+                     "tanh", "sigmoid", "relu", "leaky_relu", "clip", "reciprocal", "smul",
+                     "cast", "identity", "dropout"), Category.ELEMENTWISE),
+    **dict.fromkeys(("reduce_sum", "reduce_mean", "reduce_max", "max_pool2d", "avg_pool2d",
+                     "global_avg_pool"), Category.REDUCE),
+    **dict.fromkeys(("transpose", "reshape", "flatten", "squeeze", "unsqueeze", "concat",
+                     "split", "slice", "pad", "enlarge"), Category.LAYOUT),
+    **dict.fromkeys(("matmul", "conv2d"), Category.LINEAR),
+    **dict.fromkeys(("softmax", "log_softmax", "layer_norm", "batch_norm", "gelu"),
+                    Category.COARSE),
+    **dict.fromkeys(("input", "weight"), Category.SOURCE),
+    "opaque": Category.OPAQUE,
+}
+
+
+def category(op: str) -> Category:
+    """The category of a graphsub operator (every registered one has one)."""
+    try:
+        return _CATEGORIES[op]
+    except KeyError:
+        known = ", ".join(sorted(all_ops()))
+        raise KeyError(f"operator {op!r} has no fission category; operators: {known}") from None
+
+
+@lru_cache(maxsize=None)
+def fission_rules() -> tuple[Rule, ...]:
+    """Coarse operator -> primitives (fission.rules), each checked numerically on load."""
+    return tuple(load_rules([_HERE / "fission.rules"]))
+
+
+@lru_cache(maxsize=None)
+def kernel_rules() -> tuple[Rule, ...]:
+    """Primitives -> the fused operator a library runs as one kernel (kernels.rules)."""
+    return tuple(load_rules([_HERE / "kernels.rules"]))
+
+
+@lru_cache(maxsize=None)
+def primitive_rules() -> tuple[Rule, ...]:
+    """Rewrites among primitives that fission exposes (primitives.rules): reduce-sum as a
+    matmul, row scalings moved past matmuls, horizontal fusion of batched matmuls."""
+    return tuple(load_rules([_HERE / "primitives.rules"]))
+
+
+def fission(graph: Graph) -> Graph:
+    """The graph with every coarse operator split into primitives, as far as the fission rules
+    reach (a coarse operator no rule fits, such as a layer norm whose scale broadcasts oddly,
+    stays whole and is a kernel of its own). Weight-only nodes are left alone: they fold at
+    export and cost nothing."""
+    by_op: dict[str, list[Rule]] = {}
+    for rule in fission_rules():
+        by_op.setdefault(rule.sources[0].op, []).append(rule)  # type: ignore[union-attr]
+    stuck: set[int] = set()
+    while True:
+        weight_only = graph.weight_only()
+        todo = [nid for nid in graph.topo_order()
+                if graph[nid].op in by_op and nid not in stuck and nid not in weight_only]
+        if not todo:
+            return graph
+        nid = todo[0]
+        for rule in by_op[graph[nid].op]:
+            rewritten = next((g for m in find_matches(graph, rule, first_roots=[nid])
+                              if not isinstance(g := apply_match(graph, m), Rejection)), None)
+            if rewritten is not None:
+                graph = rewritten
+                break
+        else:
+            stuck.add(nid)
