@@ -389,6 +389,10 @@ TIME_LIMIT_HELP = ("Seconds for the whole run: the search, then timing, confirmi
                    "the candidates on the target (a quarter of the limit, at least 2 s, is kept "
                    "for those unless --measure-limit is given). The run may exceed it by the "
                    "verification of a chosen candidate, which is never skipped.")
+FISSION_HELP = ("Also split the search's best graph into primitives and choose its kernels by "
+                "Korch's binary linear program on the target's measured costs: one more "
+                "candidate, kept only if it runs faster (a fifth of the search's time, at most "
+                "20 s).")
 MEASURE_LIMIT_HELP = ("Seconds for timing, confirming and verifying the candidates, after a search "
                       "of the whole --time-limit (default: they share the time limit). Give "
                       "more for models whose runs take long.")
@@ -413,6 +417,7 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
              target: TargetOpt = None, cuda_graphs: CudaGraphsOpt = True, tf32: Tf32Opt = False,
              report: Annotated[Optional[Path], typer.Option("--report", help="Write the full report as JSON.")] = None,
              candidates: Annotated[int, typer.Option(help="Best candidates to time end to end.")] = 3,
+             fission: Annotated[bool, typer.Option("--fission/--no-fission", help=FISSION_HELP)] = True,
              as_json: JsonOpt = False) -> None:
     """Optimize a model: search equivalent graphs, keep the fastest measured, verify, write.
     Ctrl-C during the search ends it and goes on to measure what it found; a second Ctrl-C
@@ -449,7 +454,7 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
                     threads=threads, measure_candidates=candidates, progress=update,
                     target=device, stage=stages, split=split, executor=executor,
                     node_limit=node_limit, k_multi=k_multi, measure_limit=measure_limit,
-                    started=started)
+                    started=started, fission=fission)
             finally:
                 stages.stop()
     except VerificationError as exc:
@@ -552,6 +557,14 @@ def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
         table.add_row("split", f"{sp['parts']} parts", f"sizes {sp['part_sizes']}",
                       f"{sp['matches_cut']} matches cut, {sp['boundary_regions']} regions "
                       "searched at the cuts")
+    if rep.fission:
+        f = rep.fission
+        split = ", ".join(f"{n} {op}" for op, n in f["split"].items()) or "nothing to split"
+        library = sum(k["count"] for k in f["kernels"])
+        table.add_row("fission", f"{f['seconds']:.1f} s", split,
+                      f"{f['primitives']} primitives, {library} fused kernel(s) chosen from "
+                      f"{sum(f['candidates'].values())} candidates ({f['status']})"
+                      + ("; kept" if f["kept"] else ""))
     t = rep.seconds
     table.add_row("time (s)", f"load+search {t['search']:.1f}",
                   f"measure {t['measure']:.1f}, verify {t['verify']:.1f}",

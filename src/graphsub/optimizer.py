@@ -28,6 +28,7 @@ from typing import Any
 from graphsub.backends import Target, get_target
 from graphsub.cost import CostModel, MeasuredCostModel, make_cost_model
 from graphsub.errors import GraphsubError
+from graphsub.fission.stage import FissionOutcome, fission_and_orchestrate
 from graphsub.ir.graph import Graph
 from graphsub.onnx_io.exporter import to_onnx_bytes
 from graphsub.report.optimize import OptimizeReport, verdict
@@ -37,13 +38,17 @@ from graphsub.runtime.equivalence import (SAME_FUNCTION, Comparison, compare_mod
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import ALGORITHMS, Candidate, OptimizeResult, SearchStats
-from graphsub.search.result import ProgressFn, StopReason
+from graphsub.search.result import ProgressFn, Step, StopReason
 from graphsub.search.registry import Limits
 from graphsub.search.split import splitting
 from graphsub.selection import measure_and_choose
 
 #: The share of the time limit kept for timing and verifying candidates (measure_reserve).
 MEASURE_SHARE = 0.25
+#: The share of the search's time given to fission and orchestration, and its cap in seconds.
+FISSION_SHARE, FISSION_MAX_SECONDS = 0.2, 20.0
+#: The trace step of the candidate fission and orchestration make.
+FISSION_STEP = "fission and kernel orchestration"
 
 
 class VerificationError(GraphsubError):
@@ -174,7 +179,8 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
                    executor: str = "process", node_limit: int | None = None,
                    k_multi: int | None = None, measure_limit: float | None = None,
                    started: float | None = None,
-                   options: Mapping[str, Any] | None = None) -> tuple[bytes, OptimizeReport]:
+                   options: Mapping[str, Any] | None = None,
+                   fission: bool = True) -> tuple[bytes, OptimizeReport]:
     """Optimize for a target, choose by measurement there, verify. Returns the ONNX bytes to
     write (the original model's when nothing beats it) and the report. Raises
     VerificationError on a mismatch. `stage` is told what is happening (the search starting,
@@ -186,7 +192,11 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
     whole time limit and measuring gets `measure_limit` seconds after it. A run may overshoot
     by the verification of a chosen candidate, which is never skipped.
 
-    The stages, each a function below: search, export, screen and confirm
+    With `fission`, the search's best graph is also split into primitives and its kernels
+    orchestrated on the target (graphsub.fission.stage): one more candidate, measured like
+    the others and kept only if it runs faster.
+
+    The stages, each a function below: search, fission, export, screen and confirm
     (selection.measure_and_choose), check equivalence, report."""
     check_settings(algorithm, alpha, budget, time_limit, cost, k, split, executor, node_limit,
                    k_multi, measure_limit, measure_candidates, threads, options)
@@ -198,7 +208,10 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
                   split=split, executor=executor, node_limit=node_limit, k_multi=k_multi,
                   options=options)
     cost_model = make_cost_model(cost, target=run.device)
-    result = _search_stage(run, graph, cost_model, search, time_limit, measure_limit, progress)
+    result = _search_stage(run, graph, cost_model, search, time_limit, measure_limit, progress,
+                           fission)
+    orchestrated = (_fission_stage(run, graph, result, cost_model, measure_candidates)
+                    if fission and result.stats.stopped_by != StopReason.INTERRUPT else None)
     notes = list(cost_model.notes()) if isinstance(cost_model, MeasuredCostModel) else []
     interrupted = result.stats.stopped_by == StopReason.INTERRUPT
     if interrupted:
@@ -236,7 +249,8 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
         verification=comparison.as_dict() if comparison is not None else
         {"equivalent": True, "note": "the original model is written unchanged"},
         nodes_before=len(graph), nodes_after=len(chosen.graph) if chosen is not None else len(graph),
-        outcome=selection.outcome, notes=notes, seconds=run.seconds(time_limit, measure_limit))
+        outcome=selection.outcome, notes=notes, seconds=run.seconds(time_limit, measure_limit),
+        fission=_fission_report(orchestrated, chosen))
     report.verdict = verdict(report, selection, interrupted)
     return chosen_bytes, report
 
@@ -264,12 +278,14 @@ class _Run:
 
 def _search_stage(run: _Run, graph: Graph, cost_model: CostModel, search: dict[str, Any],
                   time_limit: float, measure_limit: float | None,
-                  progress: ProgressFn | None) -> OptimizeResult:
-    """The search, in what the time limit leaves for it. Ctrl-C before the search loop took
-    over (while pricing the input graph, or between a split search's parts) finds nothing,
-    so the original stays."""
+                  progress: ProgressFn | None, fission: bool = False) -> OptimizeResult:
+    """The search, in what the time limit leaves for it (less the fission stage's share).
+    Ctrl-C before the search loop took over (while pricing the input graph, or between a
+    split search's parts) finds nothing, so the original stays."""
     seconds = time_limit - (0.0 if measure_limit is not None else measure_reserve(time_limit))
     seconds = max(seconds - (time.perf_counter() - run.started), 0.05)
+    if fission:
+        seconds -= fission_seconds(seconds)
     run.say(f"searching with {search['algorithm']} for up to {seconds:.1f} s")
     start = time.perf_counter()
     if isinstance(cost_model, MeasuredCostModel):
@@ -284,6 +300,53 @@ def _search_stage(run: _Run, graph: Graph, cost_model: CostModel, search: dict[s
         result = OptimizeResult(graph, (), stats, math.nan, math.nan, [])
     run.search_end = time.perf_counter()
     return result
+
+
+def fission_seconds(search_seconds: float) -> float:
+    """The time fission and orchestration get out of what the search would have had."""
+    return min(FISSION_SHARE * search_seconds, FISSION_MAX_SECONDS)
+
+
+def _fission_stage(run: _Run, graph: Graph, result: OptimizeResult, cost_model: CostModel,
+                   measured: int) -> FissionOutcome | None:
+    """The search's best graph split into primitives and its kernels orchestrated on the
+    target: a candidate of its own, placed among the first `measured` so that it is timed.
+    A failure inside is a note in the report's fission section, never the end of the run."""
+    base = result.candidates[0] if result.candidates else Candidate(graph, result.initial_cost, ())
+    seconds = fission_seconds(run.search_end - run.started)
+    run.say(f"splitting operators and orchestrating kernels for up to {max(seconds, 0.5):.1f} s")
+    start = time.perf_counter()
+    if isinstance(cost_model, MeasuredCostModel):
+        cost_model.deadline = start + max(seconds, 0.5)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # untimed operators: in the notes
+            outcome = fission_and_orchestrate(
+                base.graph, cost_model, lambda g: run.device.runs_as_one_kernel(g),
+                time_limit=max(seconds, 0.5))
+    except (GraphsubError, ValueError, RuntimeError) as exc:
+        warnings.warn(f"fission and orchestration failed and were skipped: {exc}",
+                      RuntimeWarning, stacklevel=2)
+        return None
+    except KeyboardInterrupt:
+        run.say("interrupted: fission skipped; measuring what the search found")
+        return None
+    finally:
+        run.search_end = time.perf_counter()
+    known = {c.graph.structural_hash() for c in result.candidates} | {graph.structural_hash()}
+    if outcome.graph.structural_hash() not in known:
+        candidate = Candidate(outcome.graph, outcome.cost,
+                              base.trace + (Step(FISSION_STEP, outcome.cost),))
+        at = 0 if outcome.cost < base.cost else min(1, len(result.candidates))
+        result.candidates.insert(min(at, max(measured - 1, 0)), candidate)
+    return outcome
+
+
+def _fission_report(outcome: FissionOutcome | None, chosen: Candidate | None) -> dict[str, Any]:
+    if outcome is None:
+        return {}
+    kept = chosen is not None and any(s.rule == FISSION_STEP for s in chosen.trace)
+    return {**outcome.as_dict(), "kept": kept}
 
 
 def _export_stage(graph: Graph, result: OptimizeResult, reexport: bool, original: bytes,

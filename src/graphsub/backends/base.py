@@ -108,6 +108,12 @@ class Target(ABC):
         """Calibrated per-operator overheads, in seconds, for reports."""
         return {}
 
+    def runs_as_one_kernel(self, graph: Graph, opset: int | None = None) -> bool:
+        """Whether this target runs the operators of `graph` (a fused operator cut out with
+        its inputs: a candidate library kernel) as one kernel call when a model of `opset` is
+        written for it. Every operator graphsub models is one call in torch."""
+        return True
+
 
 def signature_graph(sig: OpSignature, replicas: int = 1,
                     seed: int = 0) -> tuple[Graph, dict[str, np.ndarray]]:

@@ -72,6 +72,15 @@ class OrtTarget(Target):
         self._baseline: float | None = None
         self._dispatch: float | None = None
 
+    def runs_as_one_kernel(self, graph: Graph, opset: int | None = None) -> bool:
+        """Whether the graph is written as one ONNX operator at the model's opset (what
+        onnxruntime then runs as one kernel): a fused operator the opset lacks (Gelu before
+        20, LayerNormalization before 17) is written as its primitives."""
+        from graphsub.onnx_io.exporter import to_onnx
+
+        model = to_onnx(graph, opset, check=False)
+        return sum(n.op_type != "Constant" for n in model.graph.node) == 1
+
     def _session(self, model: Any):
         return make_session(model, self.threads, providers=self.providers)
 

@@ -76,18 +76,19 @@ def primitive_rules() -> tuple[Rule, ...]:
 
 
 def fission(graph: Graph) -> Graph:
-    """The graph with every coarse operator split into primitives, as far as the fission rules
-    reach (a coarse operator no rule fits, such as a layer norm whose scale broadcasts oddly,
-    stays whole and is a kernel of its own). Weight-only nodes are left alone: they fold at
-    export and cost nothing."""
+    """The graph with every coarse operator split into primitives and the primitives in normal
+    form, as far as the fission rules reach (a coarse operator no rule fits, such as a layer
+    norm whose scale broadcasts oddly, stays whole and is a kernel of its own). Weight-only
+    nodes are left alone: they fold at export and cost nothing."""
     by_op: dict[str, list[Rule]] = {}
     for rule in fission_rules():
         by_op.setdefault(rule.sources[0].op, []).append(rule)  # type: ignore[union-attr]
-    stuck: set[int] = set()
+    stuck: set[tuple[int, object]] = set()  # nodes no rule rewrites, as they are now
     while True:
         weight_only = graph.weight_only()
         todo = [nid for nid in graph.topo_order()
-                if graph[nid].op in by_op and nid not in stuck and nid not in weight_only]
+                if graph[nid].op in by_op and (nid, graph[nid]) not in stuck
+                and nid not in weight_only]
         if not todo:
             return graph
         nid = todo[0]
@@ -98,4 +99,4 @@ def fission(graph: Graph) -> Graph:
                 graph = rewritten
                 break
         else:
-            stuck.add(nid)
+            stuck.add((nid, graph[nid]))

@@ -49,6 +49,10 @@ class OptimizeReport:
     notes: list[str] = field(default_factory=list)
     #: Seconds spent: search, measure (timing and confirming), verify, total; and the limits.
     seconds: dict[str, float | None] = field(default_factory=dict)
+    #: Operator fission and kernel orchestration (graphsub.fission.stage): what was split,
+    #: the candidate kernels, the kernels chosen and what each replaced, and whether the
+    #: orchestrated graph was the one kept; empty with --no-fission.
+    fission: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,0 +1,101 @@
+"""Fission and orchestration as one step of the optimizer: split a graph into primitives, price
+every candidate kernel on the target, choose the orchestration, and put it back together.
+
+The result is one more candidate for the optimizer's end-to-end measurement, which keeps it
+only where it runs faster on the target than the original and the search's best: a fused
+kernel that pays on one target can lose on another.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphsub.cost.base import CostModel
+from graphsub.fission.candidates import Kernel, library_kernels, primitive_kernels
+from graphsub.fission.orchestrate import Orchestration, assemble, orchestrate
+from graphsub.fission.primitives import Category, category, fission, kernel_rules
+from graphsub.ir.graph import Graph
+
+#: Whether a target runs a kernel's graph as one call (its kernel library): given the
+#: kernel's graph. Torch lowers every fused operator to one call; onnxruntime has a fused
+#: operator only from the opset that introduced it.
+LibraryFn = Callable[[Graph], bool]
+
+
+@dataclass
+class KernelChoice:
+    """One kernel of the orchestration, for the report."""
+
+    kernel: str              #: what runs: the fused operator, or the primitive
+    kind: str                #: "library", "generated" or "primitive"
+    replaced: dict[str, int]  #: the primitives it computes, by operator
+    cost: float              #: the predicted cost of all of them on the target
+    count: int = 1           #: how many such kernels were chosen
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "kind": self.kind, "replaced": self.replaced,
+                "total_cost": self.cost, "count": self.count}
+
+
+@dataclass
+class FissionOutcome:
+    """What fission and orchestration made of a graph."""
+
+    graph: Graph                    #: the orchestrated graph
+    cost: float                     #: its predicted cost
+    primitives: int                 #: operators of the primitive graph that cost something
+    split: dict[str, int]           #: coarse operators split, by operator
+    candidates: dict[str, int]      #: candidate kernels, by kind
+    orchestration: Orchestration
+    chosen: list[KernelChoice] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        o = self.orchestration
+        return {"split": self.split, "primitives": self.primitives,
+                "candidates": self.candidates, "status": o.status,
+                "solve_seconds": round(o.solve_seconds, 3), "cut_rounds": o.cut_rounds,
+                "predicted_cost": self.cost,
+                "kernels": [c.as_dict() for c in self.chosen if c.kind != "primitive"],
+                "seconds": round(self.seconds, 3)}
+
+
+def _summary(kernels: list[Kernel], primitive: Graph) -> list[KernelChoice]:
+    """The chosen kernels grouped by what they are and what they replace."""
+    groups: dict[tuple[str, str, tuple[tuple[str, int], ...]], KernelChoice] = {}
+    for k in kernels:
+        replaced = dict(sorted(Counter(primitive[n].op for n in k.nodes).items()))
+        key = (k.label, k.kind, tuple(replaced.items()))
+        if key in groups:
+            groups[key].count += 1
+            groups[key].cost += k.cost
+        else:
+            groups[key] = KernelChoice(k.label, k.kind, replaced, k.cost)
+    return sorted(groups.values(), key=lambda c: -c.cost)
+
+
+def fission_and_orchestrate(graph: Graph, cost_model: CostModel,
+                            one_kernel: LibraryFn = lambda g: True,
+                            time_limit: float = 10.0) -> FissionOutcome:
+    """Split `graph`'s coarse operators into primitives, enumerate the candidate kernels (each
+    primitive alone; each fused operator a kernel rule finds and the target runs as one call),
+    price them with `cost_model`, choose by Korch's program within `time_limit` seconds, and
+    rebuild the graph from the choice."""
+    start = time.perf_counter()
+    split = dict(Counter(n.op for nid, n in graph.nodes.items()
+                         if category(n.op) is Category.COARSE
+                         and nid not in graph.weight_only()))
+    primitive = fission(graph)
+    prims = primitive_kernels(primitive, cost_model)
+    library = [k for k in library_kernels(primitive, kernel_rules(), cost_model)
+               if one_kernel(k.graph)]
+    left = max(time_limit - (time.perf_counter() - start), 0.5)
+    plan = orchestrate(primitive, prims + library, time_limit=left)
+    result = assemble(primitive, plan)
+    return FissionOutcome(result, cost_model.graph_cost(result), len(prims), split,
+                          dict(Counter(k.kind for k in prims + library)), plan,
+                          _summary(plan.kernels, primitive), time.perf_counter() - start)
