@@ -32,7 +32,7 @@ class ZooModel:
 
 _MODELS: dict[str, ZooModel] = {}
 _MODULES = ("graphsub.zoo.cnn", "graphsub.zoo.inception", "graphsub.zoo.nasnet",
-            "graphsub.zoo.sequence", "graphsub.zoo.light")
+            "graphsub.zoo.sequence", "graphsub.zoo.light", "graphsub.zoo.fission")
 _loaded = False
 
 
