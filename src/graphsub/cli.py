@@ -226,7 +226,7 @@ def zoo_list(as_json: JsonOpt = False) -> None:
 def zoo_export(name: Annotated[str, typer.Argument(help="Zoo model, e.g. bert or resnet_blocks:n=8.")],
                output: Annotated[Path, typer.Option("--output", "-o", help="ONNX file to write.")],
                seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
-               opset: Annotated[Optional[int], typer.Option(help="ONNX opset to write (13-21).")] = None
+               opset: Annotated[Optional[int], typer.Option(help="ONNX opset to write (13-23).")] = None
                ) -> None:
     """Write a zoo model as an ONNX file."""
     from graphsub import zoo

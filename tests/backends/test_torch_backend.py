@@ -179,6 +179,8 @@ def one_case_per_operator():
             y = b.softmax(x4, axis=1)
         elif op == "layer_norm":
             y = b.layer_norm(x4, b.uniform_weight((6,), 0.5, 1.5), b.uniform_weight((6,)), axis=-1)
+        elif op == "rms_norm":
+            y = b.rms_norm(x4, b.uniform_weight((6, 6), 0.5, 1.5), axis=-2)
         elif op == "batch_norm":
             y = b.batch_norm(x4, *(b.uniform_weight((4,), 0.5, 1.5) for _ in range(4)))
         elif op == "global_avg_pool":

@@ -189,7 +189,7 @@ def test_graph_output_that_is_an_input_or_a_weight_or_repeated():
     np.testing.assert_allclose(out["folded"], np.exp([0, 1, 2]), rtol=1e-6)
 
 
-@pytest.mark.parametrize("opset", [13, 15, 17, 18, 19, 20, 21])
+@pytest.mark.parametrize("opset", [13, 15, 17, 18, 19, 20, 21, 22, 23])
 def test_every_supported_opset_round_trips(opset):
     nodes = [helper.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=1),
              helper.make_node("Softmax", ["x"], ["p"], axis=-1),

@@ -13,7 +13,7 @@ from graphsub.errors import ShapeError
 from graphsub.ops import all_ops
 from tests.ops.helpers import check_op
 
-OPSETS = st.sampled_from([13, 17, 21])
+OPSETS = st.sampled_from([13, 17, 21, 23])
 dims = st.integers(1, 5)
 shapes = st.lists(dims, min_size=0, max_size=4).map(tuple)
 seeds = st.integers(0, 2 ** 31 - 1)
@@ -345,6 +345,19 @@ def test_layer_norm(shape, seed, data, opset):
              atol=1e-4)
 
 
+@given(shape=st.lists(dims, min_size=1, max_size=4).map(tuple), seed=seeds, data=st.data(),
+       opset=st.sampled_from([17, 18, 23]))
+def test_rms_norm(shape, seed, data, opset):
+    """RMSNormalization from opset 23, its primitives before (ReduceMean's axes an input from
+    18)."""
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    norm_shape = shape[axis:]
+    scale_shape = norm_shape[data.draw(st.integers(0, len(norm_shape))):]  # broadcasts
+    inputs = [rand(shape, seed), rand(scale_shape, seed + 1)]
+    check_op("rms_norm", inputs, {"axis": axis, "epsilon": 1e-5}, opset=opset, rtol=1e-3,
+             atol=1e-4)
+
+
 @given(shape=st.lists(dims, min_size=2, max_size=4).map(tuple), seed=seeds)
 def test_batch_norm(shape, seed):
     c = shape[1]
@@ -358,7 +371,7 @@ TESTED_HERE = {
     "dropout", "matmul", "conv2d", "enlarge", "max_pool2d", "avg_pool2d", "global_avg_pool",
     "concat", "split", "transpose", "reshape", "flatten", "squeeze", "unsqueeze", "slice",
     "pad", "reduce_sum", "reduce_mean", "reduce_max", "softmax", "log_softmax", "layer_norm",
-    "batch_norm",
+    "rms_norm", "batch_norm",
 }
 
 

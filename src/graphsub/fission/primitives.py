@@ -40,7 +40,7 @@ _CATEGORIES: dict[str, Category] = {
     **dict.fromkeys(("transpose", "reshape", "flatten", "squeeze", "unsqueeze", "concat",
                      "split", "slice", "pad", "enlarge"), Category.LAYOUT),
     **dict.fromkeys(("matmul", "conv2d"), Category.LINEAR),
-    **dict.fromkeys(("softmax", "log_softmax", "layer_norm", "batch_norm", "gelu"),
+    **dict.fromkeys(("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", "gelu"),
                     Category.COARSE),
     **dict.fromkeys(("input", "weight"), Category.SOURCE),
     "opaque": Category.OPAQUE,

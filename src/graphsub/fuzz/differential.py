@@ -11,8 +11,12 @@ Stages, each giving one `Outcome` per path:
 - `search:<algorithm>`: `graphsub.optimize` with each search algorithm, the built-in rules
   plus TASO's, the analytic cost model; the best graph and every candidate exported and
   compared. A search that overruns its time limit by more than max(1 s, 10%) is a `timeout`.
-- `numpy`, `torch-cpu`: the imported graph, and the best graph of each search, run by
-  graphsub's numpy reference evaluator (which the rule checker trusts) and its torch backend.
+- `fission`: the imported graph split into primitives (`graphsub.fission.fission`), and that
+  graph orchestrated into onnxruntime's library kernels by Korch's program on analytic costs;
+  both exported and compared.
+- `numpy`, `torch-cpu`: the imported graph, and the best graph of each search (and of
+  fission), run by graphsub's numpy reference evaluator (which the rule checker trusts) and
+  its torch backend.
 - `pipeline`: `graphsub.optimize_model` on the ort-cpu target (search, measure, choose,
   verify); the bytes it returns compared. Its own VerificationError is `caught`: graphsub
   refused to hand back a wrong model, which is right, but a candidate was wrong somewhere.
@@ -41,6 +45,8 @@ import onnx
 from graphsub.backends import TargetUnavailableError, get_target
 from graphsub.cost import make_cost_model
 from graphsub.errors import GraphsubError
+from graphsub.fission import fission
+from graphsub.fission.stage import fission_and_orchestrate
 from graphsub.fuzz.models import random_inputs, run_reference
 from graphsub.ir.graph import Graph
 from graphsub.onnx_io import load, to_onnx_bytes
@@ -55,8 +61,8 @@ from graphsub.search.result import StopReason
 #: TASO's rule file, next to the repository (../shared/data/taso/graph_subst.pb).
 TASO_RULES = (Path(__file__).resolve().parents[3].parent / "shared" / "data" / "taso"
               / "graph_subst.pb")
-STAGES = ("roundtrip", "search", "numpy", "torch-cpu", "pipeline")
-DEFAULT_STAGES = ("roundtrip", "search", "numpy", "torch-cpu")
+STAGES = ("roundtrip", "search", "fission", "numpy", "torch-cpu", "pipeline")
+DEFAULT_STAGES = ("roundtrip", "search", "fission", "numpy", "torch-cpu")
 #: Every status an outcome can have, and those that are findings (caught and skipped are not).
 STATUSES = ("equal", "wrong", "error", "timeout", "refused", "caught", "skipped")
 FAILURES = ("wrong", "error", "timeout", "refused")
@@ -358,6 +364,25 @@ def _check_candidate(subject: _Subject, stage: str, label: str, candidate: Graph
     return Outcome(stage, status, f"{label} after [{applied}]: {message}", kind=kind)
 
 
+def _fission(subject: _Subject) -> Outcome:
+    """Fission, then fission and orchestration into onnxruntime's kernel library."""
+    start = time.perf_counter()
+    primitive = fission(subject.graph)
+    outcome = _check_candidate(subject, "fission", "primitive graph", primitive, ["fission"])
+    if outcome is not None:
+        return outcome
+    subject.add_found("fission", primitive, ["fission"])
+    target = get_target("ort-cpu", threads=1)
+    orchestrated = fission_and_orchestrate(subject.graph, make_cost_model("analytic", target),
+                                           target.runs_as_one_kernel).graph
+    trace = ["fission", "orchestration"]
+    outcome = _check_candidate(subject, "fission", "orchestrated graph", orchestrated, trace)
+    if outcome is not None:
+        return outcome
+    subject.add_found("orchestration", orchestrated, trace)
+    return Outcome("fission", "equal", "", time.perf_counter() - start)
+
+
 def _numpy(subject: _Subject) -> Outcome:
     """graphsub's numpy reference evaluator, which the rule checker trusts."""
     return _run_graphs(subject, "numpy", lambda graph: (lambda feeds: evaluate(graph, feeds)))
@@ -453,6 +478,8 @@ def check_model(model: onnx.ModelProto | bytes, *, seed: int = 0, time_limit: fl
         for algorithm in algorithms if algorithms is not None else list(ALGORITHMS):
             bodies.append((f"search:{algorithm}", lambda a=algorithm: _search(
                 subject, a, rules, time_limit, search_options or {})))
+    if "fission" in stages:
+        bodies.append(("fission", lambda: _fission(subject)))
     if "numpy" in stages:
         bodies.append(("numpy", lambda: _numpy(subject)))
     if "torch-cpu" in stages:

@@ -35,9 +35,10 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-#: The opsets models are written for, and how often (graphsub reads 13 to 21; Gelu needs 20).
-OPSETS: tuple[int, ...] = (13, 17, 18, 20)
-OPSET_WEIGHTS: tuple[float, ...] = (0.15, 0.45, 0.2, 0.2)
+#: The opsets models are written for, and how often (graphsub reads 13 to 23; Gelu needs 20,
+#: RMSNormalization 23).
+OPSETS: tuple[int, ...] = (13, 17, 18, 20, 23)
+OPSET_WEIGHTS: tuple[float, ...] = (0.15, 0.35, 0.15, 0.15, 0.2)
 #: ONNX ops graphsub does not model: they become opaque nodes at import.
 OPAQUE_OPS: tuple[str, ...] = ("Expand", "Where", "Greater", "Equal", "Tile", "Gather", "Shape",
                                "Abs", "Max")
@@ -878,6 +879,17 @@ def _layer_norm(b: _Builder) -> None:
     b.one("LayerNormalization", ins, **attrs)
 
 
+def _rms_norm(b: _Builder) -> None:
+    x = b.pick(lambda n: len(b.shape(n)) >= 1)
+    shape = b.shape(x)
+    axis = b.axis(len(shape)) if b.chance(0.8) else None
+    normalized = shape[axis if axis is not None else -1:]
+    attrs: dict[str, object] = {} if axis is None else {"axis": axis}
+    if b.chance(0.3):
+        attrs["epsilon"] = 1e-3
+    b.one("RMSNormalization", [x, b.weight(tuple(normalized), low=0.5, high=1.5)], **attrs)
+
+
 def _pool(op: str) -> Callable[[_Builder], None]:
     def build(b: _Builder) -> None:
         x = b.pick_image()
@@ -1188,4 +1200,6 @@ def _builders(opset: int) -> dict[str, tuple[float, Builder]]:
         table["LayerNormalization"] = (1.5, _layer_norm)
     if opset >= 20:
         table["Gelu"] = (2, _gelu)
+    if opset >= 23:
+        table["RMSNormalization"] = (1.5, _rms_norm)
     return table

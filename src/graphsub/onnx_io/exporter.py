@@ -26,7 +26,7 @@ from graphsub.runtime.reference import materialized_weights
 
 #: The opset written for graphs that did not come from an ONNX file.
 DEFAULT_OPSET = 17
-MIN_OPSET, MAX_OPSET = 13, 21
+MIN_OPSET, MAX_OPSET = 13, 23
 
 
 class ExportContext:

@@ -1,8 +1,8 @@
-"""Normalizations: softmax, layer normalization and (inference) batch normalization.
+"""Normalizations: softmax, layer, RMS and (inference) batch normalization.
 
 These are the coarse operators that operator fission splits into primitives later on; here
 they are defined once, with ONNX export that falls back to primitives where the target opset
-lacks the fused op (LayerNormalization arrived in opset 17).
+lacks the fused op (LayerNormalization arrived in opset 17, RMSNormalization in 23).
 """
 
 from __future__ import annotations
@@ -87,18 +87,23 @@ def _import_softmax(ctx, node):
 
 # ---- layer normalization ----------------------------------------------------------------------
 
-def _ln_infer(attrs: Attrs, ins: Types) -> Types:
-    x = _float_same("layer_norm")(attrs, ins)[0]
-    norm_shape = x.shape[attrs["axis"]:]
-    for name, t in zip(("scale", "bias"), ins[1:]):
-        try:
-            ok = tuple(np.broadcast_shapes(t.shape, norm_shape)) == norm_shape
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ShapeError(f"layer_norm: {name} of shape {t.shape} does not broadcast to the "
-                             f"normalized shape {norm_shape}")
-    return (x,)
+def _normalized_infer(op: str):
+    """Shape inference of a normalization over the axes from `axis` on, whose scale (and
+    shift) must broadcast to the normalized shape."""
+    def infer(attrs: Attrs, ins: Types) -> Types:
+        x = _float_same(op)(attrs, ins)[0]
+        norm_shape = x.shape[attrs["axis"]:]
+        for name, t in zip(("scale", "bias"), ins[1:]):
+            try:
+                ok = tuple(np.broadcast_shapes(t.shape, norm_shape)) == norm_shape
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ShapeError(f"{op}: {name} of shape {t.shape} does not broadcast to the "
+                                 f"normalized shape {norm_shape}")
+        return (x,)
+
+    return infer
 
 
 def _ln_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
@@ -155,7 +160,7 @@ def _ln_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchF
 register(OpDef(
     name="layer_norm", inputs=(2, 3),
     attrs=(AttrSpec("axis", -1, int), AttrSpec("epsilon", 1e-5, f32)),
-    infer=_ln_infer, evaluate=_ln_eval, export=_ln_export, torch=_ln_torch,
+    infer=_normalized_infer("layer_norm"), evaluate=_ln_eval, export=_ln_export, torch=_ln_torch,
     canonicalize=_axis_canon("layer_norm"),
     flops=lambda attrs, ins, outs: 8 * ins[0].numel,
     doc="Normalize over the axes from `axis` on, then scale (and shift).",
@@ -169,6 +174,65 @@ def _import_layer_norm(ctx, node):
     if ctx.attr(node, "stash_type", 1) != 1:
         return None
     return ctx.add("layer_norm", ctx.inputs(node), axis=ctx.attr(node, "axis", -1),
+                   epsilon=ctx.attr(node, "epsilon", 1e-5))
+
+
+# ---- RMS normalization ----------------------------------------------------------------------
+
+def _rms_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    x = xs[0].astype(np.float64)
+    axes = tuple(range(attrs["axis"], x.ndim))
+    y = x / np.sqrt((x * x).mean(axis=axes, keepdims=True) + attrs["epsilon"]) * xs[1]
+    return (y.astype(xs[0].dtype),)
+
+
+def _rms_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+    if ctx.opset >= 23:
+        ctx.emit("RMSNormalization", ins, outs, axis=attrs["axis"], epsilon=attrs["epsilon"])
+        return
+    x = types[0]
+    axes = list(range(attrs["axis"], x.rank))
+    sq, ms, shifted, rms, normed = (ctx.fresh("rms") for _ in range(5))
+    ctx.emit("Mul", [ins[0], ins[0]], [sq])
+    if ctx.opset >= 18:
+        ctx.emit("ReduceMean", [sq, ctx.const(np.array(axes, dtype=np.int64))], [ms], keepdims=1)
+    else:
+        ctx.emit("ReduceMean", [sq], [ms], axes=axes, keepdims=1)
+    ctx.emit("Add", [ms, ctx.const(np.array(attrs["epsilon"], dtype=x.dtype))], [shifted])
+    ctx.emit("Sqrt", [shifted], [rms])
+    ctx.emit("Div", [ins[0], rms], [normed])
+    ctx.emit("Mul", [normed, ins[1]], outs)
+
+
+def _rms_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    norm_shape = tuple(ins[0].shape[attrs["axis"]:])
+    eps, rms_norm_ = attrs["epsilon"], t.F.rms_norm
+    fit = ins[1].shape != norm_shape
+
+    def rms_norm(x, scale):
+        if fit:
+            scale = scale.expand(norm_shape).contiguous()
+        return (rms_norm_(x, norm_shape, scale, eps),)
+
+    return rms_norm
+
+
+register(OpDef(
+    name="rms_norm", inputs=(2, 2),
+    attrs=(AttrSpec("axis", -1, int), AttrSpec("epsilon", 1e-5, f32)),
+    infer=_normalized_infer("rms_norm"), evaluate=_rms_eval, export=_rms_export, torch=_rms_torch,
+    canonicalize=_axis_canon("rms_norm"),
+    flops=lambda attrs, ins, outs: 4 * ins[0].numel,
+    doc="Divide by the root mean square over the axes from `axis` on (plus epsilon), then "
+        "scale (ONNX RMSNormalization, opset 23; primitives before).",
+))
+
+
+@onnx_importer("RMSNormalization")
+def _import_rms_norm(ctx, node):
+    if ctx.attr(node, "stash_type", 1) != 1:
+        return None
+    return ctx.add("rms_norm", ctx.inputs(node), axis=ctx.attr(node, "axis", -1),
                    epsilon=ctx.attr(node, "epsilon", 1e-5))
 
 

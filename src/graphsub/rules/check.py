@@ -66,6 +66,7 @@ _ROLE_SHAPES: dict[tuple[str, int], list[tuple[int, ...]]] = {
     ("div", 1): _DEFAULT_SHAPES + [(4, 1), (2, 4, 1)],
     ("layer_norm", 1): [(4,), (6,)],
     ("layer_norm", 2): [(4,), (6,)],
+    ("rms_norm", 1): [(4,), (6,)],
     ("avg_pool2d", 0): [(1, 4, 6, 6)],
     ("max_pool2d", 0): [(1, 4, 6, 6)],
     ("global_avg_pool", 0): [(1, 4, 6, 6)],
