@@ -179,6 +179,9 @@ def one_case_per_operator():
             y = b.softmax(x4, axis=1)
         elif op == "layer_norm":
             y = b.layer_norm(x4, b.uniform_weight((6,), 0.5, 1.5), b.uniform_weight((6,)), axis=-1)
+        elif op == "attention":
+            y = b.attention(x4, b.slice(x4, starts=(0,), ends=(2,), axes=(1,)),
+                            b.slice(x4, starts=(2,), ends=(4,), axes=(1,)), causal=True)
         elif op == "rms_norm":
             y = b.rms_norm(x4, b.uniform_weight((6, 6), 0.5, 1.5), axis=-2)
         elif op == "batch_norm":

@@ -11,9 +11,8 @@ import pytest
 from graphsub import zoo
 from graphsub.cost import AnalyticCostModel
 from graphsub.fission import Category, category, fission, fission_rules, kernel_rules
-from graphsub.fission.candidates import library_kernels, primitive_kernels
-from graphsub.fission.orchestrate import assemble, orchestrate
 from graphsub.fission.primitives import primitive_rules
+from graphsub.fission.stage import fission_and_orchestrate
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ops import all_ops
 from graphsub.rules import check_rule
@@ -75,15 +74,36 @@ def test_fission_leaves_weight_only_operators_alone():
 
 @pytest.mark.parametrize("name", ["bert", "vit"])
 def test_orchestration_of_library_kernels_gives_back_the_fused_model(name):
-    """With a cost model that prices a fused operator below its primitives, the orchestration
-    of the primitive graph chooses every library kernel, and the result is the model as built."""
+    """With a cost model that prices a fused operator below its primitives and the kernel
+    library of the operators the model was built with, the orchestration of the primitive
+    graph chooses every library kernel, and the result is the model as built (a scalar
+    multiplication is a multiplication in the primitives' normal form)."""
     graph = zoo.build(name)
-    primitive = fission(graph)
+    built_with = {n.op for n in graph.nodes.values()}
     cost = AnalyticCostModel()
-    kernels = primitive_kernels(primitive, cost) + library_kernels(primitive, kernel_rules(), cost)
-    plan = orchestrate(primitive, kernels)
-    assert plan.status == "optimal"
-    rebuilt = assemble(primitive, plan)
-    assert rebuilt.structural_hash() == graph.structural_hash()
-    assert plan.cost == pytest.approx(cost.graph_cost(graph))
-    _assert_same_outputs(graph, rebuilt)
+    outcome = fission_and_orchestrate(
+        graph, cost, lambda g: {n.op for n in g.nodes.values()} <= built_with)
+    assert outcome.orchestration.status == "optimal"
+
+    def ops(g):
+        return Counter("mul" if n.op == "smul" else n.op for n in g.nodes.values())
+
+    assert ops(outcome.graph) == ops(graph)
+    _assert_same_outputs(graph, outcome.graph)
+
+
+@pytest.mark.parametrize("name", ["bert:layers=2", "vit:layers=2", "softmax_subgraph"])
+def test_attention_is_recognized_in_its_primitives(name):
+    """Where every fused operator is one kernel (torch), the scores, softmax and product
+    with the values become one attention kernel, and the transposes that cancel go away."""
+    graph = zoo.build(name)
+    outcome = fission_and_orchestrate(graph, AnalyticCostModel())
+    ops = Counter(n.op for n in outcome.graph.nodes.values())
+    assert ops["attention"] == Counter(n.op for n in graph.nodes.values())["softmax"]
+    assert ops["softmax"] == 0
+    # k arrives transposed (k^T); attention reads k: one transpose back where k^T is an
+    # input, none where the graph transposed k itself (the pair cancels).
+    inputs_transposed = 1 if name == "softmax_subgraph" else 0
+    assert ops["transpose"] == (Counter(n.op for n in graph.nodes.values())["transpose"]
+                                + inputs_transposed)
+    _assert_same_outputs(graph, outcome.graph)

@@ -358,6 +358,41 @@ def test_rms_norm(shape, seed, data, opset):
              atol=1e-4)
 
 
+@given(seed=seeds, data=st.data(), opset=st.sampled_from([18, 23]))
+def test_attention(seed, data, opset):
+    """Grouped-query heads, causal masks, boolean and additive masks, rank 3 (heads first)
+    and 4; a boolean mask may hide every key of a query, which gives zeros. Before opset 23
+    the export is primitives, and a mask there only without grouped heads."""
+    rank = data.draw(st.sampled_from([3, 4]))
+    kv_heads = data.draw(st.integers(1, 3))
+    group = data.draw(st.integers(1, 3))
+    queries, keys, size = (data.draw(st.integers(1, 6)) for _ in range(3))
+    lead = (data.draw(st.integers(1, 2)),) if rank == 4 else ()
+    q = rand(lead + (kv_heads * group, queries, size), seed)
+    k = rand(lead + (kv_heads, keys, size), seed + 1)
+    v = rand(lead + (kv_heads, keys, data.draw(st.integers(1, 5))), seed + 2)
+    inputs = [q, k, v]
+    mask = data.draw(st.sampled_from(["none", "bool", "float"] if group == 1 or opset >= 23
+                                     else ["none"]))
+    if mask == "bool":
+        inputs.append(rand((queries, keys), seed + 3) > -0.5)
+    elif mask == "float":
+        inputs.append(rand((queries, keys), seed + 3))
+    attrs = {"causal": data.draw(st.booleans())}
+    if data.draw(st.booleans()):
+        attrs["scale"] = 0.3
+    check_op("attention", inputs, attrs, opset=opset, rtol=1e-4, atol=1e-5)
+
+
+def test_attention_gives_zeros_for_a_query_whose_keys_are_all_masked():
+    q, k, v = rand((2, 3, 4), 0), rand((2, 5, 4), 1), rand((2, 5, 4), 2)
+    keep = np.ones((3, 5), bool)
+    keep[1] = False
+    for opset in (18, 23):
+        (out,) = check_op("attention", [q, k, v, keep], opset=opset)
+        assert np.all(out[:, 1] == 0) and np.all(np.abs(out[:, 0]) > 0)
+
+
 @given(shape=st.lists(dims, min_size=2, max_size=4).map(tuple), seed=seeds)
 def test_batch_norm(shape, seed):
     c = shape[1]
@@ -371,7 +406,7 @@ TESTED_HERE = {
     "dropout", "matmul", "conv2d", "enlarge", "max_pool2d", "avg_pool2d", "global_avg_pool",
     "concat", "split", "transpose", "reshape", "flatten", "squeeze", "unsqueeze", "slice",
     "pad", "reduce_sum", "reduce_mean", "reduce_max", "softmax", "log_softmax", "layer_norm",
-    "rms_norm", "batch_norm",
+    "rms_norm", "batch_norm", "attention",
 }
 
 

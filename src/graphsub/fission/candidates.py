@@ -45,9 +45,9 @@ class Kernel:
 
     @property
     def label(self) -> str:
-        """What runs: the fused operator's name, or the primitive's."""
-        ops = [n.op for n in self.graph.nodes.values() if n.op not in ("input", "weight")]
-        return "+".join(ops) if ops else "(free)"
+        """What runs: the operator that computes the kernel's outputs (a fused operator's
+        name, or the primitive's), joined where several do."""
+        return "+".join(dict.fromkeys(self.graph[v.node].op for v in self.graph.outputs))
 
 
 def is_source(graph: Graph, value: Value) -> bool:

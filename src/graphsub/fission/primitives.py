@@ -9,13 +9,14 @@ call of its own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 
 from graphsub.ir.graph import Graph
 from graphsub.ops import all_ops
-from graphsub.rules import Rule, apply_match, find_matches, load_rules
+from graphsub.rules import LIBRARY, Rule, apply_match, find_matches, load_rules
 from graphsub.rules.applier import Rejection
 
 _HERE = Path(__file__).parent
@@ -40,8 +41,8 @@ _CATEGORIES: dict[str, Category] = {
     **dict.fromkeys(("transpose", "reshape", "flatten", "squeeze", "unsqueeze", "concat",
                      "split", "slice", "pad", "enlarge"), Category.LAYOUT),
     **dict.fromkeys(("matmul", "conv2d"), Category.LINEAR),
-    **dict.fromkeys(("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", "gelu"),
-                    Category.COARSE),
+    **dict.fromkeys(("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", "gelu",
+                     "attention"), Category.COARSE),
     **dict.fromkeys(("input", "weight"), Category.SOURCE),
     "opaque": Category.OPAQUE,
 }
@@ -80,8 +81,23 @@ def fission(graph: Graph) -> Graph:
     form, as far as the fission rules reach (a coarse operator no rule fits, such as a layer
     norm whose scale broadcasts oddly, stays whole and is a kernel of its own). Weight-only
     nodes are left alone: they fold at export and cost nothing."""
+    return rewrite_until_fixed(graph, fission_rules())
+
+
+@lru_cache(maxsize=None)
+def cleanup_rules() -> tuple[Rule, ...]:
+    """The built-in library's cleanup rules (transpose pairs, no-op reshapes, ...): what an
+    orchestrated graph is tidied with, since a library kernel's target may transpose back
+    what the graph had transposed."""
+    return tuple(load_rules([LIBRARY / "cleanup.rules"]))
+
+
+def rewrite_until_fixed(graph: Graph, rules: Sequence[Rule]) -> Graph:
+    """Apply the rules wherever they match, in topological order, until none does. Meant for
+    rule sets that terminate (each rewrite removes what its source matched), such as fission
+    and cleanup; weight-only nodes are left alone."""
     by_op: dict[str, list[Rule]] = {}
-    for rule in fission_rules():
+    for rule in rules:
         by_op.setdefault(rule.sources[0].op, []).append(rule)  # type: ignore[union-attr]
     stuck: set[tuple[int, object]] = set()  # nodes no rule rewrites, as they are now
     while True:

@@ -17,7 +17,8 @@ from typing import Any
 from graphsub.cost.base import CostModel
 from graphsub.fission.candidates import Kernel, library_kernels, primitive_kernels
 from graphsub.fission.orchestrate import Orchestration, assemble, orchestrate
-from graphsub.fission.primitives import Category, category, fission, kernel_rules
+from graphsub.fission.primitives import (Category, category, cleanup_rules, fission,
+                                         kernel_rules, rewrite_until_fixed)
 from graphsub.ir.graph import Graph
 
 #: Whether a target runs a kernel's graph as one call (its kernel library): given the
@@ -95,7 +96,7 @@ def fission_and_orchestrate(graph: Graph, cost_model: CostModel,
                if one_kernel(k.graph)]
     left = max(time_limit - (time.perf_counter() - start), 0.5)
     plan = orchestrate(primitive, prims + library, time_limit=left)
-    result = assemble(primitive, plan)
+    result = rewrite_until_fixed(assemble(primitive, plan), cleanup_rules())
     return FissionOutcome(result, cost_model.graph_cost(result), len(prims), split,
                           dict(Counter(k.kind for k in prims + library)), plan,
                           _summary(plan.kernels, primitive), time.perf_counter() - start)

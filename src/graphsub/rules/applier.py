@@ -178,6 +178,10 @@ def constant_array(shape: tuple[int, ...], value: float, pattern: str, dtype: st
         arr[np.arange(shape[0]), np.arange(shape[0])] = value
     elif pattern == "conv-identity" and len(shape) == 4 and shape[0] == shape[1]:
         arr[np.arange(shape[0]), np.arange(shape[0]), shape[2] // 2, shape[3] // 2] = value
+    elif pattern == "causal" and len(shape) >= 2:
+        # An additive causal mask: `value` on and below the diagonal, -inf above.
+        keep = np.tril(np.ones(shape[-2:], dtype=bool))
+        arr = np.broadcast_to(np.where(keep, value, -np.inf).astype(dtype), shape).copy()
     else:
         raise _Rejected(f"constant pattern {pattern!r} does not fit shape {shape}")
     return arr

@@ -35,9 +35,9 @@ from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
 from graphsub.ops import get_op
 from graphsub.rules.applier import BuildingHost, Rejection, apply_match
-from graphsub.rules.ast import AVar, Call, Expr, Lit, OpTerm, Rule, Term, Var, term_vars
-from graphsub.rules.expr import Env
-from graphsub.rules.expr import evaluate as evaluate_expr
+from graphsub.rules.ast import (AVar, Call, Expr, ListExpr, Lit, OpTerm, Rule, Term, Var,
+                                term_vars)
+from graphsub.rules.expr import Env, try_evaluate
 from graphsub.rules.matcher import SAME_SHAPES, find_matches
 from graphsub.rules.parser import print_rule
 from graphsub.runtime.equivalence import diff_arrays
@@ -104,7 +104,8 @@ def _roles(rule: Rule) -> dict[str, tuple[str, int]]:
 
 
 def _condition_vars(rule: Rule, fn: str) -> dict[str, Expr | None]:
-    """Variables that conditions such as (weight ?w) or (all-equal ?w 1) constrain."""
+    """Variables that conditions such as (weight ?w) or (all-equal ?w 1) constrain, or that
+    the target's attributes read with `fn` (a (value ?s) there needs ?s to be a weight)."""
     found: dict[str, Expr | None] = {}
 
     def walk(e: Expr) -> None:
@@ -114,8 +115,61 @@ def _condition_vars(rule: Rule, fn: str) -> dict[str, Expr | None]:
             for a in e.args:
                 walk(a)
 
+    def walk_term(t: Term) -> None:
+        if isinstance(t, OpTerm):
+            for _, e in t.attrs:
+                walk(e)
+            for a in t.args:
+                walk_term(a)
+
     for c in rule.conditions:
         walk(c)
+    for t in (*rule.targets, *(term for _, term in rule.lets)):
+        walk_term(t)
+    return found
+
+
+def _positive_vars(rule: Rule) -> set[str]:
+    """Variables anywhere inside the operand of a square root, a logarithm, a reciprocal or a
+    divisor in the source: drawn positive, so that sqrt(var + eps) is defined (the role of a
+    variable is only where it first appears, an add inside the sqrt)."""
+    found: set[str] = set()
+
+    def walk(t: Term, positive: bool) -> None:
+        if isinstance(t, Var):
+            if positive:
+                found.add(t.name)
+        elif isinstance(t, OpTerm):
+            for i, a in enumerate(t.args):
+                walk(a, positive or (t.op, i) in _POSITIVE)
+
+    for source in rule.sources:
+        walk(source, False)
+    return found
+
+
+def _expr_vars(e: Expr) -> set[str]:
+    if isinstance(e, AVar):
+        return {e.name}
+    if isinstance(e, Call):
+        return set().union(*(_expr_vars(a) for a in e.args))
+    if isinstance(e, ListExpr):
+        return set().union(*(_expr_vars(a) for a in e.items))
+    return set()
+
+
+def _shape_conditions(rule: Rule) -> dict[str, Expr]:
+    """Variables whose shape a condition (eq (shape ?v) E) fixes, with E: drawing ?v with that
+    shape makes examples of rules that relate several operands' shapes (a batch norm's
+    per-channel vectors) likely, where random draws almost never fit."""
+    found: dict[str, Expr] = {}
+    for c in rule.conditions:
+        if isinstance(c, Call) and c.fn == "eq" and len(c.args) == 2:
+            lhs, rhs = c.args
+            if (isinstance(lhs, Call) and lhs.fn == "shape" and len(lhs.args) == 1
+                    and isinstance(lhs.args[0], AVar)
+                    and lhs.args[0].name not in _expr_vars(rhs)):
+                found.setdefault(lhs.args[0].name, rhs)
     return found
 
 
@@ -163,6 +217,9 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
     scalars = _condition_vars(rule, "value")
     weights = {**_condition_vars(rule, "weight"), **scalars}
     constants = {**_condition_vars(rule, "all-equal"), **_condition_vars(rule, "close-to")}
+    causal = _condition_vars(rule, "causal")
+    shaped = _shape_conditions(rule)
+    positive = _positive_vars(rule)
     b = GraphBuilder(seed=int(rng.integers(1 << 30)))
     feeds: dict[str, np.ndarray] = {}
     values: dict[str, Value] = {}
@@ -173,22 +230,36 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
             return values[name]
         role = roles.get(name, ("", 0))
         choices = _role_shapes(role)
+        if name in shaped:  # (eq (shape ?name) E): E's value, once what it reads is drawn
+            try:
+                has_value, shape = try_evaluate(shaped[name],
+                                                Env(BuildingHost(b), values, attr_vars))
+            except GraphsubError:  # E reads a variable not drawn yet
+                has_value = False
+            if has_value:
+                choices = [tuple(shape)]
         if ranks is not None and name in ranks:
             choices = [c for c in choices if len(c) == ranks[name]]
         if square:
             choices = [c for c in choices if all(d == 4 for d in c[-2:])] or choices
         if name in scalars:
             choices = [()]
+        elif name in causal:
+            choices = [(4, 4)]  # a mask over square scores, what square draws make
         used = [b.shape(v) for v in values.values() if b.shape(v) in choices]
         if used and rng.random() < 0.6:
             choices = used  # rules often need equal shapes: reuse one already drawn
         shape = choices[rng.integers(len(choices))]
         data = rng.standard_normal(shape).astype(np.float32)
-        if role in _POSITIVE or name in scalars:
+        if role in _POSITIVE or name in scalars or name in positive:
             data = np.abs(data) + np.float32(0.5)
         if name in constants:
             fill = constants[name]
             data = np.full(shape, fill.value if isinstance(fill, Lit) else 1.0, np.float32)
+            values[name] = b.weight(data, name=name)
+        elif name in causal and len(shape) >= 2:
+            keep = np.tril(np.ones(shape[-2:], dtype=bool))
+            data = np.broadcast_to(np.where(keep, 0.0, -np.inf).astype(np.float32), shape)
             values[name] = b.weight(data, name=name)
         elif name in weights:
             values[name] = b.weight(data, name=name)
@@ -215,7 +286,9 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
                 attrs[key] = attr_vars[e.name]
             else:  # a computed expression such as [1 1] or [(dim ?b 1) (dim ?c 1)]
                 env = Env(BuildingHost(b), values, attr_vars)
-                attrs[key] = evaluate_expr(e, env)
+                has_value, attrs[key] = try_evaluate(e, env)
+                if not has_value:
+                    raise GraphsubError("the draw gives the expression no value")
         if any(k == SAME_SHAPES for k, _ in t.attrs) and len(set(in_shapes)) > 1:
             raise GraphsubError("example does not have equal input shapes")
         for spec in get_op(t.op).attrs:

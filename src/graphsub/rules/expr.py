@@ -99,6 +99,22 @@ def _close_to(env: Env, t: Expr, x: Expr) -> bool:
     return abs(value - evaluate(x, env)) <= 4 * eps * max(1.0, abs(value))
 
 
+#: Scores at or below this are masked out: -inf, or the dtype's lowest value as Hugging Face's
+#: causal masks hold it.
+MASKED = -1e30
+
+
+def _is_causal(env: Env, t: Expr) -> bool:
+    """Whether the matched tensor is an additive causal mask: a weight whose last two axes are
+    0 where key j <= query i and masked (-inf, or the dtype's lowest) above, its other axes 1."""
+    constant = env.constant(t)
+    if constant is None or constant.type.rank < 2 or any(d != 1 for d in constant.type.shape[:-2]):
+        return False
+    arr = constant.array.reshape(constant.type.shape[-2:])
+    below = np.tril(np.ones(arr.shape, dtype=bool))
+    return bool(np.all(arr[below] == 0) and np.all(arr[~below] <= MASKED))
+
+
 def _uniform_value(env: Env, t: Expr) -> float:
     """The one value of a weight whose elements are all equal (an epsilon a rule carries over
     into an attribute); no value (no match) otherwise."""
@@ -167,13 +183,14 @@ _TENSOR_FNS: dict[str, Callable[..., Any]] = {
     "weight": _is_weight,
     "all-equal": _all_equal,
     "close-to": _close_to,
+    "causal": _is_causal,
     "value": _uniform_value,
 }
 
 FUNCTIONS = sorted(set(_ARITH) | set(_TENSOR_FNS) | {"and", "or", "not", "in", "identity-perm",
                                                      "compose", "len", "neg", "at", "permute",
                                                      "unit-reshape", "unit-perm", "range",
-                                                     "with-dim"})
+                                                     "with-dim", "swap-last"})
 
 
 def evaluate(e: Expr, env: Env) -> Any:
@@ -229,6 +246,9 @@ def evaluate(e: Expr, env: Env) -> Any:
             raise _NoValue() from None
     if fn == "range":
         return tuple(range(*args))
+    if fn == "swap-last":
+        n = args[0]
+        return tuple(range(n - 2)) + (n - 1, n - 2) if n >= 2 else tuple(range(n))
     if fn == "with-dim":
         return _with_dim(tuple(args[0]), args[1], args[2])
     raise RuleError(f"unknown function {fn!r} in a rule; known: {', '.join(FUNCTIONS)}")

@@ -1,0 +1,217 @@
+"""Scaled dot-product attention as one operator: ONNX Attention (opset 23), torch's
+scaled_dot_product_attention.
+
+Inputs q (..., Hq, Sq, D), k (..., Hkv, Skv, D), v (..., Hkv, Skv, Dv) of rank 3 or 4, and an
+optional mask: boolean (True: the key takes part) or added to the scores, broadcasting to
+(..., Hq, Sq, Skv). Grouped-query attention when Hq is a multiple of Hkv: query head h reads
+key/value head h // (Hq / Hkv), as both libraries do. `causal` masks the keys after each
+query (upper-left aligned, as both libraries align it). A query whose every key is masked
+gives zeros, as both libraries give (not the NaN a softmax of -inf's would).
+
+It is one library call on every target from opset 23 on, and the fused form of the
+attention primitives operator fission produces (graphsub.fission).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from graphsub.errors import ShapeError
+from graphsub.ir.types import Attrs, TensorType
+from graphsub.ops.base import (AttrSpec, OpDef, TorchFn, TorchLowering, Types, onnx_importer,
+                               register)
+
+
+def _check(attrs: Attrs, ins: Types) -> None:
+    q, k, v = ins[:3]
+    if not 3 <= q.rank <= 4 or k.rank != q.rank or v.rank != q.rank:
+        raise ShapeError(f"attention: q, k and v must all have rank 3 or 4, got {q.shape}, "
+                         f"{k.shape}, {v.shape}")
+    if not q.dtype.startswith("float") or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ShapeError(f"attention: q, k and v must share a float dtype, got {q.dtype}, "
+                         f"{k.dtype}, {v.dtype}")
+    if q.shape[:-3] != k.shape[:-3] or k.shape[:-3] != v.shape[:-3]:
+        raise ShapeError(f"attention: batch sizes differ: {q.shape}, {k.shape}, {v.shape}")
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2] or k.shape[-3] != v.shape[-3]:
+        raise ShapeError(f"attention: q {q.shape}, k {k.shape} and v {v.shape} do not fit "
+                         "(q and k share the head size, k and v the keys and the heads)")
+    if q.shape[-3] % k.shape[-3]:
+        raise ShapeError(f"attention: {q.shape[-3]} query heads are not a multiple of "
+                         f"{k.shape[-3]} key/value heads")
+    if len(ins) > 3:
+        m = ins[3]
+        scores = q.shape[:-1] + (k.shape[-2],)
+        try:
+            ok = tuple(np.broadcast_shapes(m.shape, scores)) == scores
+        except ValueError:
+            ok = False
+        if not ok or not (m.dtype == "bool" or m.dtype == q.dtype):
+            raise ShapeError(f"attention: the mask {m} must be bool or {q.dtype} and "
+                             f"broadcast to the scores {scores}")
+
+
+def _infer(attrs: Attrs, ins: Types) -> Types:
+    _check(attrs, ins)
+    q, _, v = ins[:3]
+    return (TensorType(q.shape[:-1] + (v.shape[-1],), q.dtype),)
+
+
+def _canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
+    if values["scale"] is None:  # the libraries' default, written out: equal things look equal
+        values["scale"] = float(np.float32(1.0 / math.sqrt(ins[0].shape[-1])))
+    return values
+
+
+def causal_mask(queries: int, keys: int) -> np.ndarray:
+    """True where query i may read key j (j <= i), upper-left aligned."""
+    return np.tril(np.ones((queries, keys), dtype=bool))
+
+
+def _evaluate(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    q, k, v = (x.astype(np.float64) for x in xs[:3])
+    group = q.shape[-3] // k.shape[-3]
+    k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
+    scores = (q @ np.swapaxes(k, -1, -2)) * attrs["scale"]
+    keep = np.ones(scores.shape, dtype=bool)
+    if attrs["causal"]:
+        keep &= causal_mask(*scores.shape[-2:])
+    if len(xs) > 3:
+        if xs[3].dtype == bool:
+            keep &= xs[3]
+        else:
+            scores = scores + xs[3]
+    scores = np.where(keep, scores, -np.inf)
+    top = scores.max(axis=-1, keepdims=True)
+    empty = ~np.isfinite(top)  # every key masked: zeros, as the libraries give
+    e = np.exp(scores - np.where(empty, 0.0, top))
+    weights = np.where(empty, 0.0, e / np.where(empty, 1.0, e.sum(axis=-1, keepdims=True)))
+    return ((weights @ v).astype(xs[0].dtype),)
+
+
+def _export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+    q = types[0]
+    if ctx.opset >= 23:
+        if q.rank == 4:
+            ctx.emit("Attention", ins, outs, scale=attrs["scale"], is_causal=int(attrs["causal"]))
+            return
+        # Rank 3 (heads, seq, size): ONNX reads a 3-D input as (batch, seq, hidden), so add a
+        # batch axis of 1 around the operator.
+        axis0 = ctx.const(np.array([0], dtype=np.int64))
+        wide = []
+        for name, t in zip(ins, types):
+            if t.rank == 3:
+                wide.append(ctx.fresh("attention"))
+                ctx.emit("Unsqueeze", [name, axis0], [wide[-1]])
+            else:
+                wide.append(name)
+        y = ctx.fresh("attention")
+        ctx.emit("Attention", wide, [y], scale=attrs["scale"], is_causal=int(attrs["causal"]))
+        ctx.emit("Squeeze", [y, axis0], outs)
+        return
+    _export_primitives(ctx, attrs, ins, outs, types)
+
+
+def _export_primitives(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+    """Before opset 23: grouped query heads folded into the query rows (query head h of group
+    g reads key head h // g, so (Hkv, g * Sq) rows share one key matrix), scores, masks, a
+    softmax, and a guard that turns the NaN rows of fully masked queries into zeros."""
+    q, k, v = types[:3]
+    group = q.shape[-3] // k.shape[-3]
+    name = ctx.fresh
+    query = ins[0]
+    rows = q.shape[-2]
+    if group > 1:
+        query = name("attention")
+        folded = q.shape[:-3] + (k.shape[-3], group * rows, q.shape[-1])
+        ctx.emit("Reshape", [ins[0], ctx.const(np.array(folded, dtype=np.int64))], [query])
+    perm = list(range(k.rank - 2)) + [k.rank - 1, k.rank - 2]
+    k_t, raw, scores = name("attention"), name("attention"), name("attention")
+    ctx.emit("Transpose", [ins[1]], [k_t], perm=perm)
+    ctx.emit("MatMul", [query, k_t], [raw])
+    ctx.emit("Mul", [raw, ctx.const(np.array(attrs["scale"], dtype=q.dtype))], [scores])
+    keep = None
+    if attrs["causal"]:
+        keep = np.tile(causal_mask(rows, k.shape[-2]), (group, 1))
+    if len(ins) > 3 and group > 1:
+        raise ShapeError("attention: a mask with grouped query heads before opset 23 is not "
+                         "supported; export at opset 23")
+    if keep is not None:
+        masked = name("attention")
+        ctx.emit("Where", [ctx.const(keep), scores,
+                           ctx.const(np.array(-np.inf, dtype=q.dtype))], [masked])
+        scores = masked
+    if len(ins) > 3:
+        masked = name("attention")
+        if types[3].dtype == "bool":
+            ctx.emit("Where", [ins[3], scores, ctx.const(np.array(-np.inf, dtype=q.dtype))],
+                     [masked])
+        else:
+            ctx.emit("Add", [scores, ins[3]], [masked])
+        scores = masked
+    weights = name("attention")
+    ctx.emit("Softmax", [scores], [weights], axis=-1)
+    if len(ins) > 3:
+        nan, guarded = name("attention"), name("attention")
+        ctx.emit("IsNaN", [weights], [nan])
+        ctx.emit("Where", [nan, ctx.const(np.array(0.0, dtype=q.dtype)), weights], [guarded])
+        weights = guarded
+    if group == 1:
+        ctx.emit("MatMul", [weights, ins[2]], outs)
+        return
+    y = name("attention")
+    ctx.emit("MatMul", [weights, ins[2]], [y])
+    out_shape = q.shape[:-1] + (v.shape[-1],)
+    ctx.emit("Reshape", [y, ctx.const(np.array(out_shape, dtype=np.int64))], outs)
+
+
+def _torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    sdpa, scale = t.F.scaled_dot_product_attention, attrs["scale"]
+    gqa = ins[0].shape[-3] != ins[1].shape[-3]
+    causal = attrs["causal"]
+    if causal and len(ins) > 3:
+        # torch takes a mask or is_causal, not both: fold the causal part into the mask.
+        keep = t.const(causal_mask(ins[0].shape[-2], ins[1].shape[-2]))
+        if ins[3].dtype == "bool":
+            return lambda q, k, v, m: (sdpa(q, k, v, attn_mask=m & keep, scale=scale,
+                                            enable_gqa=gqa),)
+        floor = t.const(np.array(-np.inf, dtype=ins[0].dtype))
+        return lambda q, k, v, m: (sdpa(q, k, v, attn_mask=t.torch.where(keep, m, floor),
+                                        scale=scale, enable_gqa=gqa),)
+    if len(ins) > 3:
+        return lambda q, k, v, m: (sdpa(q, k, v, attn_mask=m, scale=scale, enable_gqa=gqa),)
+    return lambda q, k, v: (sdpa(q, k, v, is_causal=causal, scale=scale, enable_gqa=gqa),)
+
+
+def _flops(attrs: Attrs, ins: Types, outs: Types) -> int:
+    q, k, v = ins[:3]
+    return 2 * q.numel * k.shape[-2] + 2 * outs[0].numel * k.shape[-2] + 5 * (
+        q.numel // q.shape[-1]) * k.shape[-2]
+
+
+register(OpDef(
+    name="attention", inputs=(3, 4), torch=_torch,
+    attrs=(AttrSpec("scale", None, float), AttrSpec("causal", False, bool)),
+    infer=_infer, evaluate=_evaluate, export=_export, canonicalize=_canon, flops=_flops,
+    doc="softmax(q k^T * scale (masked)) v, grouped-query heads allowed (ONNX Attention, "
+        "opset 23; primitives before).",
+))
+
+
+@onnx_importer("Attention")
+def _import_attention(ctx, node):
+    """Attention with 4-D inputs and one output; 3-D inputs (batch, sequence, hidden, heads
+    given as attributes), the key/value cache, soft-capping and the other outputs stay an
+    opaque node."""
+    if len(node.input) > 4 or any(ctx.is_used(o) for o in node.output[1:]):
+        return None
+    if ctx.attr(node, "softcap", 0.0) or ctx.attr(node, "qk_matmul_output_mode", 0):
+        return None
+    ins = ctx.inputs(node)
+    if ctx.type_of(ins[0]).rank != 4:
+        return None
+    scale = ctx.attr(node, "scale", None)
+    return ctx.add("attention", ins, scale=scale, causal=bool(ctx.attr(node, "is_causal", 0)))
