@@ -323,7 +323,7 @@ def _fission_stage(run: _Run, graph: Graph, result: OptimizeResult, cost_model: 
             warnings.simplefilter("ignore", RuntimeWarning)  # untimed operators: in the notes
             outcome = fission_and_orchestrate(
                 base.graph, cost_model, lambda g: run.device.runs_as_one_kernel(g),
-                time_limit=max(seconds, 0.5))
+                time_limit=max(seconds, 0.5), generate=run.device.generates_kernels)
     except (GraphsubError, ValueError, RuntimeError) as exc:
         warnings.warn(f"fission and orchestration failed and were skipped: {exc}",
                       RuntimeWarning, stacklevel=2)

@@ -182,6 +182,10 @@ def one_case_per_operator():
         elif op == "attention":
             y = b.attention(x4, b.slice(x4, starts=(0,), ends=(2,), axes=(1,)),
                             b.slice(x4, starts=(2,), ends=(4,), axes=(1,)), causal=True)
+        elif op == "fused":
+            from tests.ops.test_ops_vs_ort import _softmax_times_body
+
+            y = b.fused(x4, b.uniform_weight((6,), 0.5, 1.5), body=_softmax_times_body(4))[0]
         elif op == "rms_norm":
             y = b.rms_norm(x4, b.uniform_weight((6, 6), 0.5, 1.5), axis=-2)
         elif op == "batch_norm":

@@ -393,6 +393,28 @@ def test_attention_gives_zeros_for_a_query_whose_keys_are_all_masked():
         assert np.all(out[:, 1] == 0) and np.all(np.abs(out[:, 0]) > 0)
 
 
+def _softmax_times_body(rank: int):
+    """A generated kernel's body: a scaled softmax along the last axis, times a vector,
+    writing the product and the exponentials (two outputs, one read inside too)."""
+    from graphsub.ir.types import Attrs
+    from graphsub.ops.fused import body_of
+
+    last = Attrs({"axes": (rank - 1,), "keepdims": True})
+    nodes = [("reduce_max", last, [("in", 0)]), ("sub", Attrs(), [("in", 0), ("node", 0, 0)]),
+             ("exp", Attrs(), [("node", 1, 0)]), ("reduce_sum", last, [("node", 2, 0)]),
+             ("div", Attrs(), [("node", 2, 0), ("node", 3, 0)]),
+             ("mul", Attrs(), [("node", 4, 0), ("in", 1)])]
+    return body_of(nodes, [("node", 5, 0), ("node", 2, 0)])
+
+
+@pytest.mark.parametrize("opset", [13, 23])
+def test_fused(opset):
+    """A generated kernel: replayed in numpy, written out as its primitives for onnxruntime,
+    compiled by inductor for torch."""
+    x, w = rand((3, 5, 7), 0), rand((7,), 1)
+    check_op("fused", [x, w], {"body": _softmax_times_body(3)}, opset=opset)
+
+
 @given(shape=st.lists(dims, min_size=2, max_size=4).map(tuple), seed=seeds)
 def test_batch_norm(shape, seed):
     c = shape[1]
@@ -406,7 +428,7 @@ TESTED_HERE = {
     "dropout", "matmul", "conv2d", "enlarge", "max_pool2d", "avg_pool2d", "global_avg_pool",
     "concat", "split", "transpose", "reshape", "flatten", "squeeze", "unsqueeze", "slice",
     "pad", "reduce_sum", "reduce_mean", "reduce_max", "softmax", "log_softmax", "layer_norm",
-    "rms_norm", "batch_norm", "attention",
+    "rms_norm", "batch_norm", "attention", "fused",
 }
 
 

@@ -61,6 +61,10 @@ class Target(ABC):
     passes_views: bool = False
     #: The analytic device profile that approximates this target.
     analytic_profile: str = "cpu"
+    #: Whether a code generator compiles groups of primitives into one kernel here (the
+    #: `fused` operator; inductor on the torch targets): kernel orchestration then has
+    #: generated kernels among its candidates.
+    generates_kernels: bool = False
     #: Where calibration figures persist (the measured cost model lends its cache).
     cache: Any = None
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from graphsub.cost.base import CostModel, costs_nothing
 from graphsub.fission.primitives import Category, category
 from graphsub.ir.graph import Graph, Value
 from graphsub.ir.region import cut_out, read_outside
+from graphsub.ops.fused import body_of
 from graphsub.rules import Rule, apply_match, find_matches
 from graphsub.rules.applier import Rejection
 from graphsub.rules.matcher import Match
@@ -42,6 +44,10 @@ class Kernel:
     cost: float
     #: For a library kernel: the kernel rule's match in the primitive graph.
     match: Match[Value] | None = field(default=None, compare=False)
+    #: For a generated kernel: the `fused` operator's body, and the values of the primitive
+    #: graph it reads, in its input order (weights and weight-only values included).
+    body: Any = field(default=None, compare=False)
+    reads: tuple[Value, ...] = field(default=(), compare=False)
 
     @property
     def label(self) -> str:
@@ -171,15 +177,50 @@ def connected_groups(graph: Graph, max_size: int,
                         yield grown
 
 
+def fused_body(graph: Graph, nodes: frozenset[int], outputs: Sequence[Value]
+               ) -> tuple[Any, tuple[Value, ...]]:
+    """The `fused` operator's body for the primitives `nodes` of `graph` writing `outputs`,
+    and the outer values it reads, in its input order."""
+    index: dict[int, int] = {}
+    reads: dict[Value, int] = {}
+    body_nodes = []
+
+    def ref(v: Value) -> tuple:
+        if v.node in index:
+            return ("node", index[v.node], v.index)
+        return ("in", reads.setdefault(v, len(reads)))
+
+    for nid in graph.topo_order():
+        if nid in nodes:
+            node = graph[nid]
+            body_nodes.append((node.op, node.attrs, tuple(ref(v) for v in node.inputs)))
+            index[nid] = len(index)
+    return body_of(body_nodes, [ref(v) for v in outputs]), tuple(reads)
+
+
+def fused_graph(graph: Graph, nodes: frozenset[int], outputs: Sequence[Value]
+                ) -> tuple[Graph, Any, tuple[Value, ...]]:
+    """The group as one `fused` node in a graph of its own (the region cut out, its members
+    replaced), what a generated kernel is priced as; with its body and the outer values read."""
+    body, reads = fused_body(graph, nodes, outputs)
+    region, boundary = cut_out(graph, nodes, outputs, prefix="kernel")
+    inner = {outer: Value(nid, 0) for outer, nid in zip(boundary, region.inputs)}
+    editor = region.edit()
+    fused = editor.add("fused", [inner.get(v, v) for v in reads], {"body": body})
+    for old, new in zip(outputs, fused):
+        editor.replace_uses(old, new)
+    return editor.finish().dce(), body, reads
+
+
 def group_kernels(graph: Graph, max_size: int, price: Callable[[Graph], float | None],
                   ) -> list[Kernel]:
     """Generated kernels: connected, convex groups of elementwise, reduce and layout
-    primitives (Korch's candidates for the code generator). A group comes in up to two
-    variants: writing every value read outside it, and writing only its sinks (values no
-    member reads), leaving the inner values other kernels need to be computed again there:
-    the redundant computation that saves a tensor's round trip through memory. `price` times a
-    variant's graph compiled as one kernel, or says None when the code generator cannot
-    compile it (the variant is then no candidate)."""
+    primitives (Korch's candidates for the code generator), each one `fused` operator. A
+    group comes in up to two variants: writing every value read outside it, and writing only
+    its sinks (values no member reads), leaving the inner values other kernels need to be
+    computed again there: the redundant computation that saves a tensor's round trip through
+    memory (Korch's kernels write their one sink only). `price` prices a variant's graph (one
+    `fused` node), or says None when it cannot (the variant is then no candidate)."""
     weight_only = graph.weight_only()
 
     def allowed(nid: int) -> bool:
@@ -193,9 +234,9 @@ def group_kernels(graph: Graph, max_size: int, price: Callable[[Graph], float | 
         for outputs in dict.fromkeys((needed, sinks)):
             if not outputs:
                 continue
-            sub = kernel_graph(graph, nodes, outputs)
+            sub, body, reads = fused_graph(graph, nodes, outputs)
             cost = price(sub)
             if cost is not None:
                 kernels.append(Kernel(nodes, outputs, _read_from_kernels(graph, nodes),
-                                      "generated", sub, cost))
+                                      "generated", sub, cost, body=body, reads=reads))
     return kernels

@@ -186,13 +186,19 @@ def _solve(costs: np.ndarray, rows: list[dict[int, float]], lower: list[float], 
 
 
 def assemble(graph: Graph, orchestration: Orchestration) -> Graph:
-    """The primitive graph with the chosen library kernels in place: each one's fused operator
-    is built from the values its match bound, in schedule order, and takes over its root's
-    readers. Primitives no chosen kernel needs are then dead and removed; those a library
+    """The primitive graph with the chosen library and generated kernels in place: each one's
+    fused operator is built from the values its match bound (a generated kernel's from the
+    values it reads), in schedule order, and takes over its outputs' readers. Primitives no chosen kernel needs are then dead and removed; those a library
     kernel covers but another kernel still reads stay (the redundant computation chosen)."""
     editor = graph.edit()
     replaced: dict[Value, Value] = {}
     for k in orchestration.kernels:
+        if k.kind == "generated":
+            outs = editor.add("fused", [replaced.get(v, v) for v in k.reads], {"body": k.body})
+            for old, new in zip(k.outputs, outs):
+                editor.replace_uses(old, new)
+                replaced[old] = new
+            continue
         if k.kind != "library":
             continue
         assert k.match is not None

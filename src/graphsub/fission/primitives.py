@@ -14,7 +14,7 @@ from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 
-from graphsub.ir.graph import Graph
+from graphsub.ir.graph import Graph, Value
 from graphsub.ops import all_ops
 from graphsub.rules import LIBRARY, Rule, apply_match, find_matches, load_rules
 from graphsub.rules.applier import Rejection
@@ -30,6 +30,7 @@ class Category(StrEnum):
     COARSE = "coarse"         #: an operator fission splits into the four above
     SOURCE = "source"         #: graph inputs and weights: no kernel
     OPAQUE = "opaque"         #: an operator graphsub does not model: a kernel of its own
+    GENERATED = "generated"   #: a generated kernel (`fused`): fission puts its body back
 
 
 _CATEGORIES: dict[str, Category] = {
@@ -45,6 +46,7 @@ _CATEGORIES: dict[str, Category] = {
                      "attention"), Category.COARSE),
     **dict.fromkeys(("input", "weight"), Category.SOURCE),
     "opaque": Category.OPAQUE,
+    "fused": Category.GENERATED,
 }
 
 
@@ -80,8 +82,31 @@ def fission(graph: Graph) -> Graph:
     """The graph with every coarse operator split into primitives and the primitives in normal
     form, as far as the fission rules reach (a coarse operator no rule fits, such as a layer
     norm whose scale broadcasts oddly, stays whole and is a kernel of its own). Weight-only
-    nodes are left alone: they fold at export and cost nothing."""
-    return rewrite_until_fixed(graph, fission_rules())
+    nodes are left alone: they fold at export and cost nothing. A generated kernel (`fused`,
+    from an earlier orchestration) is put back as its primitives first."""
+    return rewrite_until_fixed(inline_generated(graph), fission_rules())
+
+
+def inline_generated(graph: Graph) -> Graph:
+    """The graph with every `fused` node replaced by the primitives of its body (a primitive
+    that several kernels recomputed is computed once again)."""
+    fused = [nid for nid in graph.topo_order() if graph[nid].op == "fused"]
+    if not fused:
+        return graph
+    editor = graph.edit()
+    for nid in fused:
+        node = editor.node(nid)  # as edited: its inputs may be an inlined kernel's by now
+        body_nodes, body_outputs = node.attrs["body"]
+        made: list[tuple[Value, ...]] = []
+
+        def get(ref: tuple) -> Value:
+            return node.inputs[ref[1]] if ref[0] == "in" else made[ref[1]][ref[2]]
+
+        for op, attrs, refs in body_nodes:
+            made.append(editor.add(op, [get(r) for r in refs], attrs))
+        for k, ref in enumerate(body_outputs):
+            editor.replace_uses(Value(nid, k), get(ref))
+    return editor.finish().dce().cse()
 
 
 @lru_cache(maxsize=None)

@@ -8,14 +8,17 @@ kernel that pays on one target can lose on another.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphsub.cost.analytic import AnalyticCostModel
 from graphsub.cost.base import CostModel
-from graphsub.fission.candidates import Kernel, library_kernels, primitive_kernels
+from graphsub.fission.candidates import (Kernel, group_kernels, library_kernels,
+                                         primitive_kernels)
 from graphsub.fission.orchestrate import Orchestration, assemble, orchestrate
 from graphsub.fission.primitives import (Category, category, cleanup_rules, fission,
                                          kernel_rules, rewrite_until_fixed)
@@ -79,13 +82,39 @@ def _summary(kernels: list[Kernel], primitive: Graph) -> list[KernelChoice]:
     return sorted(groups.values(), key=lambda c: -c.cost)
 
 
+#: The most primitives in one generated kernel: candidates grow exponentially with it, and
+#: Korch's largest useful groups (a softmax with its neighbours, a normalization) hold fewer.
+MAX_GROUP = 6
+
+
+def generated_kernels(primitive: Graph, cost_model: CostModel, deadline: float,
+                      max_size: int = MAX_GROUP) -> list[Kernel]:
+    """Generated-kernel candidates priced by `cost_model` (on a torch target: compiled by
+    inductor and timed) until `deadline`, most promising first: the analytic model's saving
+    over the primitives run one by one orders them, and those it predicts no saving for are
+    not priced. Groups of the same body and input types are priced once (the cost model's
+    memo), so a model's repeated layers cost one compilation."""
+    analytic = AnalyticCostModel()
+    alone = analytic.priced(primitive)[1]
+    groups = group_kernels(primitive, max_size, analytic.graph_cost)
+    gain = {id(k): sum(alone[n] for n in k.nodes) - k.cost for k in groups}
+    priced = []
+    for k in sorted(groups, key=lambda k: -gain[id(k)]):
+        if gain[id(k)] <= 0 or time.perf_counter() > deadline:
+            break
+        priced.append(dataclasses.replace(k, cost=cost_model.graph_cost(k.graph)))
+    return priced
+
+
 def fission_and_orchestrate(graph: Graph, cost_model: CostModel,
                             one_kernel: LibraryFn = lambda g: True,
-                            time_limit: float = 10.0) -> FissionOutcome:
+                            time_limit: float = 10.0, generate: bool = False) -> FissionOutcome:
     """Split `graph`'s coarse operators into primitives, enumerate the candidate kernels (each
-    primitive alone; each fused operator a kernel rule finds and the target runs as one call),
-    price them with `cost_model`, choose by Korch's program within `time_limit` seconds, and
-    rebuild the graph from the choice."""
+    primitive alone; each fused operator a kernel rule finds and the target runs as one call;
+    with `generate`, groups of primitives the code generator compiles as one kernel), price
+    them with `cost_model`, choose by Korch's program within `time_limit` seconds, and rebuild
+    the graph from the choice. Generated kernels get half the time limit for compiling and
+    timing."""
     start = time.perf_counter()
     split = dict(Counter(n.op for nid, n in graph.nodes.items()
                          if category(n.op) is Category.COARSE
@@ -94,9 +123,11 @@ def fission_and_orchestrate(graph: Graph, cost_model: CostModel,
     prims = primitive_kernels(primitive, cost_model)
     library = [k for k in library_kernels(primitive, kernel_rules(), cost_model)
                if one_kernel(k.graph)]
+    generated = (generated_kernels(primitive, cost_model, start + time_limit / 2)
+                 if generate else [])
     left = max(time_limit - (time.perf_counter() - start), 0.5)
-    plan = orchestrate(primitive, prims + library, time_limit=left)
+    plan = orchestrate(primitive, prims + library + generated, time_limit=left)
     result = rewrite_until_fixed(assemble(primitive, plan), cleanup_rules())
     return FissionOutcome(result, cost_model.graph_cost(result), len(prims), split,
-                          dict(Counter(k.kind for k in prims + library)), plan,
+                          dict(Counter(k.kind for k in prims + library + generated)), plan,
                           _summary(plan.kernels, primitive), time.perf_counter() - start)

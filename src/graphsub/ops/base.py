@@ -60,6 +60,11 @@ class TorchLowering(Protocol):
     def dtype(self, name: str) -> Any:
         """The torch dtype of a graphsub dtype name."""
 
+    def generated(self, fn: Callable[..., tuple[Any, ...]], ins: Types, outs: Types) -> TorchFn:
+        """`fn` (torch operations from inputs of types `ins` to outputs of types `outs`)
+        compiled by the code generator into one kernel where it can be (inductor), else `fn`
+        itself."""
+
 
 TorchFn = Callable[..., tuple[Any, ...]]
 LowerFn = Callable[[TorchLowering, Attrs, Types, Types], TorchFn]

@@ -12,6 +12,7 @@ transposed view hands the transpose to the BLAS as an operand layout (TASO secti
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -69,6 +70,35 @@ class LowerContext:
 
     def dtype(self, name: str) -> torch.dtype:
         return torch_dtype(name)
+
+    def generated(self, fn: Callable[..., tuple[Any, ...]], ins: Types, outs: Types) -> TorchFn:
+        """`fn` traced into ATen and compiled by inductor into a kernel (C++ on the CPU,
+        Triton on CUDA), once per body and input types: inductor's cache keeps it across
+        runs. Inputs are made contiguous first, the layout it was compiled for; the program
+        calls the kernel without tracing into it. Where inductor cannot compile here (no C++
+        compiler, an operator it lacks), `fn` runs as it is."""
+        examples = [torch.zeros(t.shape, dtype=torch_dtype(t.dtype), device=self.device)
+                    for t in ins]
+        try:
+            from torch._inductor.compile_fx import compile_fx
+            from torch.fx.experimental.proxy_tensor import make_fx
+
+            with torch.no_grad():
+                compiled = compile_fx(make_fx(fn)(*examples), examples)
+        except Exception as exc:  # inductor's failures have no common type
+            warnings.warn(f"graphsub: a generated kernel runs uncompiled: inductor failed "
+                          f"({type(exc).__name__}: {str(exc)[:200]})", RuntimeWarning,
+                          stacklevel=2)
+            return fn
+
+        def kernel(*xs: Any) -> tuple[Any, ...]:
+            return tuple(compiled(*(x.contiguous() for x in xs)))
+
+        def call(*xs: Any) -> tuple[Any, ...]:
+            result = self.leaf(kernel, *xs)
+            return tuple(result[i] for i in range(len(outs)))
+
+        return call
 
 
 def lower(ctx: LowerContext, op: str, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:

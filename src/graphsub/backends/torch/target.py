@@ -36,6 +36,7 @@ class TorchTarget(Target):
     free_ops = VIEW_OPS
     view_ops = VIEW_OPS
     passes_views = True
+    generates_kernels = True  # inductor
 
     def __init__(self, threads: int | None = None, cuda_graphs: bool = True,
                  allow_tf32: bool = False) -> None:
