@@ -7,7 +7,9 @@ For each graph torch.compile captures, the backend
    weights (graphsub optimizes inference: like inductor's freezing, it assumes they do not
    change after compilation);
 3. optimizes each part for the device the inputs are on (`torch-cuda` or `torch-cpu`) within
-   the time limit, under the measured cost of that device;
+   the time limit, under the measured cost of that device: the search, then fission and
+   kernel orchestration (graphsub.fission), whose graph replaces the search's where it is
+   predicted cheaper;
 4. checks each optimized part against the original part on the example inputs and on random
    ones; a part that disagrees, or that fails anywhere on the way, stays as it was;
 5. hands each optimized part's outputs on in the memory layout the original part gave them
@@ -40,8 +42,11 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from graphsub.cost import make_cost_model
 from graphsub.errors import GraphsubError
+from graphsub.fission.stage import fission_and_orchestrate
 from graphsub.frontends.fx_import import ConversionError, convert_graph, unsupported_reason
+from graphsub.optimizer import fission_seconds
 
 log = logging.getLogger("graphsub.torch_compile")
 
@@ -59,6 +64,7 @@ class BackendOptions:
     cost: str = "measured"              # or "analytic"
     algorithm: str = "backtracking"
     inductor: bool = False              # hand the optimized graph to inductor
+    fission: bool = True                # fission and kernel orchestration after the search
     rules: Sequence[str] | None = None  # rule files; default: the built-in library
     rtol: float = 1e-3                  # verification tolerance (relative; absolute scales)
 
@@ -81,6 +87,9 @@ class PartReport:
     predicted_after: float
     search_seconds: float
     kept: str = ""  # why the original part was kept, if it was
+    #: Fission and orchestration of the search's best graph (graphsub.fission.stage), and
+    #: whether its graph, predicted cheaper, replaced the search's.
+    fission: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -338,11 +347,24 @@ def _optimize_part(sub: fx.GraphModule, args: list[Any], constants: dict[fx.Node
     except ConversionError as exc:
         return None, PartReport(0, {}, 0.0, 0.0, 0.0, kept=f"conversion: {exc}")
     rules = load_rules(list(opts.rules)) if opts.rules else builtin_rules()
-    result = graphsub.optimize(graph, rules, algorithm=opts.algorithm, time_limit=budget,
-                               cost=opts.cost, target=target)
+    cost = make_cost_model(opts.cost, target=target)
+    search_budget = budget - fission_seconds(budget) if opts.fission else budget
+    result = graphsub.optimize(graph, rules, algorithm=opts.algorithm, time_limit=search_budget,
+                               cost=cost, target=target)
     report = PartReport(len(graph), dict(result.rules_used()), result.initial_cost,
                         result.final_cost, result.stats.seconds)
-    program = TorchProgram(result.graph, target.torch_device, getattr(target, "_fused_conv_relu", None))
+    best = result.graph
+    if opts.fission:
+        # Generated kernels only where graphsub's program runs them: a graph handed on to
+        # inductor is compiled whole by it.
+        outcome = fission_and_orchestrate(best, cost, target.runs_as_one_kernel,
+                                          time_limit=max(fission_seconds(budget), 0.5),
+                                          generate=target.generates_kernels and not opts.inductor)
+        report.fission = outcome.as_dict()
+        if outcome.cost < result.final_cost:
+            best, report.predicted_after = outcome.graph, outcome.cost
+            report.fission["kept"] = True
+    program = TorchProgram(best, target.torch_device, getattr(target, "_fused_conv_relu", None))
     positions = [placeholders.index(n) for n in inputs]
     output = next(n for n in sub.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))

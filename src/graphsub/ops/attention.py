@@ -22,8 +22,8 @@ import numpy as np
 
 from graphsub.errors import ShapeError
 from graphsub.ir.types import Attrs, TensorType
-from graphsub.ops.base import (AttrSpec, OpDef, TorchFn, TorchLowering, Types, onnx_importer,
-                               register)
+from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, OpDef, TorchFn, TorchLowering,
+                               Types, aten_importer, onnx_importer, register)
 
 
 def _check(attrs: Attrs, ins: Types) -> None:
@@ -215,3 +215,21 @@ def _import_attention(ctx, node):
         return None
     scale = ctx.attr(node, "scale", None)
     return ctx.add("attention", ins, scale=scale, causal=bool(ctx.attr(node, "is_causal", 0)))
+
+
+def _aten_sdpa_check(n: AtenCall) -> str | None:
+    if n.args.get("dropout_p", 0.0):
+        return "attention with dropout"
+    return None
+
+
+@aten_importer("_scaled_dot_product_flash_attention_for_cpu.default", check=_aten_sdpa_check)
+def _aten_attention(c: AtenBuilder, n: AtenCall) -> object:
+    """torch's fused attention on the CPU; its second output (the log-sum-exp, for the
+    backward pass) is not modelled."""
+    a = n.args
+    ins = [c.value(a[name]) for name in ("query", "key", "value")]
+    if a.get("attn_mask") is not None:
+        ins.append(c.value(a["attn_mask"]))
+    y = c.op("attention", *ins, scale=a.get("scale"), causal=bool(a.get("is_causal", False)))
+    return (y, None)
