@@ -85,6 +85,9 @@ def _summary(kernels: list[Kernel], primitive: Graph) -> list[KernelChoice]:
 #: The most primitives in one generated kernel: candidates grow exponentially with it, and
 #: Korch's largest useful groups (a softmax with its neighbours, a normalization) hold fewer.
 MAX_GROUP = 6
+#: Seconds below which generated kernels are not tried: one compilation takes about 0.5 s,
+#: and the first in a process several (inductor starting up).
+MIN_GENERATE_SECONDS = 2.0
 
 
 def generated_kernels(primitive: Graph, cost_model: CostModel, deadline: float,
@@ -114,7 +117,7 @@ def fission_and_orchestrate(graph: Graph, cost_model: CostModel,
     with `generate`, groups of primitives the code generator compiles as one kernel), price
     them with `cost_model`, choose by Korch's program within `time_limit` seconds, and rebuild
     the graph from the choice. Generated kernels get half the time limit for compiling and
-    timing."""
+    timing (none below MIN_GENERATE_SECONDS)."""
     start = time.perf_counter()
     split = dict(Counter(n.op for nid, n in graph.nodes.items()
                          if category(n.op) is Category.COARSE
@@ -124,7 +127,7 @@ def fission_and_orchestrate(graph: Graph, cost_model: CostModel,
     library = [k for k in library_kernels(primitive, kernel_rules(), cost_model)
                if one_kernel(k.graph)]
     generated = (generated_kernels(primitive, cost_model, start + time_limit / 2)
-                 if generate else [])
+                 if generate and time_limit / 2 >= MIN_GENERATE_SECONDS else [])
     left = max(time_limit - (time.perf_counter() - start), 0.5)
     plan = orchestrate(primitive, prims + library + generated, time_limit=left)
     result = rewrite_until_fixed(assemble(primitive, plan), cleanup_rules())
