@@ -54,7 +54,7 @@ class Orchestration:
     notes: list[str] = field(default_factory=list)
 
 
-def schedule(graph: Graph, chosen: Sequence[Kernel], available: set[Value]
+def schedule(chosen: Sequence[Kernel], available: set[Value]
              ) -> tuple[list[Kernel], list[Kernel]]:
     """The chosen kernels in an order they can run in, and those that cannot run (waiting on
     each other in a cycle, or on a value no chosen kernel writes). `available`: the values no
@@ -114,7 +114,7 @@ def orchestrate(graph: Graph, kernels: Sequence[Kernel], time_limit: float = 10.
     costs = np.array([k.cost for k in kernels], dtype=float)
 
     def result(chosen: list[Kernel], status: str, rounds: int) -> Orchestration:
-        order, stuck = schedule(graph, chosen, available)
+        order, stuck = schedule(chosen, available)
         assert not stuck
         return Orchestration(order, float(sum(k.cost for k in order)), status,
                              time.perf_counter() - start, rounds, n)
@@ -128,8 +128,8 @@ def orchestrate(graph: Graph, kernels: Sequence[Kernel], time_limit: float = 10.
             return result(fallback, "fallback: no solution within the time limit", rounds)
         solution, optimal = x
         chosen = [kernels[i] for i in range(n) if solution[i] > 0.5]
-        chosen = _drop_unneeded(graph, chosen, available)
-        _, stuck = schedule(graph, chosen, available)
+        chosen = _drop_unneeded(graph, chosen)
+        _, stuck = schedule(chosen, available)
         if not stuck:
             return result(chosen, "optimal" if optimal else "time limit", rounds)
         # A cut: not all of the stuck kernels, unless a kernel outside them writes a value
@@ -148,7 +148,7 @@ def orchestrate(graph: Graph, kernels: Sequence[Kernel], time_limit: float = 10.
                   MAX_CUT_ROUNDS)
 
 
-def _drop_unneeded(graph: Graph, chosen: list[Kernel], available: set[Value]) -> list[Kernel]:
+def _drop_unneeded(graph: Graph, chosen: list[Kernel]) -> list[Kernel]:
     """Without kernels whose outputs nothing chosen reads (a zero-cost kernel the solver was
     free to pick): the kernels reached backwards from the graph's outputs."""
     needed = set(graph.outputs)
