@@ -13,7 +13,8 @@ import numpy as np
 
 from graphsub.errors import GraphsubError, NoLoweringError
 from graphsub.ir.types import Attrs
-from graphsub.ops.base import AttrSpec, OpDef, TorchFn, TorchLowering, Types, register
+from graphsub.ops.base import (AttrSpec, OpDef, TorchFn, TorchLowering, Types, is_float,
+                               register)
 
 
 def node_proto(node_bytes: bytes):
@@ -63,8 +64,58 @@ def is_deterministic(attrs: Attrs) -> bool:
     return not node.op_type.startswith("Random") and node.op_type not in ("Bernoulli",)
 
 
+def _native(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn | None:
+    """The ONNX op as torch code, for the ops exported transformers leave opaque (embedding
+    Gathers, boolean mask arithmetic, the NaN guard after a masked softmax): the same values
+    onnxruntime computes, without a trip to the host. None: onnxruntime runs it."""
+    torch, op, n_in = t.torch, attrs["op_type"], len(ins)
+    if tuple(attrs["input_slots"]) != tuple(range(n_in)) or len(outs) != 1:
+        return None  # an optional input left out, or a second output
+    out = outs[0]
+    unary = {"IsNaN": torch.isnan, "Not": torch.logical_not, "Abs": torch.abs,
+             "Sign": torch.sign, "Floor": torch.floor, "Ceil": torch.ceil}
+    binary = {"And": torch.logical_and, "Or": torch.logical_or, "Xor": torch.logical_xor,
+              "Equal": torch.eq, "Less": torch.lt, "LessOrEqual": torch.le,
+              "Greater": torch.gt, "GreaterOrEqual": torch.ge}
+    if op in unary and n_in == 1:
+        if op in ("Floor", "Ceil") and not is_float(ins[0]):
+            return None
+        fn = unary[op]
+        return lambda x: (fn(x),)
+    if op in binary and n_in == 2 and ins[0].dtype == ins[1].dtype:
+        if op in ("And", "Or", "Xor") and ins[0].dtype != "bool":
+            return None
+        fn2 = binary[op]
+        return lambda a, b: (fn2(a, b),)
+    if op == "Where" and n_in == 3 and ins[0].dtype == "bool" and ins[1].dtype == ins[2].dtype:
+        return lambda c, a, b: (torch.where(c, a, b),)
+    if op == "Expand" and n_in == 2:
+        shape = out.shape
+        return lambda x, _shape: (torch.broadcast_to(x, shape).contiguous(),)
+    node = node_proto(attrs["onnx_node"])
+    if op == "Gather" and n_in == 2 and ins[1].dtype in ("int32", "int64"):
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        axis = axis + ins[0].rank if axis < 0 else axis
+        lead = (slice(None),) * axis
+        # Indexing with a tensor is Gather: the index's shape replaces the axis (a scalar
+        # index drops it), and negative indices count from the end.
+        return lambda x, i: (x[lead + (i,)],)
+    if op == "GatherND" and n_in == 2 and ins[1].dtype == "int64" and ins[1].rank >= 1:
+        if any(a.name == "batch_dims" and a.i for a in node.attribute):
+            return None
+        k = ins[1].shape[-1]
+        if not 1 <= k <= ins[0].rank:
+            return None
+        return lambda x, i: (x[tuple(i[..., j] for j in range(k))],)
+    return None
+
+
 def _torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
-    """onnxruntime on the host, called outside the traced program."""
+    """onnxruntime on the host, called outside the traced program, unless the op is one
+    `_native` writes in torch."""
+    native = _native(t, attrs, ins, outs)
+    if native is not None:
+        return native
     if t.device.type != "cpu":
         raise NoLoweringError(
             f"graphsub's torch backend cannot run the ONNX op {attrs['op_type']!r} on "

@@ -18,6 +18,7 @@ import torch
 import torch.fx as fx
 from torch.fx.proxy import GraphAppendingTracer
 
+from graphsub.backends.torch import fusion
 from graphsub.backends.torch.lowering import LowerContext, lower, torch_dtype
 from graphsub.ir.graph import Graph, Value
 from graphsub.runtime.reference import materialized_weights
@@ -42,18 +43,23 @@ def to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
 
 
 class TorchProgram:
-    """`program(*inputs)` returns the graph's outputs, in order, as device tensors."""
+    """`program(*inputs)` returns the graph's outputs, in order, as device tensors.
+
+    `fuse` (default on): groups of nodes that are one library kernel run as that kernel
+    (see `fusion`: linear layers on oneDNN on the CPU, attention as SDPA); `fusions` lists
+    the kinds made."""
 
     def __init__(self, graph: Graph, device: str | torch.device = "cpu",
-                 fused_conv_relu: Any = None) -> None:
+                 fused_conv_relu: Any = None, fuse: bool = True) -> None:
         self.graph = graph
         self.device = torch.device(device)
         self.input_names = list(graph.input_names)
         self.output_names = list(graph.output_names)
         self.input_types = [graph[i].type for i in graph.inputs]
-        self.module = self._build(fused_conv_relu)
+        self.fusions: list[str] = []
+        self.module = self._build(fused_conv_relu, fuse)
 
-    def _build(self, fused_conv_relu: Any) -> fx.GraphModule:
+    def _build(self, fused_conv_relu: Any, fuse: bool) -> fx.GraphModule:
         graph = self.graph
         fx_graph = fx.Graph()
         tracer = GraphAppendingTracer(fx_graph)
@@ -69,22 +75,39 @@ class TorchProgram:
         def leaf(fn: Any, *args: Any) -> fx.Proxy:
             return tracer.create_proxy("call_function", fn, args, {})
 
+        weights = materialized_weights(graph)
+
+        def value(v: Value) -> Any:
+            """A value's proxy; a weight becomes a buffer when first read (a fusion may
+            read a weight in a form of its own and leave the original unread)."""
+            if v not in env:
+                env[v] = const(weights[v])
+            return env[v]
+
         ctx = LowerContext(self.device, const, leaf, fused_conv_relu)
         for nid in graph.inputs:
             env[Value(nid, 0)] = fx.Proxy(
                 fx_graph.placeholder(_identifier(graph[nid].attrs["name"], used)), tracer)
-        for v, array in materialized_weights(graph).items():
-            env[v] = const(array)
+        fusions = fusion.plan(graph, weights, self.device) if fuse else {}
+        absorbed = {n for f in fusions.values() for n in f.absorbed}
         weight_only = graph.weight_only()
         for nid in graph.topo_order():
             node = graph[nid]
-            if node.op == "input" or nid in weight_only:
+            if node.op == "input" or nid in weight_only or nid in absorbed:
+                continue
+            if nid in fusions:
+                f = fusions[nid]
+                args = [value(x) if isinstance(x, Value) else const(x) for x in f.inputs]
+                env[Value(nid, 0)] = f.build(ctx, *args)
+                self.fusions.append(f.kind)
                 continue
             fn = lower(ctx, node.op, node.attrs, graph.input_types(nid), node.outputs)
-            results = fn(*(env[v] for v in node.inputs))
+            results = fn(*(value(v) for v in node.inputs))
             for i in range(len(node.outputs)):
                 env[Value(nid, i)] = results[i]
-        fx_graph.output(tuple(env[v].node for v in graph.outputs))
+        fx_graph.output(tuple(value(v).node for v in graph.outputs))
+        if fusions:  # views whose only reader a fusion absorbed
+            fx_graph.eliminate_dead_code()
         return fx.GraphModule(root, fx_graph, class_name="GraphsubProgram")
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -21,6 +21,7 @@ import torch
 
 from graphsub.backends.base import (DeviceInfo, Target, TargetUnavailableError, cold_replicas,
                                    signature_graph)
+from graphsub.backends.torch import fusion
 from graphsub.backends.torch.lowering import VIEW_OPS, LowerContext, lower, torch_dtype
 from graphsub.backends.torch.program import TorchProgram, TorchRunnable, to_tensor
 from graphsub.cost.base import OpSignature
@@ -154,8 +155,12 @@ class TorchTarget(Target):
     def device(self) -> DeviceInfo:
         from graphsub.backends.ort import cpu_model
 
-        return DeviceInfo(self.name, cpu_model(),
-                          {"torch": torch.__version__, "threads": str(self.threads)})
+        details = {"torch": torch.__version__, "threads": str(self.threads)}
+        if fusion.linear_available(self.torch_device):
+            # products with constant matrices run on oneDNN (backends/torch/fusion.py), not
+            # MKL: timings taken before are of another kernel
+            details["linear"] = "onednn"
+        return DeviceInfo(self.name, cpu_model(), details)
 
 
 class TorchCpuTarget(TorchTarget):
