@@ -207,14 +207,14 @@ class _Builder:
     def scalar(self, value: float, shape: Shape = ()) -> str:
         """A float32 constant filled with `value`, as an initializer or a Constant node."""
         array = np.full(shape, value, np.float32)
-        return self._constant(array, "s")
+        return self.constant(array, "s")
 
     def ints(self, values: Sequence[int]) -> str:
         """An int64 1-D constant (axes, shapes, pads, sizes), as an initializer or a Constant
         node: graphsub must fold both."""
-        return self._constant(np.asarray(list(values), np.int64), "c")
+        return self.constant(np.asarray(list(values), np.int64), "c")
 
-    def _constant(self, array: np.ndarray, prefix: str) -> str:
+    def constant(self, array: np.ndarray, prefix: str) -> str:
         name = self.fresh(prefix)
         if self.rng.random() < 0.2:
             self.nodes.append(helper.make_node("Constant", [], [name],
@@ -987,6 +987,34 @@ def _attention(b: _Builder) -> None:
     b.one("MatMul", [b.one("Softmax", [scores], axis=-1), v])
 
 
+def _attention_node(b: _Builder) -> None:
+    """ONNX Attention (opset 23) on heads made from one input: (s, d) projected to q, k, v of
+    (1, heads, s, size), grouped-query heads, causal or not, a boolean or additive mask."""
+    x = b.pick(lambda n: len(b.shape(n)) == 2)
+    s, d = b.shape(x)
+    kv_heads, group, size = b.dim(1, 2), b.dim(1, 2), b.dim(2, 6)
+
+    def heads(n: int) -> str:
+        proj = b.one("MatMul", [x, b.weight((d, n * size), fan_in=d)])
+        shaped = b.one("Reshape", [proj, b.ints([1, s, n, size])])
+        return b.one("Transpose", [shaped], perm=[0, 2, 1, 3])
+
+    ins = [heads(kv_heads * group), heads(kv_heads), heads(kv_heads)]
+    attrs: dict[str, object] = {}
+    if b.chance(0.4):
+        attrs["is_causal"] = 1
+    if b.chance(0.3):
+        attrs["scale"] = float(b.rng.uniform(0.1, 1.0))
+    if b.chance(0.4):
+        if b.chance(0.5):
+            keep = b.rng.random((s, s)) > 0.3
+            keep[:, 0] = True  # every query sees a key (a fully masked one is tested apart)
+            ins.append(b.constant(keep, "m"))
+        else:
+            ins.append(b.weight((s, s), fan_in=1))
+    b.one("Attention", ins, **attrs)
+
+
 def _conv_block(b: _Builder) -> None:
     """A convolution followed by a bias add, an activation, a batch norm or a scalar
     multiplication: the fusion rules."""
@@ -1202,4 +1230,5 @@ def _builders(opset: int) -> dict[str, tuple[float, Builder]]:
         table["Gelu"] = (2, _gelu)
     if opset >= 23:
         table["RMSNormalization"] = (1.5, _rms_norm)
+        table["Attention"] = (1.5, _attention_node)
     return table
