@@ -168,3 +168,20 @@ def test_generated_kernels_are_assembled_into_fused_operators():
                 np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
         # Fission puts the generated kernels' primitives back.
         assert fission(fused).structural_hash() == graph.structural_hash()
+
+
+def test_nothing_to_compute_and_unpriceable_kernels():
+    """A graph of weights alone has no kernel to choose; a kernel priced inf or NaN (the
+    target could not time it) is chosen only where nothing else computes its values."""
+    b = GraphBuilder(seed=0)
+    b.output(b.op("neg", b.weight(np.ones((2, 2), np.float32))))
+    weights_only = b.build()
+    assert orchestrate(weights_only, primitive_kernels(weights_only, AnalyticCostModel())
+                       ).kernels == []
+    graph, ids = _cyclic_pair_graph()
+    prims = [dataclasses.replace(k, cost=float("inf") if i == 0 else 1.0)
+             for i, k in enumerate(primitive_kernels(graph, AnalyticCostModel()))]
+    groups = [dataclasses.replace(k, cost=float("nan"))
+              for k in group_kernels(graph, 2, lambda g: 1.0)]
+    plan = orchestrate(graph, prims + groups)
+    assert plan.status == "optimal" and _valid(graph, plan.kernels)

@@ -280,3 +280,19 @@ def test_inductor_option_compiles_the_optimized_graph():
     want, got, _ = compiled_outputs(model, x, time_limit=2, cost="analytic", inductor=True)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     assert not torch_compile.reports()[-1].fallback
+
+
+class CacheConcat(nn.Module):
+    """An empty cache concatenated with new keys along dim -2, as Llama's attention does:
+    torch.cat skips the empty 1-D tensor."""
+
+    def forward(self, x):
+        return torch.cat([torch.zeros(0), x * 2.0], dim=-2) + 1.0
+
+
+def test_cat_skips_empty_tensors_as_torch_does():
+    want, got, _ = compiled_outputs(CacheConcat().eval(), torch.randn(3, 5, 4), time_limit=1,
+                                    cost="analytic")
+    torch.testing.assert_close(got, want)
+    report = torch_compile.reports()[-1]
+    assert not report.fallback and report.parts

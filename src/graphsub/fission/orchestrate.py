@@ -90,6 +90,8 @@ def orchestrate(graph: Graph, kernels: Sequence[Kernel], time_limit: float = 10.
     start = time.perf_counter()
     kernels = list(kernels)
     n = len(kernels)
+    if n == 0:  # nothing computes (every node a source or weight-only): nothing to choose
+        return Orchestration([], 0.0, "optimal")
     writers: dict[Value, list[int]] = {}
     for i, k in enumerate(kernels):
         for v in k.outputs:
@@ -112,6 +114,10 @@ def orchestrate(graph: Graph, kernels: Sequence[Kernel], time_limit: float = 10.
             rows.append(row)
             lower.append(0.0)
     costs = np.array([k.cost for k in kernels], dtype=float)
+    # A kernel the target could not price (inf, NaN) is never worth choosing, unless nothing
+    # else computes what it computes.
+    finite = costs[np.isfinite(costs)]
+    costs[~np.isfinite(costs)] = 1e3 * max(float(finite.max()) if finite.size else 1.0, 1.0)
 
     def result(chosen: list[Kernel], status: str, rounds: int) -> Orchestration:
         order, stuck = schedule(chosen, available)

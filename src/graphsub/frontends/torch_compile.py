@@ -357,13 +357,18 @@ def _optimize_part(sub: fx.GraphModule, args: list[Any], constants: dict[fx.Node
     if opts.fission:
         # Generated kernels only where graphsub's program runs them: a graph handed on to
         # inductor is compiled whole by it.
-        outcome = fission_and_orchestrate(best, cost, target.runs_as_one_kernel,
-                                          time_limit=max(fission_seconds(budget), 0.5),
-                                          generate=target.generates_kernels and not opts.inductor)
-        report.fission = outcome.as_dict()
-        if outcome.cost < result.final_cost:
-            best, report.predicted_after = outcome.graph, outcome.cost
-            report.fission["kept"] = True
+        try:
+            outcome = fission_and_orchestrate(
+                best, cost, target.runs_as_one_kernel, time_limit=max(fission_seconds(budget), 0.5),
+                generate=target.generates_kernels and not opts.inductor)
+        except (GraphsubError, ValueError, RuntimeError) as exc:  # the search's graph stays
+            warnings.warn(f"graphsub: fission and orchestration skipped: {exc}", GraphsubWarning,
+                          stacklevel=3)
+        else:
+            report.fission = outcome.as_dict()
+            if outcome.cost < result.final_cost:
+                best, report.predicted_after = outcome.graph, outcome.cost
+                report.fission["kept"] = True
     program = TorchProgram(best, target.torch_device, getattr(target, "_fused_conv_relu", None))
     positions = [placeholders.index(n) for n in inputs]
     output = next(n for n in sub.graph.nodes if n.op == "output")

@@ -571,7 +571,13 @@ def _aten_transpose(c: AtenBuilder, n: AtenCall) -> object:
 
 @aten_importer("cat.default")
 def _aten_cat(c: AtenBuilder, n: AtenCall) -> object:
-    return c.op("concat", *(c.value(t) for t in n.args["tensors"]), axis=n.args.get("dim", 0))
+    """torch.cat skips 1-D tensors of size 0 whatever `dim` says (an empty key/value cache
+    concatenated with the new keys, in Llama's attention): so does the import."""
+    parts = [c.value(t) for t in n.args["tensors"]]
+    kept = [p for p in parts if c.shape(p) != (0,)] or parts[:1]
+    if len(kept) == 1:
+        return c.op("identity", kept[0])
+    return c.op("concat", *kept, axis=n.args.get("dim", 0))
 
 
 @aten_importer("split.Tensor", "split_copy.Tensor", "split_with_sizes.default",
