@@ -9,7 +9,7 @@ For each graph torch.compile captures, the backend
 3. optimizes each part for the device the inputs are on (`torch-cuda` or `torch-cpu`) within
    the time limit, under the measured cost of that device: the search, then fission and
    kernel orchestration (graphsub.fission), whose graph replaces the search's where it is
-   predicted cheaper;
+   predicted cheaper and then runs faster, timed against it round by round;
 4. checks each optimized part against the original part on the example inputs and on random
    ones; a part that disagrees, or that fails anywhere on the way, stays as it was;
 5. hands each optimized part's outputs on in the memory layout the original part gave them
@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -365,8 +366,10 @@ def _optimize_part(sub: fx.GraphModule, args: list[Any], constants: dict[fx.Node
             warnings.warn(f"graphsub: fission and orchestration skipped: {exc}", GraphsubWarning,
                           stacklevel=3)
         else:
-            report.fission = outcome.as_dict()
-            if outcome.cost < result.final_cost:
+            report.fission = {**outcome.as_dict(), "kept": False}
+            positions = [placeholders.index(n) for n in inputs]
+            if outcome.cost < result.final_cost and _runs_faster(
+                    outcome.graph, best, target, [args[i] for i in positions]):
                 best, report.predicted_after = outcome.graph, outcome.cost
                 report.fission["kept"] = True
     program = TorchProgram(best, target.torch_device, getattr(target, "_fused_conv_relu", None))
@@ -381,6 +384,35 @@ def _optimize_part(sub: fx.GraphModule, args: list[Any], constants: dict[fx.Node
                       stacklevel=3)
         return None, report
     return part, report
+
+
+#: Rounds of the race between a part's orchestrated graph and the search's, and the least gain
+#: (in the median round) for the orchestrated one to be kept.
+RACE_ROUNDS, RACE_MIN_GAIN = 15, 0.02
+
+
+def _runs_faster(candidate: Any, incumbent: Any, target: Any, inputs: list[Any]) -> bool:
+    """Whether graphsub's program of `candidate` runs faster than that of `incumbent` on the
+    part's inputs, timed round by round in alternation (medians): per-operator timings can
+    prefer a library kernel (attention) that is slower end to end than what it replaces."""
+    from graphsub.backends.torch import TorchProgram
+
+    fused = getattr(target, "_fused_conv_relu", None)
+    programs = [TorchProgram(g, target.torch_device, fused).module for g in (candidate, incumbent)]
+    sync = torch.cuda.synchronize if target.torch_device.type == "cuda" else (lambda: None)
+    times: list[list[float]] = [[], []]
+    with torch.inference_mode():
+        for program in programs:  # warm up
+            program(*inputs)
+        for r in range(RACE_ROUNDS):
+            for i in (r % 2, 1 - r % 2):
+                sync()
+                start = time.perf_counter()
+                programs[i](*inputs)
+                sync()
+                times[i].append(time.perf_counter() - start)
+    ratio = statistics.median(b / a for a, b in zip(*times))  # incumbent / candidate
+    return ratio >= 1 + RACE_MIN_GAIN
 
 
 def _disagreement(original: Callable, optimized: Callable, args: Sequence[Any],
