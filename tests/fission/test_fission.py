@@ -17,6 +17,7 @@ from graphsub.ir.builder import GraphBuilder
 from graphsub.ops import all_ops
 from graphsub.rules import check_rule
 from graphsub.runtime.reference import evaluate
+from tests.markers import requires_torch
 
 ALL_RULES = [*fission_rules(), *kernel_rules(), *primitive_rules()]
 
@@ -107,3 +108,19 @@ def test_attention_is_recognized_in_its_primitives(name):
     assert ops["transpose"] == (Counter(n.op for n in graph.nodes.values())["transpose"]
                                 + inputs_transposed)
     _assert_same_outputs(graph, outcome.graph)
+
+
+@requires_torch
+def test_orchestrated_attention_runs_in_torch_on_transposed_keys():
+    """The attention kernel reads keys that are a transposed view of the graph's k^T input:
+    torch's CPU flash kernel needs its operands' last axis contiguous, the lowering sees to it."""
+    from graphsub.backends.torch import TorchProgram
+
+    graph = zoo.build("softmax_subgraph:heads=2,seq=16,head_dim=8")
+    outcome = fission_and_orchestrate(graph, AnalyticCostModel())
+    assert "attention" in {n.op for n in outcome.graph.nodes.values()}
+    feeds = _feeds(graph)
+    want = evaluate(graph, feeds)
+    got = TorchProgram(outcome.graph, "cpu").run(feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5)

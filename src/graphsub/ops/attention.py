@@ -169,21 +169,35 @@ def _export_primitives(ctx, attrs: Attrs, ins: list[str], outs: list[str], types
 
 
 def _torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
-    sdpa, scale = t.F.scaled_dot_product_attention, attrs["scale"]
+    """torch's scaled_dot_product_attention, called untraced (it looks at strides). Rank-3
+    operands get a batch axis of 1 (a view): on the CPU torch runs 3-D attention by its slow
+    reference path and 4-D by its flash kernel, which reads the last dimension as contiguous
+    (and computes garbage from a view that is not), so such operands are copied first."""
+    sdpa, scale, torch = t.F.scaled_dot_product_attention, attrs["scale"], t.torch
     gqa = ins[0].shape[-3] != ins[1].shape[-3]
-    causal = attrs["causal"]
-    if causal and len(ins) > 3:
-        # torch takes a mask or is_causal, not both: fold the causal part into the mask.
-        keep = t.const(causal_mask(ins[0].shape[-2], ins[1].shape[-2]))
-        if ins[3].dtype == "bool":
-            return lambda q, k, v, m: (sdpa(q, k, v, attn_mask=m & keep, scale=scale,
-                                            enable_gqa=gqa),)
-        floor = t.const(np.array(-np.inf, dtype=ins[0].dtype))
-        return lambda q, k, v, m: (sdpa(q, k, v, attn_mask=t.torch.where(keep, m, floor),
-                                        scale=scale, enable_gqa=gqa),)
-    if len(ins) > 3:
-        return lambda q, k, v, m: (sdpa(q, k, v, attn_mask=m, scale=scale, enable_gqa=gqa),)
-    return lambda q, k, v: (sdpa(q, k, v, is_causal=causal, scale=scale, enable_gqa=gqa),)
+    causal, wide, masked = attrs["causal"], ins[0].rank == 3, len(ins) > 3
+    # torch takes a mask or is_causal, not both: with a mask, the causal part joins it.
+    extra = ([t.const(causal_mask(ins[0].shape[-2], ins[1].shape[-2])),
+              t.const(np.array(-np.inf, dtype=ins[0].dtype))] if causal and masked else [])
+
+    def operand(x: Any) -> Any:
+        x = x if x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous()
+        return x.unsqueeze(0) if wide else x
+
+    def attention(q: Any, k: Any, v: Any, m: Any = None, keep: Any = None,
+                  floor: Any = None) -> Any:
+        if m is not None:
+            if keep is not None:
+                m = m & keep if m.dtype == torch.bool else torch.where(keep, m, floor)
+            if wide and m.dim() == 3:
+                m = m.unsqueeze(0)
+        y = sdpa(operand(q), operand(k), operand(v), attn_mask=m,
+                 is_causal=causal and m is None, scale=scale, enable_gqa=gqa)
+        return y.squeeze(0) if wide else y
+
+    if masked:
+        return lambda q, k, v, m: (t.leaf(attention, q, k, v, m, *extra),)
+    return lambda q, k, v: (t.leaf(attention, q, k, v),)
 
 
 def _flops(attrs: Attrs, ins: Types, outs: Types) -> int:

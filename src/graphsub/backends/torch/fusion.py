@@ -292,6 +292,9 @@ def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
 
 def _sdpa(q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor,
           mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+    if q.dim() == 3:  # torch runs 3-D attention by its slow reference path on the CPU
+        wide_mask = mask.unsqueeze(0) if mask is not None and mask.dim() == 3 else mask
+        return _sdpa(q.unsqueeze(0), k_t.unsqueeze(0), v.unsqueeze(0), wide_mask, scale)[0]
     k = k_t.transpose(-2, -1)
     return F.scaled_dot_product_attention(
         _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v),
