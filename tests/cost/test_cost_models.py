@@ -119,3 +119,23 @@ def test_multi_objective_cost_and_memory_cap():
     capped = MultiObjectiveCostModel(base, memory_cap=memory - 1)
     assert math.isinf(capped.graph_cost(g))
     assert MultiObjectiveCostModel(base, memory_cap=memory).graph_cost(g) == pytest.approx(base.graph_cost(g))
+
+
+def test_a_locked_cache_is_not_mistaken_for_a_damaged_one(tmp_path, monkeypatch):
+    """sqlite reports "database is locked" as an OperationalError, a kind of DatabaseError:
+    the cache must not delete a file another process is writing because it was busy."""
+    import sqlite3
+
+    path = tmp_path / "c.sqlite"
+    c = CostCache(path, "ctx")
+    c.put("a", 1.0)
+
+    class Locked:
+        def execute(self, *args):
+            raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(c, "_connect", lambda: Locked())
+    c.put("b", 2.0)
+    assert c.get("a") is None  # not readable now, but not gone
+    monkeypatch.undo()
+    assert path.exists() and CostCache(path, "ctx").get("a") == 1.0

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 CACHE_VERSION = 5
 
 
+#: Tries at opening the cache while another process or thread holds the lock.
+OPEN_ATTEMPTS = 20
+
+
 class CostCache:
     """A persistent map from signature keys to seconds, in sqlite."""
 
@@ -40,13 +44,23 @@ class CostCache:
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                self._conn = self._open()
-            except sqlite3.DatabaseError:
-                # Not a database (or damaged): start a new one instead of failing the run.
-                self.path.unlink(missing_ok=True)
-                self._conn = self._open()
-        return self._conn
+            for attempt in range(OPEN_ATTEMPTS):
+                try:
+                    self._conn = self._open()
+                    break
+                except sqlite3.OperationalError:
+                    # Locked by another process or thread opening it too (switching a new
+                    # file to WAL takes a lock the busy timeout does not wait for): it is a
+                    # database, so try again rather than delete what the other one writes.
+                    if attempt == OPEN_ATTEMPTS - 1:
+                        raise
+                    time.sleep(0.05 * (attempt + 1))
+                except sqlite3.DatabaseError:
+                    # Not a database (or damaged): start a new one instead of failing the run.
+                    self.path.unlink(missing_ok=True)
+                    self._conn = self._open()
+                    break
+        return self._conn  # type: ignore[return-value]
 
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
@@ -62,6 +76,8 @@ class CostCache:
         try:
             row = self._connect().execute("SELECT seconds FROM costs WHERE key = ?",
                                           (self._key(key),)).fetchone()
+        except sqlite3.OperationalError:  # locked past the timeout: measure instead
+            return None
         except sqlite3.DatabaseError:
             self._reset()
             return None
@@ -71,6 +87,8 @@ class CostCache:
         try:
             self._connect().execute("INSERT OR REPLACE INTO costs VALUES (?, ?)",
                                     (self._key(key), seconds))
+        except sqlite3.OperationalError:  # locked past the timeout: this one stays unstored
+            return
         except sqlite3.DatabaseError:
             self._reset()
 
