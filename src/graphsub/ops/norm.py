@@ -7,13 +7,13 @@ lacks the fused op (LayerNormalization arrived in opset 17, RMSNormalization in 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from graphsub.errors import ConversionError, ShapeError
-from graphsub.ir.types import Attrs
+from graphsub.ir.types import Attrs, TensorType
 from graphsub.ops.base import (AtenBuilder, AtenCall, AtenImportFn, AttrSpec, LowerFn, OpDef,
                                TorchFn, TorchLowering, Types, aten_importer, f32, norm_axis,
                                onnx_importer, register)
@@ -117,42 +117,61 @@ def _ln_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return (y.astype(xs[0].dtype),)
 
 
-def _ln_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
-    if ctx.opset >= 17:
-        ctx.emit("LayerNormalization", ins, outs, axis=attrs["axis"], epsilon=attrs["epsilon"])
-        return
-    x = types[0]
-    axes = list(range(attrs["axis"], x.rank))
-    mean, centered, sq, var, std, normed = (ctx.fresh("ln") for _ in range(6))
-    ctx.emit("ReduceMean", [ins[0]], [mean], axes=axes, keepdims=1)
-    ctx.emit("Sub", [ins[0], mean], [centered])
-    ctx.emit("Mul", [centered, centered], [sq])
-    ctx.emit("ReduceMean", [sq], [var], axes=axes, keepdims=1)
-    eps = ctx.const(np.array(attrs["epsilon"], dtype=x.dtype))
-    shifted = ctx.fresh("ln")
-    ctx.emit("Add", [var, eps], [shifted])
+def _emit_mean(ctx, x: str, axes: list[int]) -> str:
+    """ReduceMean over `axes`, keeping them (axes an input from opset 18)."""
+    out = ctx.fresh("mean")
+    if ctx.opset >= 18:
+        ctx.emit("ReduceMean", [x, ctx.const(np.array(axes, dtype=np.int64))], [out], keepdims=1)
+    else:
+        ctx.emit("ReduceMean", [x], [out], axes=axes, keepdims=1)
+    return out
+
+
+def _emit_scaled_by_rms(ctx, attrs: Attrs, x: str, ins: list[str], outs: list[str],
+                        types: Types) -> None:
+    """x / sqrt(mean(x * x) + eps) * scale (+ shift): the primitives a layer norm (x centred)
+    and an RMS norm (x as it is) are written as where the opset lacks their operator."""
+    axes = list(range(attrs["axis"], types[0].rank))
+    sq, shifted, std, normed = (ctx.fresh("norm") for _ in range(4))
+    ctx.emit("Mul", [x, x], [sq])
+    eps = ctx.const(np.array(attrs["epsilon"], dtype=types[0].dtype))
+    ctx.emit("Add", [_emit_mean(ctx, sq, axes), eps], [shifted])
     ctx.emit("Sqrt", [shifted], [std])
-    ctx.emit("Div", [centered, std], [normed])
+    ctx.emit("Div", [x, std], [normed])
     if len(ins) > 2:
-        scaled = ctx.fresh("ln")
+        scaled = ctx.fresh("norm")
         ctx.emit("Mul", [normed, ins[1]], [scaled])
         ctx.emit("Add", [scaled, ins[2]], outs)
     else:
         ctx.emit("Mul", [normed, ins[1]], outs)
 
 
+def _ln_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+    if ctx.opset >= 17:
+        ctx.emit("LayerNormalization", ins, outs, axis=attrs["axis"], epsilon=attrs["epsilon"])
+        return
+    centered = ctx.fresh("ln")
+    ctx.emit("Sub", [ins[0], _emit_mean(ctx, ins[0], list(range(attrs["axis"], types[0].rank)))],
+             [centered])
+    _emit_scaled_by_rms(ctx, attrs, centered, ins, outs, types)
+
+
+def _fitting(norm_shape: tuple[int, ...], t: TensorType) -> Callable[[Any], Any]:
+    """How a scale or shift of type `t` becomes what torch's norms want, a tensor of exactly
+    the normalized shape (ours may broadcast to it); decided from the type, ahead of the run."""
+    if t.shape == norm_shape:
+        return lambda v: v
+    return lambda v: v.expand(norm_shape).contiguous()
+
+
 def _ln_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
     norm_shape = tuple(ins[0].shape[attrs["axis"]:])
     eps, layer_norm_ = attrs["epsilon"], t.F.layer_norm
-    # torch wants scale and shift of exactly the normalized shape; ours may broadcast to it.
-    fit = [t.shape != norm_shape for t in ins[1:]]
+    fit = [_fitting(norm_shape, p) for p in ins[1:]]
 
     def layer_norm(x, scale, bias=None):
-        if fit[0]:
-            scale = scale.expand(norm_shape).contiguous()
-        if bias is not None and fit[1]:
-            bias = bias.expand(norm_shape).contiguous()
-        return (layer_norm_(x, norm_shape, scale, bias, eps),)
+        bias = fit[1](bias) if bias is not None else None
+        return (layer_norm_(x, norm_shape, fit[0](scale), bias, eps),)
 
     return layer_norm
 
@@ -190,31 +209,13 @@ def _rms_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types
     if ctx.opset >= 23:
         ctx.emit("RMSNormalization", ins, outs, axis=attrs["axis"], epsilon=attrs["epsilon"])
         return
-    x = types[0]
-    axes = list(range(attrs["axis"], x.rank))
-    sq, ms, shifted, rms, normed = (ctx.fresh("rms") for _ in range(5))
-    ctx.emit("Mul", [ins[0], ins[0]], [sq])
-    if ctx.opset >= 18:
-        ctx.emit("ReduceMean", [sq, ctx.const(np.array(axes, dtype=np.int64))], [ms], keepdims=1)
-    else:
-        ctx.emit("ReduceMean", [sq], [ms], axes=axes, keepdims=1)
-    ctx.emit("Add", [ms, ctx.const(np.array(attrs["epsilon"], dtype=x.dtype))], [shifted])
-    ctx.emit("Sqrt", [shifted], [rms])
-    ctx.emit("Div", [ins[0], rms], [normed])
-    ctx.emit("Mul", [normed, ins[1]], outs)
+    _emit_scaled_by_rms(ctx, attrs, ins[0], ins, outs, types)
 
 
 def _rms_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
     norm_shape = tuple(ins[0].shape[attrs["axis"]:])
-    eps, rms_norm_ = attrs["epsilon"], t.F.rms_norm
-    fit = ins[1].shape != norm_shape
-
-    def rms_norm(x, scale):
-        if fit:
-            scale = scale.expand(norm_shape).contiguous()
-        return (rms_norm_(x, norm_shape, scale, eps),)
-
-    return rms_norm
+    eps, rms_norm_, fit = attrs["epsilon"], t.F.rms_norm, _fitting(norm_shape, ins[1])
+    return lambda x, scale: (rms_norm_(x, norm_shape, fit(scale), eps),)
 
 
 register(OpDef(
