@@ -69,8 +69,7 @@ def _evaluate(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
 def _export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
     """The primitives, written out one ONNX operator each (a standard model)."""
     body: Body = attrs["body"]
-    nodes, outputs = body
-    final = {ref[1:]: name for ref, name in zip(outputs, outs) if ref[0] == "node"}
+    final = {ref[1:]: name for ref, name in zip(body[1], outs) if ref[0] == "node"}
 
     def emit(op: str, a: Attrs, args: list[str], arg_types: tuple[TensorType, ...]) -> list[str]:
         j = len(emitted)
@@ -82,7 +81,7 @@ def _export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) ->
 
     emitted: list[list[str]] = []
     values, _ = _replay(body, ins, list(types), emit)
-    for ref, name, value in zip(outputs, outs, values):
+    for ref, name, value in zip(body[1], outs, values):
         if ref[0] == "in" or value != name:  # an input passed through, or an output twice
             ctx.emit("Identity", [value], [name])
 
