@@ -11,7 +11,9 @@ round calls every way `--calls` times, in rotating order): eager PyTorch; `torch
 optimized graph compiled by inductor; and `backend="graphsub"` alone, graphsub's own program
 (library kernels, and groups of primitives inductor compiles, chosen by Korch's program).
 Ratios are medians of per-round ratios against inductor (> 1: faster than inductor); every
-compiled output is checked against eager. transformers models are built from their configs
+compiled output is checked against eager. The races column gives, per captured graph, the
+backend's own final race of its module against the baseline (inductor alone, or eager), and
+where it kept the baseline. transformers models are built from their configs
 with random weights (no download).
 """
 
@@ -65,7 +67,8 @@ def _randomized(model: nn.Module) -> nn.Module:
     return model.eval()
 
 
-def build(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+def build(name: str, seq: int = 128) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The model and its inputs; `seq` is the text models' sequence length."""
     torch.manual_seed(0)
     if name == "softmax":
         return SoftmaxSubgraph().eval(), (torch.randn(12, 128, 64), torch.randn(12, 64, 128),
@@ -74,7 +77,7 @@ def build(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
         return _randomized(LinearAttention()), (torch.randn(1024, 256),)
     import transformers as tf
 
-    ids = torch.randint(0, 1000, (1, 128))
+    ids = torch.randint(0, 1000, (1, seq))
     if name == "segformer":
         config = tf.SegformerConfig(num_labels=150)
         model = tf.SegformerForSemanticSegmentation(config)
@@ -106,6 +109,7 @@ def first_tensor(out: Any) -> torch.Tensor:
 def run(name: str, time_limit: float, rounds: int, calls: int) -> dict[str, Any]:
     model, inputs = build(name)
     ways: dict[str, Callable[..., Any]] = {"eager": model}
+    races: dict[str, list[str]] = {}
     with torch.no_grad():
         want = first_tensor(model(*inputs))
         start = time.perf_counter()
@@ -127,6 +131,10 @@ def run(name: str, time_limit: float, rounds: int, calls: int) -> dict[str, Any]
             err = float((got - want).abs().max()) / max(scale, 1e-6)
             if err > 1e-3:
                 raise SystemExit(f"{name}: {label} differs from eager (max rel {err:.2e})")
+            races[label] = [  # per captured graph: graphsub's race against its baseline
+                "-" if rep.speedup is None else
+                f"{rep.speedup:.2f}{' (baseline kept)' if rep.kept_baseline else ''}"
+                for rep in graphsub_backend.reports()[seen:]]
         kernels = []  # what graphsub's own program runs (the last compile)
         for report in graphsub_backend.reports()[seen:]:
             for part in report.parts:
@@ -145,7 +153,7 @@ def run(name: str, time_limit: float, rounds: int, calls: int) -> dict[str, Any]
     ratios = {w: statistics.median(i / t for i, t in zip(times["inductor"], times[w]))
               for w in ways}
     return {"model": name, "ms": {w: statistics.median(t) * 1e3 for w, t in times.items()},
-            "vs_inductor": ratios, "compile_s": compile_s, "kernels": kernels}
+            "vs_inductor": ratios, "compile_s": compile_s, "kernels": kernels, "races": races}
 
 
 def main() -> None:
@@ -160,8 +168,8 @@ def main() -> None:
           f"{torch.get_num_threads()} threads")
     print("| model | eager ms | inductor ms | graphsub+inductor ms | graphsub ms | "
           "eager / inductor | graphsub+inductor vs inductor | graphsub vs inductor | "
-          "compile s (inductor, g+i, g) | kernels kept |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "compile s (inductor, g+i, g) | races (g+i; g) | kernels kept |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         r = run(name, args.time_limit, args.rounds, args.calls)
         ms, vs, cs = r["ms"], r["vs_inductor"], r["compile_s"]
@@ -169,6 +177,7 @@ def main() -> None:
               f"{ms['graphsub+inductor']:.2f} | {ms['graphsub']:.2f} | {vs['eager']:.3f} | "
               f"{vs['graphsub+inductor']:.3f} | {vs['graphsub']:.3f} | "
               f"{cs['inductor']:.0f}, {cs['graphsub+inductor']:.0f}, {cs['graphsub']:.0f} | "
+              f"{', '.join(r['races']['graphsub+inductor'])}; {', '.join(r['races']['graphsub'])} | "
               f"{', '.join(r['kernels']) or 'none'} |", flush=True)
 
 

@@ -76,7 +76,10 @@ CASES = [(MLP, (8, 32)), (BranchyConvNet, (2, 3, 16, 16)), (TransformerBlock, (2
 
 
 def compiled_outputs(model, x, **options):
-    compiled = torch.compile(model, backend="graphsub", options=options or None)
+    """Eager's and the compiled model's outputs; the final race is off unless asked for, so
+    that what runs is graphsub's module, whichever is faster on this machine today."""
+    options.setdefault("race", False)
+    compiled = torch.compile(model, backend="graphsub", options=options)
     with torch.no_grad():
         return model(x), compiled(x), compiled(x + 1)
 
@@ -298,3 +301,33 @@ def test_cat_skips_empty_tensors_as_torch_does():
     torch.testing.assert_close(got, want)
     report = torch_compile.reports()[-1]
     assert not report.fallback and report.parts
+
+
+def test_the_race_measures_which_of_two_functions_is_faster():
+    import time as _time
+
+    def slow(x):
+        _time.sleep(0.004)
+        return x
+
+    def fast(x):
+        return x
+
+    x = torch.zeros(1)
+    assert torch_compile._speedup(fast, slow, [x], torch.device("cpu")) > 2
+    assert torch_compile._speedup(slow, fast, [x], torch.device("cpu")) < 0.5
+
+
+@pytest.mark.parametrize("speedup, graphsubs", [(0.5, False), (1.5, True)])
+def test_the_race_returns_the_faster_of_graphsub_and_the_baseline(monkeypatch, speedup,
+                                                                  graphsubs):
+    """The compiled model is graphsub's module only where it outruns the captured graph run
+    as it would have been without graphsub; either way the outputs equal eager."""
+    monkeypatch.setattr(torch_compile, "_speedup", lambda *args: speedup)
+    model = BranchyConvNet().eval()
+    x = torch.randn(2, 3, 16, 16)
+    want, got, _ = compiled_outputs(model, x, time_limit=2, cost="analytic", race=True)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    report = torch_compile.reports()[-1]
+    assert report.speedup == speedup and report.kept_baseline is not graphsubs
+    assert report.parts and report.parts[0].rules_used  # the search ran either way

@@ -16,8 +16,12 @@ For each graph torch.compile captures, the backend
    (the torch code between parts may call kernels, such as the CPU's fused attention, that
    read their operands' strides without checking them), and checks the whole assembled graph
    against the original, putting original parts back (the last first) until it agrees;
-6. returns the module that runs the optimized parts with graphsub's torch backend and the
-   rest as before; with `options={"inductor": True}` it hands that module on to inductor.
+6. builds the module that runs the optimized parts with graphsub's torch backend and the
+   rest as before; with `options={"inductor": True}` it hands that module on to inductor;
+7. races it, round by round on the example inputs, against what the user would have had
+   without graphsub (the captured graph run eagerly, or compiled by inductor alone) and
+   returns the faster: per-part measurements cannot see how inductor fuses across the parts'
+   boundaries, and graphsub's result must never be slower than going without it.
 
 Nothing here ever fails the user's model: a graph graphsub cannot handle runs unchanged (with
 a warning saying why).
@@ -66,6 +70,7 @@ class BackendOptions:
     algorithm: str = "backtracking"
     inductor: bool = False              # hand the optimized graph to inductor
     fission: bool = True                # fission and kernel orchestration after the search
+    race: bool = True                   # keep graphsub's module only if it outruns the baseline
     rules: Sequence[str] | None = None  # rule files; default: the built-in library
     rtol: float = 1e-3                  # verification tolerance (relative; absolute scales)
 
@@ -102,6 +107,10 @@ class CompileReport:
     left_in_torch: dict[str, int] = field(default_factory=dict)  # unconverted ops, by name
     seconds: float = 0.0
     fallback: str = ""  # why the whole graph ran unchanged, if it did
+    #: The final race: the baseline's median time over graphsub's module's (above 1: graphsub
+    #: is faster; None: no race was run), and whether graphsub's module was the one returned.
+    speedup: float | None = None
+    kept_baseline: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -223,6 +232,12 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     optimized.recompile()
     _undo_until_equal(parent, optimized, replaced, example_inputs, constants, opts.rtol)
     compiled = _inductor(optimized, example_inputs) if opts.inductor else optimized
+    if opts.race and replaced:
+        baseline = _inductor(gm, example_inputs) if opts.inductor else gm.forward
+        report.speedup = _speedup(compiled, baseline, example_inputs, target.torch_device)
+        if report.speedup < 1 + RACE_MIN_GAIN:
+            report.kept_baseline = True
+            compiled = baseline
     return compiled, report
 
 
@@ -386,33 +401,47 @@ def _optimize_part(sub: fx.GraphModule, args: list[Any], constants: dict[fx.Node
     return part, report
 
 
-#: Rounds of the race between a part's orchestrated graph and the search's, and the least gain
-#: (in the median round) for the orchestrated one to be kept.
-RACE_ROUNDS, RACE_MIN_GAIN = 15, 0.02
+#: Rounds of a race between two ways of running the same graph (fewer for slow graphs, down to
+#: RACE_MIN_ROUNDS, so that a race takes about RACE_SECONDS), and the least gain (in the median
+#: round) for the challenger to be kept.
+RACE_ROUNDS, RACE_MIN_ROUNDS, RACE_SECONDS, RACE_MIN_GAIN = 15, 5, 3.0, 0.02
+
+
+def _speedup(challenger: Callable, incumbent: Callable, inputs: Sequence[Any],
+             device: torch.device) -> float:
+    """The incumbent's time over the challenger's (above 1: the challenger is faster), the
+    median over rounds of the two run back to back in alternating order, so that a slow spell
+    of this machine hits both alike."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def timed(fn: Callable) -> float:
+        sync()
+        start = time.perf_counter()
+        fn(*inputs)
+        sync()
+        return time.perf_counter() - start
+
+    with torch.inference_mode():
+        for fn in (challenger, incumbent):  # first calls may compile or allocate
+            timed(fn)
+        once = max(timed(challenger), timed(incumbent))  # the pace
+        rounds = max(RACE_MIN_ROUNDS, min(RACE_ROUNDS, int(RACE_SECONDS / (2 * once + 1e-9))))
+        times: list[list[float]] = [[], []]
+        for r in range(rounds):
+            for i in (r % 2, 1 - r % 2):
+                times[i].append(timed((challenger, incumbent)[i]))
+    return statistics.median(b / a for a, b in zip(*times))
 
 
 def _runs_faster(candidate: Any, incumbent: Any, target: Any, inputs: list[Any]) -> bool:
     """Whether graphsub's program of `candidate` runs faster than that of `incumbent` on the
-    part's inputs, timed round by round in alternation (medians): per-operator timings can
-    prefer a library kernel (attention) that is slower end to end than what it replaces."""
+    part's inputs: per-operator timings can prefer a library kernel (attention) that is slower
+    end to end than what it replaces."""
     from graphsub.backends.torch import TorchProgram
 
     fused = getattr(target, "_fused_conv_relu", None)
     programs = [TorchProgram(g, target.torch_device, fused).module for g in (candidate, incumbent)]
-    sync = torch.cuda.synchronize if target.torch_device.type == "cuda" else (lambda: None)
-    times: list[list[float]] = [[], []]
-    with torch.inference_mode():
-        for program in programs:  # warm up
-            program(*inputs)
-        for r in range(RACE_ROUNDS):
-            for i in (r % 2, 1 - r % 2):
-                sync()
-                start = time.perf_counter()
-                programs[i](*inputs)
-                sync()
-                times[i].append(time.perf_counter() - start)
-    ratio = statistics.median(b / a for a, b in zip(*times))  # incumbent / candidate
-    return ratio >= 1 + RACE_MIN_GAIN
+    return _speedup(*programs, inputs, target.torch_device) >= 1 + RACE_MIN_GAIN
 
 
 def _disagreement(original: Callable, optimized: Callable, args: Sequence[Any],
