@@ -291,3 +291,18 @@ def test_the_fused_program_compiles_with_inductor():
         want = program.module(x)
         got = torch.compile(program.module)(x)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@needs_onednn
+def test_inside_a_compile_the_program_still_runs_onednn_on_real_tensors(monkeypatch):
+    """A torch.compile backend runs on real tensors while `torch.compiler.is_compiling()` is
+    true (graphsub's backend races its module there): the linear layers must still be the
+    oneDNN calls, or the race times plain ops and misjudges graphsub's program."""
+    from torch.profiler import profile
+
+    program = TorchProgram(mlp(), "cpu")
+    monkeypatch.setattr(torch.compiler, "_is_compiling_flag", True)
+    assert torch.compiler.is_compiling()
+    with torch.no_grad(), profile() as prof:
+        program.module(torch.randn(1, 64, 128))
+    assert any("_linear_pointwise" in e.key for e in prof.key_averages())

@@ -318,9 +318,8 @@ def test_the_race_measures_which_of_two_functions_is_faster():
     assert torch_compile._speedup(slow, fast, [x], torch.device("cpu")) < 0.5
 
 
-@pytest.mark.parametrize("speedup, graphsubs", [(0.5, False), (1.5, True)])
-def test_the_race_returns_the_faster_of_graphsub_and_the_baseline(monkeypatch, speedup,
-                                                                  graphsubs):
+@pytest.mark.parametrize("speedup, chosen", [(0.5, "eager"), (1.5, "graphsub")])
+def test_the_race_returns_the_faster_of_graphsub_and_the_baseline(monkeypatch, speedup, chosen):
     """The compiled model is graphsub's module only where it outruns the captured graph run
     as it would have been without graphsub; either way the outputs equal eager."""
     monkeypatch.setattr(torch_compile, "_speedup", lambda *args: speedup)
@@ -329,5 +328,21 @@ def test_the_race_returns_the_faster_of_graphsub_and_the_baseline(monkeypatch, s
     want, got, _ = compiled_outputs(model, x, time_limit=2, cost="analytic", race=True)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     report = torch_compile.reports()[-1]
-    assert report.speedup == speedup and report.kept_baseline is not graphsubs
+    assert report.speedup == speedup and report.chosen == chosen
+    assert report.race == {"graphsub": speedup}
     assert report.parts and report.parts[0].rules_used  # the search ran either way
+
+
+@pytest.mark.slow
+def test_with_inductor_the_race_has_three_contenders(monkeypatch):
+    """graphsub's graph compiled by inductor, graphsub's own module, and inductor alone: the
+    fastest is returned (here, by the race's say, graphsub's own module)."""
+    races = iter([1.1, 1.3])  # in the order of the report's race: g+i, then graphsub
+    monkeypatch.setattr(torch_compile, "_speedup", lambda *args: next(races))
+    model = MLP().eval()
+    want, got, _ = compiled_outputs(model, torch.randn(8, 32), time_limit=2, cost="analytic",
+                                    inductor=True, race=True)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    report = torch_compile.reports()[-1]
+    assert report.race == {"graphsub+inductor": 1.1, "graphsub": 1.3}
+    assert report.chosen == "graphsub" and report.speedup == 1.3

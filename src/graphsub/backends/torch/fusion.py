@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import is_fake
 
 from graphsub.ir.graph import Graph, Value
 
@@ -313,10 +314,12 @@ _POST = {"none": lambda y: y, "relu": torch.relu, "tanh": torch.tanh, "sigmoid":
 
 def _linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, attr: str,
             algorithm: str, other: torch.Tensor | None) -> torch.Tensor:
-    """x w_t^T + b, then the activation `attr` or + other: one oneDNN call. Under
-    torch.compile (the program handed to inductor) the same in plain aten ops, which
-    inductor lowers and fuses its own way."""
-    if torch.compiler.is_compiling():
+    """x w_t^T + b, then the activation `attr` or + other: one oneDNN call. Traced (by
+    dynamo, or by inductor's tracing of a graph handed to it, on fake tensors) the same in
+    plain aten ops, which inductor lowers and fuses its own way. Not
+    `torch.compiler.is_compiling()`: that is also true while a torch.compile backend runs the
+    program on real tensors (the graphsub backend's race), which must time the oneDNN call."""
+    if torch.compiler.is_dynamo_compiling() or is_fake(x):
         y = F.linear(x, w_t, b)
         if other is not None:
             return y + other
