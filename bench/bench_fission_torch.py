@@ -30,7 +30,6 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import graphsub.frontends.torch_compile as graphsub_backend
 
