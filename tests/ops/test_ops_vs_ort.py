@@ -324,6 +324,19 @@ def test_softmax(shape, seed, data):
     check_op("softmax", [rand(shape, seed) * 3], {"axis": axis})
 
 
+@given(shape=st.lists(dims, min_size=1, max_size=4).map(tuple), seed=seeds, data=st.data())
+def test_guarded_softmax(shape, seed, data):
+    """Scores with -inf in about a third of the places and, along the axis, some rows all -inf
+    (a fully masked query): their NaN rows become zeros, the others are the softmax."""
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    rng = np.random.default_rng(seed)
+    x = rand(shape, seed) * 3
+    x[rng.random(shape) < 0.3] = -np.inf
+    masked_rows = np.moveaxis(x, axis, -1)  # a view: rows along the axis
+    masked_rows[rng.random(masked_rows.shape[:-1]) < 0.3] = -np.inf
+    check_op("guarded_softmax", [x], {"axis": axis})
+
+
 @given(shape=st.lists(dims, min_size=1, max_size=4).map(tuple), seed=seeds, data=st.data(),
        scale=st.sampled_from([1.0, 3.0, 30.0]))
 def test_log_softmax(shape, seed, data, scale):
@@ -427,8 +440,8 @@ TESTED_HERE = {
     *UNARY, "add", "sub", "mul", "div", "pow", "smul", "gelu", "leaky_relu", "clip", "cast",
     "dropout", "matmul", "conv2d", "enlarge", "max_pool2d", "avg_pool2d", "global_avg_pool",
     "concat", "split", "transpose", "reshape", "flatten", "squeeze", "unsqueeze", "slice",
-    "pad", "reduce_sum", "reduce_mean", "reduce_max", "softmax", "log_softmax", "layer_norm",
-    "rms_norm", "batch_norm", "attention", "fused",
+    "pad", "reduce_sum", "reduce_mean", "reduce_max", "softmax", "guarded_softmax",
+    "log_softmax", "layer_norm", "rms_norm", "batch_norm", "attention", "fused",
 }
 
 

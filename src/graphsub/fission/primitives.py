@@ -29,7 +29,9 @@ class Category(StrEnum):
     LINEAR = "linear"         #: matmul, convolution: linear in every input
     COARSE = "coarse"         #: an operator fission splits into the four above
     SOURCE = "source"         #: graph inputs and weights: no kernel
-    OPAQUE = "opaque"         #: an operator graphsub does not model: a kernel of its own
+    #: a kernel of its own, which fission does not split: an operator graphsub does not model,
+    #: or softmax with its NaN guard (no primitive tests for NaN)
+    OPAQUE = "opaque"
     GENERATED = "generated"   #: a generated kernel (`fused`): fission puts its body back
 
 
@@ -46,6 +48,7 @@ _CATEGORIES: dict[str, Category] = {
                      "attention"), Category.COARSE),
     **dict.fromkeys(("input", "weight"), Category.SOURCE),
     "opaque": Category.OPAQUE,
+    "guarded_softmax": Category.OPAQUE,
     "fused": Category.GENERATED,
 }
 

@@ -984,7 +984,20 @@ def _attention(b: _Builder) -> None:
     perm = list(range(rank - 2)) + [rank - 1, rank - 2]
     scores = b.one("MatMul", [q, b.one("Transpose", [k], perm=perm)])
     scores = b.one("Mul", [scores, b.scalar(1 / math.sqrt(h))])
-    b.one("MatMul", [b.one("Softmax", [scores], axis=-1), v])
+    if b.chance(0.5):
+        b.one("MatMul", [b.one("Softmax", [scores], axis=-1), v])
+        return
+    # As the dynamo exporter writes a masked attention: an additive mask of 0 and -inf, the
+    # softmax, and the guard that turns a fully masked query's NaN row into zeros. Most masks
+    # leave every query a key (the guard can go); some mask a whole row (it must stay).
+    queries, keys = b.shape(scores)[-2:]
+    mask = np.where(b.rng.random((queries, keys)) < 0.4, -np.inf, 0.0).astype(np.float32)
+    if b.chance(0.7):
+        mask[:, 0] = 0.0
+    masked = b.node("Add", [scores, b.constant(mask, "mask")], pool=False)[0]
+    probs = b.node("Softmax", [masked], axis=-1, pool=False)[0]
+    nan = b.node("IsNaN", [probs], pool=False)[0]
+    b.one("MatMul", [b.one("Where", [nan, b.scalar(0.0), probs]), v])
 
 
 def _attention_node(b: _Builder) -> None:

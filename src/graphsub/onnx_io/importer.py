@@ -444,7 +444,31 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
         out_names.append(o.name)
     meta = {"opset": opset, "source_opset": source_opset, "producer": model.producer_name}
     graph = Graph(ctx.nodes, input_ids, out_values, out_names, meta)
-    return graph.dce()
+    return _softmax_guards(graph.dce())
+
+
+def _softmax_guards(graph: Graph) -> Graph:
+    """Each Where(IsNaN(p), 0, p) after a softmax p, the guard the dynamo exporter writes
+    after attention's softmax, as one guarded_softmax operator: rules can then see the
+    softmax and its guard together, and drop the guard where it provably changes nothing,
+    while no rule for plain softmax can drop it by mistake."""
+    edit = None
+    for nid, where in graph.nodes.items():
+        if where.op != "opaque" or where.attrs["op_type"] != "Where" \
+                or tuple(where.attrs["input_slots"]) != (0, 1, 2):
+            continue
+        cond, zero, probs = where.inputs
+        isnan, softmax, fill = graph[cond.node], graph[probs.node], graph[zero.node]
+        if (isnan.op != "opaque" or isnan.attrs["op_type"] != "IsNaN"
+                or isnan.inputs != (probs,) or softmax.op != "softmax"
+                or fill.op != "weight" or not fill.attrs["value"].all_equal(0)
+                or where.outputs[0] != graph.type_of(probs)):
+            continue
+        edit = edit or graph.edit()
+        (guarded,) = edit.add("guarded_softmax", softmax.inputs, {"axis": softmax.attrs["axis"]},
+                              name=softmax.name)
+        edit.replace_uses(Value(nid, 0), guarded)
+    return edit.finish() if edit is not None else graph
 
 
 def _densify(sparse: onnx.SparseTensorProto) -> np.ndarray:

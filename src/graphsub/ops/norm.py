@@ -38,8 +38,9 @@ def _float_same(op: str):
 
 def _softmax(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     x = xs[0].astype(np.float64)
-    e = np.exp(x - x.max(axis=attrs["axis"], keepdims=True))
-    return ((e / e.sum(axis=attrs["axis"], keepdims=True)).astype(xs[0].dtype),)
+    with np.errstate(invalid="ignore"):  # a row of -inf (fully masked) is NaN, as in ONNX
+        e = np.exp(x - x.max(axis=attrs["axis"], keepdims=True))
+        return ((e / e.sum(axis=attrs["axis"], keepdims=True)).astype(xs[0].dtype),)
 
 
 def _log_softmax(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
@@ -83,6 +84,43 @@ for _name, (_onnx_type, _evaluate, _doc) in _SOFTMAXES.items():
 def _import_softmax(ctx, node):
     name = {onnx_type: name for name, (onnx_type, _, _) in _SOFTMAXES.items()}[node.op_type]
     return ctx.add(name, ctx.inputs(node), axis=ctx.attr(node, "axis", -1))
+
+
+# ---- softmax with the exporters' NaN guard ----------------------------------------------------
+
+def _guarded_softmax(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    (y,) = _softmax(attrs, xs)
+    return (np.where(np.isnan(y), np.zeros((), y.dtype), y),)
+
+
+def _export_guarded_softmax(ctx, attrs: Attrs, ins: list[str], outs: list[str],
+                            types: Types) -> None:
+    probs, nan = ctx.fresh("softmax"), ctx.fresh("isnan")
+    ctx.emit("Softmax", ins, [probs], axis=attrs["axis"])
+    ctx.emit("IsNaN", [probs], [nan])
+    ctx.emit("Where", [nan, ctx.const(np.array(0, types[0].dtype)), probs], outs)
+
+
+def _torch_guarded_softmax(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    axis = attrs["axis"]  # a softmax is never infinite: only its NaNs change
+    return lambda x: (t.torch.softmax(x, axis).nan_to_num(0.0),)
+
+
+register(OpDef(
+    name="guarded_softmax", inputs=(1, 1), attrs=(AttrSpec("axis", -1, int),),
+    infer=_float_same("guarded_softmax"), evaluate=_guarded_softmax,
+    torch=_torch_guarded_softmax, export=_export_guarded_softmax,
+    canonicalize=_axis_canon("guarded_softmax"),
+    flops=lambda attrs, ins, outs: 6 * ins[0].numel,
+    # The softmax's pass, then the guard's two as libraries run them: IsNaN reads the
+    # probabilities and writes a boolean mask, Where reads both and writes the result.
+    bytes=lambda attrs, ins, outs: 5 * ins[0].nbytes + 2 * ins[0].numel,
+    doc="Softmax whose NaNs become zeros: Where(IsNaN(p), 0, p) after Softmax, the guard the "
+        "dynamo exporter writes after attention's softmax so that a fully masked query (a row "
+        "of -inf scores, whose softmax is NaN) gives zeros, as torch's attention does. Its own "
+        "operator, so that no softmax rule drops the guard; the rule "
+        "softmax-guard-unneeded drops it where a constant mask leaves every row a score.",
+))
 
 
 # ---- layer normalization ----------------------------------------------------------------------

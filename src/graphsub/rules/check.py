@@ -218,6 +218,7 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
     weights = {**_condition_vars(rule, "weight"), **scalars}
     constants = {**_condition_vars(rule, "all-equal"), **_condition_vars(rule, "close-to")}
     causal = _condition_vars(rule, "causal")
+    unmasked = _condition_vars(rule, "unmasked-rows")
     shaped = _shape_conditions(rule)
     positive = _positive_vars(rule)
     b = GraphBuilder(seed=int(rng.integers(1 << 30)))
@@ -260,6 +261,13 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
         elif name in causal and len(shape) >= 2:
             keep = np.tril(np.ones(shape[-2:], dtype=bool))
             data = np.broadcast_to(np.where(keep, 0.0, -np.inf).astype(np.float32), shape)
+            values[name] = b.weight(data, name=name)
+        elif name in unmasked:  # -inf in about half the places, one score left in every row
+            keep = rng.random(shape) < 0.5
+            if len(shape):
+                first = rng.integers(shape[-1], size=shape[:-1])
+                np.put_along_axis(keep, first[..., None], True, axis=-1)
+            data = np.where(keep, data, -np.inf).astype(np.float32)
             values[name] = b.weight(data, name=name)
         elif name in weights:
             values[name] = b.weight(data, name=name)

@@ -115,6 +115,19 @@ def _is_causal(env: Env, t: Expr) -> bool:
     return bool(np.all(arr[below] == 0) and np.all(arr[~below] <= MASKED))
 
 
+def _unmasked_rows(env: Env, t: Expr) -> bool:
+    """Whether the matched tensor is an additive mask that leaves every row (along its last
+    axis) a score: a weight without NaN or +inf with an entry above MASKED in every row. A
+    softmax of scores plus such a mask has no fully masked row, so it is NaN only where the
+    scores are (a NaN or infinite input), which graphsub's rules, like TASO's, leave aside."""
+    constant = env.constant(t)
+    if constant is None or constant.type.rank == 0 or not constant.type.dtype.startswith("float"):
+        return False
+    arr = constant.array
+    return bool(not np.isnan(arr).any() and not np.isposinf(arr).any()
+                and np.all(np.any(arr > MASKED, axis=-1)))
+
+
 def _uniform_value(env: Env, t: Expr) -> float:
     """The one value of a weight whose elements are all equal (an epsilon a rule carries over
     into an attribute); no value (no match) otherwise."""
@@ -184,6 +197,7 @@ _TENSOR_FNS: dict[str, Callable[..., Any]] = {
     "all-equal": _all_equal,
     "close-to": _close_to,
     "causal": _is_causal,
+    "unmasked-rows": _unmasked_rows,
     "value": _uniform_value,
 }
 

@@ -7,16 +7,17 @@ this); each fusion computes what its operators compute, up to the rounding of th
   following activation (GELU, ReLU, tanh, sigmoid) or a residual sum, becomes one oneDNN
   call (`mkldnn::_linear_pointwise`, what inductor's CPU freezing calls), with the matrix
   stored transposed once. Under torch.compile the call is plain aten ops again, for
-  inductor to lower its own way. On AMD processors MKL's sgemm, which `torch.matmul` and eager
+  inductor to lower its own way (when traced; see `_linear`). On AMD processors MKL's sgemm, which `torch.matmul` and eager
   `nn.Linear` call, runs at half oneDNN's speed; and each operator left out is a pass over
   the output and a parallel region less.
 - **Attention**: softmax(q k^T * s [+ mask]) v, as exporters decompose
   `scaled_dot_product_attention` (a scalar on q and on k^T, the scores, an additive mask, the
-  softmax, the NaN guard `Where(IsNaN(p), 0, p)`, the product with v), becomes one call of
-  torch's `scaled_dot_product_attention` (a flash kernel on the CPU), as eager PyTorch runs
-  it. A softmax over keys that are all masked out gives NaN and SDPA gives zeros; the guard
-  turns the NaN into zeros too, so without the guard only a constant mask with finite values
-  (or none) fuses. On the CPU only (SDPA's other kernels are not checked here).
+  softmax with the NaN guard `Where(IsNaN(p), 0, p)`, imported as guarded_softmax, the
+  product with v), becomes one call of torch's `scaled_dot_product_attention` (a flash kernel
+  on the CPU), as eager PyTorch runs it. A softmax over keys that are all masked out gives
+  NaN and SDPA gives zeros; the guard turns the NaN into zeros too, so without the guard
+  only a constant mask with finite values (or none) fuses. On the CPU only (SDPA's other
+  kernels are not checked here).
 
 `plan(graph, weights, device)` finds the fusions; `TorchProgram` calls each at its root node
 and skips the nodes it absorbed. A node is absorbed only if everything that reads it is in
@@ -140,18 +141,13 @@ class _Finder:
             return None
         p, v = out.inputs
         absorbed: set[int] = set()
-        guarded = False
-        if self.g[p.node].op == "opaque" and self.g[p.node].attrs["op_type"] == "Where":
-            guard = self._nan_guard(p.node)
-            if guard is None or self.only_user(p.node) != (root, 0):
-                return None
-            absorbed |= guard[0]
-            p, guarded = guard[1], True
-        elif self.only_user(p.node) != (root, 0):
+        if self.only_user(p.node) != (root, 0):
             return None
         probs = self.g[p.node]
-        if probs.op != "softmax" or probs.attrs["axis"] not in (-1, probs.type.rank - 1):
+        if (probs.op not in ("softmax", "guarded_softmax")
+                or probs.attrs["axis"] not in (-1, probs.type.rank - 1)):
             return None
+        guarded = probs.op == "guarded_softmax"
         absorbed.add(p.node)
         scores, mask = probs.inputs[0], None
         if self.only_user(scores.node) != (p.node, 0):
@@ -203,23 +199,6 @@ class _Finder:
             return None
         inputs: tuple[Value | np.ndarray, ...] = (a, b, v) + ((mask,) if mask is not None else ())
         return Fusion("attention", root, frozenset(absorbed), inputs, _attention_builder(total))
-
-    def _nan_guard(self, where: int) -> tuple[set[int], Value] | None:
-        """Where(IsNaN(p), 0, p): the nodes and p."""
-        w = self.g[where]
-        if len(w.inputs) != 3 or tuple(w.attrs["input_slots"]) != (0, 1, 2):
-            return None
-        cond, zero, p = w.inputs
-        isnan = self.g[cond.node]
-        if (isnan.op != "opaque" or isnan.attrs["op_type"] != "IsNaN"
-                or isnan.inputs[0] != p or self.only_user(cond.node) != (where, 0)):
-            return None
-        if self.scalar(zero) != 0.0:
-            return None
-        readers = sorted(self.users.get(p.node, []))
-        if readers != sorted([(cond.node, 0), (where, 2)]) or p.node in self.outputs:
-            return None
-        return {where, cond.node}, p
 
     # ---- linear layers -------------------------------------------------------------------
     def linear(self, nid: int) -> Fusion | None:
