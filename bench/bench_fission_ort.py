@@ -21,9 +21,10 @@ and "graphsub / best" is the same against the fastest equivalent peer of that mo
 
 A sixth file, "unguarded", is timed alongside for what it explains and is no way to run a
 model: the export with the exporter's guard around each softmax (Where(IsNaN(p), 0, p), which
-makes a fully masked query's row zeros) and the mask's Add before it removed by hand. The
-peers' fused attention kernels do without both; graphsub keeps the guard (it changes what a
-fully masked row computes), so this is what that choice costs on onnxruntime.
+makes a fully masked query's row zeros) and the mask's Add before it removed by hand: what
+those passes cost on onnxruntime. The peers' fused attention kernels run neither; graphsub
+drops the guard only where a constant mask proves it changes nothing (rule
+softmax-guard-unneeded), as here: these exports have no attention-mask input.
 """
 
 from __future__ import annotations
