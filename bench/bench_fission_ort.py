@@ -14,7 +14,10 @@ order with onnxruntime's default session settings (all graph optimizations):
   operators included);
 - onnxscript's ORT fusions (`onnxscript.rewriter.ort_fusions.optimize_for_ort`);
 - onnxslim (`onnxslim.slim`);
-- graphsub (`optimize_model(..., target="ort-cpu")` with its defaults, fission included).
+- graphsub (`optimize_model(..., target="ort-cpu")` with its defaults, fission included:
+  standard ONNX);
+- with `--ort-fusions`, graphsub with that option too ("graphsub+fusions": its candidates also
+  written with onnxruntime's com.microsoft operators by onnxscript's fusions, and measured).
 Every file is checked against the export on random inputs first. Ratios are medians over rounds
 of per-round ratios (the export's time over the other's: above 1 is faster than the export),
 and "graphsub / best" is the same against the fastest equivalent peer of that model.
@@ -167,6 +170,15 @@ def measure(name: str, seq: int, folder: Path, args: argparse.Namespace) -> dict
                fission_kernels=[f"{k['count']} {k['kernel']}"
                                 for k in report.fission.get("kernels", [])])
     files["graphsub"] = data
+    if args.ort_fusions:
+        start = time.perf_counter()
+        fused, fused_report = optimize_model(graph, original, path.name,
+                                             time_limit=args.time_limit, target="ort-cpu",
+                                             ort_fusions=True)
+        row.update(fusions_s=time.perf_counter() - start,
+                   fusions_rules=fused_report.rules_used,
+                   fusions_kept_original=fused_report.kept_original)
+        files["graphsub+fusions"] = fused
     files["unguarded"] = unguarded(original)
     timings = dict(zip(files, time_models(list(files.values()), feeds_for(graph),
                                           threads=args.threads, min_seconds=args.seconds)))
@@ -178,6 +190,8 @@ def measure(name: str, seq: int, folder: Path, args: argparse.Namespace) -> dict
         best = max(present, key=lambda p: row[f"{p}_ratio"])
         row["best_peer"] = best
         row["graphsub_vs_best"] = paired(timings[best], timings["graphsub"])
+        if "graphsub+fusions" in files:
+            row["fusions_vs_best"] = paired(timings[best], timings["graphsub+fusions"])
     return row
 
 
@@ -188,6 +202,8 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--ort-fusions", action="store_true",
+                    help="also run graphsub with --ort-fusions (onnxruntime's own operators)")
     ap.add_argument("--out", default="out/bench/fission_ort.json")
     args = ap.parse_args()
     folder = Path(args.out).parent
@@ -212,6 +228,8 @@ def main() -> None:
     print(f"\n{meta}\n")
     headers = ["model", "export ms", *PEERS, "graphsub", "graphsub / best peer",
                "graphsub kept", "fission kernels", "unguarded"]
+    if args.ort_fusions:
+        headers += ["graphsub+fusions", "graphsub+fusions / best peer"]
     lines = []
     for r in rows:
         if "error" in r:
@@ -224,7 +242,9 @@ def main() -> None:
                       f"{r['graphsub_vs_best']:.3f} ({r['best_peer']})" if "best_peer" in r else "",
                       "original" if r["kept_original"] else
                       ("fission" if r["fission_kept"] else "search"),
-                      ", ".join(r["fission_kernels"]) or "none", f"{r['unguarded_ratio']:.3f}"])
+                      ", ".join(r["fission_kernels"]) or "none", f"{r['unguarded_ratio']:.3f}"]
+                     + ([f"{r['graphsub+fusions_ratio']:.3f}", f"{r.get('fusions_vs_best', 0):.3f}"]
+                        if args.ort_fusions else []))
     print(markdown(headers, lines))
 
 

@@ -393,6 +393,11 @@ FISSION_HELP = ("Also split the search's best graph into primitives and choose i
                 "Korch's binary linear program on the target's measured costs: one more "
                 "candidate, kept only if it runs faster (a fifth of the search's time, at most "
                 "20 s).")
+ORT_FUSIONS_HELP = ("Also measure the original and the best candidate written with onnxruntime's "
+                    "fused com.microsoft operators (onnxscript's ORT fusions: fused attention, "
+                    "SkipLayerNormalization, BiasGelu, ...); where one is faster, the output runs "
+                    "only on onnxruntime. Needs an onnxruntime target and onnxscript "
+                    "(pip install 'graphsub[ort-fusions]').")
 MEASURE_LIMIT_HELP = ("Seconds for timing, confirming and verifying the candidates, after a search "
                       "of the whole --time-limit (default: they share the time limit). Give "
                       "more for models whose runs take long.")
@@ -418,6 +423,7 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
              report: Annotated[Optional[Path], typer.Option("--report", help="Write the full report as JSON.")] = None,
              candidates: Annotated[int, typer.Option(help="Best candidates to time end to end.")] = 3,
              fission: Annotated[bool, typer.Option("--fission/--no-fission", help=FISSION_HELP)] = True,
+             ort_fusions: Annotated[bool, typer.Option("--ort-fusions/--no-ort-fusions", help=ORT_FUSIONS_HELP)] = False,
              as_json: JsonOpt = False) -> None:
     """Optimize a model: search equivalent graphs, keep the fastest measured, verify, write.
     Ctrl-C during the search ends it and goes on to measure what it found; a second Ctrl-C
@@ -428,7 +434,8 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
     from graphsub.rules import builtin_rules, load_rules
 
     check_settings(algorithm, alpha, budget, time_limit, cost, k, split, executor, node_limit,
-                   k_multi, measure_limit, candidates, threads)
+                   k_multi, measure_limit, candidates, threads, ort_fusions=ort_fusions,
+                   target=target)
     check_output_path(output, "--output", [model])
     if report is not None:
         check_output_path(report, "--report", [model])
@@ -454,7 +461,7 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
                     threads=threads, measure_candidates=candidates, progress=update,
                     target=device, stage=stages, split=split, executor=executor,
                     node_limit=node_limit, k_multi=k_multi, measure_limit=measure_limit,
-                    started=started, fission=fission)
+                    started=started, fission=fission, ort_fusions=ort_fusions)
             finally:
                 stages.stop()
     except VerificationError as exc:

@@ -25,7 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from graphsub.backends import Target, get_target
+from graphsub.backends import Target, default_target_name, get_target
+from graphsub.backends import ort_fusions as ort_fusions_module
 from graphsub.cost import CostModel, MeasuredCostModel, make_cost_model
 from graphsub.errors import GraphsubError
 from graphsub.fission.stage import FissionOutcome, fission_and_orchestrate
@@ -99,10 +100,18 @@ def check_settings(algorithm: str = "backtracking", alpha: float | None = None,
                    split: int | None = None, executor: str = "process",
                    node_limit: int | None = None, k_multi: int | None = None,
                    measure_limit: float | None = None, candidates: int = 3,
-                   threads: int | None = None, options: Mapping[str, Any] | None = None) -> None:
+                   threads: int | None = None, options: Mapping[str, Any] | None = None,
+                   ort_fusions: bool = False, target: str | Target | None = None) -> None:
     """Raise a GraphsubError naming the first setting out of range, or one the algorithm does
     not have: checked before any work, so that a typo does not cost a search."""
     search_options(algorithm, alpha, k, node_limit, k_multi, options)
+    if ort_fusions:
+        name = target if isinstance(target, str) else \
+            default_target_name() if target is None else target.name
+        if not name.startswith("ort-"):
+            raise GraphsubError(f"--ort-fusions writes onnxruntime's own operators: it needs an "
+                                f"onnxruntime target (ort-cpu, ort-cuda), not {name}")
+        ort_fusions_module.check_available()
     if isinstance(cost, str) and cost not in COST_MODELS:
         raise GraphsubError(f"unknown cost model {cost!r}; use {' or '.join(COST_MODELS)}")
     if executor not in EXECUTORS:
@@ -180,7 +189,7 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
                    k_multi: int | None = None, measure_limit: float | None = None,
                    started: float | None = None,
                    options: Mapping[str, Any] | None = None,
-                   fission: bool = True) -> tuple[bytes, OptimizeReport]:
+                   fission: bool = True, ort_fusions: bool = False) -> tuple[bytes, OptimizeReport]:
     """Optimize for a target, choose by measurement there, verify. Returns the ONNX bytes to
     write (the original model's when nothing beats it) and the report. Raises
     VerificationError on a mismatch. `stage` is told what is happening (the search starting,
@@ -196,10 +205,15 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
     orchestrated on the target (graphsub.fission.stage): one more candidate, measured like
     the others and kept only if it runs faster.
 
+    With `ort_fusions` (an onnxruntime target), the original and the best candidate are also
+    written with onnxruntime's fused com.microsoft operators (graphsub.backends.ort_fusions),
+    two more candidates; the output may then run only on onnxruntime.
+
     The stages, each a function below: search, fission, export, screen and confirm
     (selection.measure_and_choose), check equivalence, report."""
     check_settings(algorithm, alpha, budget, time_limit, cost, k, split, executor, node_limit,
-                   k_multi, measure_limit, measure_candidates, threads, options)
+                   k_multi, measure_limit, measure_candidates, threads, options, ort_fusions,
+                   target)
     run = _Run(started=time.perf_counter() if started is None else started,
                threads=threads or os.cpu_count() or 1, say=stage or (lambda message: None),
                device=resolve_target(target, threads),
@@ -220,6 +234,9 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
     exported = _export_stage(graph, result, original_onnx is not None and
                              run.device.name.startswith("ort-"), run.original,
                              measure_candidates, notes)
+    if ort_fusions:
+        run.say("writing candidates with onnxruntime's fused operators")
+        exported += _ort_fusion_stage(graph, result, exported, run.original, notes)
     deadline = (run.search_end + measure_limit if measure_limit is not None
                 else run.started + time_limit)
     specs = graph_input_specs(graph)
@@ -234,7 +251,8 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
                       **asdict(search_options(algorithm, alpha, k, node_limit, k_multi, options)),
                       budget=budget, budget_unit=ALGORITHMS[algorithm].budget_unit,
                       split=split, time_limit=time_limit, measure_limit=measure_limit,
-                      cost=cost, threads=run.threads,
+                      cost=cost, threads=run.threads, fission=fission,
+                      ort_fusions=ort_fusions,
                       rules=len(rules) if rules is not None else "builtin"),
         target=run.device.name, device=run.device.device().as_dict(),
         predicted_cost_before=result.initial_cost,
@@ -373,6 +391,30 @@ def _export_stage(graph: Graph, result: OptimizeResult, reexport: bool, original
         data = to_onnx_bytes(graph)
         if _op_counts(data) != _op_counts(original):
             out.insert(0, (Candidate(graph, result.initial_cost, ()), data))
+    return out
+
+
+def _ort_fusion_stage(graph: Graph, result: OptimizeResult,
+                      exported: list[tuple[Candidate, bytes]], original: bytes,
+                      notes: list[str]) -> list[tuple[Candidate, bytes]]:
+    """The original and the best exported candidate written with onnxruntime's fused
+    operators, where onnxscript's patterns match them: the fusions apply to what graphsub's
+    rewrites leave as well as to what the exporter wrote, and either can be the faster."""
+    sources = [(Candidate(graph, result.initial_cost, ()), original), *exported[:1]]
+    out = []
+    for candidate, data in sources:
+        try:
+            fused = ort_fusions_module.fuse(data)
+        except GraphsubError as exc:
+            notes.append(f"a candidate could not be written with onnxruntime's fused operators: "
+                         f"{exc}")
+            continue
+        if fused is not None:
+            step = Step(ort_fusions_module.STEP, candidate.cost)
+            out.append((Candidate(candidate.graph, candidate.cost, (*candidate.trace, step)),
+                        fused))
+    if not out:
+        notes.append("onnxruntime fusions: onnxscript's patterns matched nothing in this model")
     return out
 
 
