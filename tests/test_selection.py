@@ -179,3 +179,36 @@ def test_the_fuzzers_candidate_that_onnxruntime_breaks_is_dropped_with_a_note():
         assert "onnxruntime optimizer bug" in selection.notes[0]
     else:  # an onnxruntime that fixed its fusion: an ordinary candidate
         assert selection.candidates[0].measured_ms is not None
+
+
+class _Closable:
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("second, chosen", [([1.1] * 10, 1), ([1.0] * 10, None)])
+def test_when_the_fastest_fails_its_confirmation_the_runner_up_gets_one(monkeypatch, second,
+                                                                        chosen):
+    """Three candidates faster than the original in the screening: the fastest (index 2) is
+    not confirmed head to head; the runner-up (index 1) is confirmed in its turn, or, failing
+    too, the verdict still reports the fastest's figures; the third is never tried."""
+    from graphsub import selection as sel
+
+    monkeypatch.setattr(sel, "time_runnables", lambda runnables, feeds, **kw: [
+        Timing((2.0,) * 5), Timing((1.9,) * 5), Timing((1.5,) * 5), Timing((1.8,) * 5)])
+    confirms = iter([paired([1.01] * 10), paired(second)])
+    monkeypatch.setattr(sel, "compare_runnables", lambda *args, **kw: next(confirms))
+    ready = [(0, _Closable(), 0.001), (1, _Closable(), 0.001), (2, _Closable(), 0.001)]
+    ready = [ready[0], ready[2], ready[1]]  # order of `ready` is not the screening's order
+    selection = sel._screen_and_confirm(
+        Selection("not-run", candidates=[CandidateReport(1.0, None, [])] * 3,
+                  original_run_s=0.001),
+        _Closable(), ready, {}, time.perf_counter() + 60, 0.0, 1.0, get_target("ort-cpu"),
+        lambda message: None)
+    assert selection.chosen == chosen
+    if chosen is None:
+        assert selection.outcome == "not-confirmed"
+        assert selection.confirm.speedup == pytest.approx(1.01)  # the fastest's figures
+        assert any("runner-up" in n for n in selection.notes)
+    else:
+        assert selection.outcome == "faster" and selection.confirm.speedup == pytest.approx(1.1)

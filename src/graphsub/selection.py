@@ -38,6 +38,10 @@ MIN_CONFIRM_ROUNDS = 5
 #: The share of the measuring time (after the verification reserve) spent screening; the rest
 #: confirms the fastest candidate head to head.
 SCREEN_SHARE = 0.4
+#: Candidates confirmed head to head at most, fastest in the screening first: when the fastest
+#: fails (a screening fluke, or a gain under MIN_GAIN), the runner-up gets its own chance, so
+#: that more candidates never make the result worse.
+MAX_CONFIRMS = 2
 
 
 @dataclass
@@ -218,32 +222,51 @@ def _screen_and_confirm(selection: Selection, original_run: Runnable,
         selection.before_ms = selection.after_ms = before * 1e3
         for (i, _, _), t in zip(ready, timings[1:]):
             selection.candidates[i].measured_ms = t.median * 1e3
-        fastest = min(range(len(ready)), key=lambda k: timings[k + 1].median)
-        selection.screen_ratio = before / timings[fastest + 1].median
-        if timings[fastest + 1].median >= before:
+        order = sorted(range(len(ready)), key=lambda k: timings[k + 1].median)
+        selection.screen_ratio = before / timings[order[0] + 1].median
+        if timings[order[0] + 1].median >= before:
             selection.outcome = "not-faster"
             return selection
-        index, runnable, _ = ready[fastest]
-        say(f"confirming the fastest candidate head to head on {device.name}")
-        confirm_budget = deadline - time.perf_counter() - reserve
-        confirm = compare_runnables(original_run, runnable, feeds,
-                                    min_seconds=min(max(measure_seconds, 4.0), confirm_budget),
-                                    deadline=time.perf_counter() + confirm_budget, **options)
-        selection.confirm = confirm
-        selection.before_ms = confirm.before.median * 1e3
-        selection.after_ms = selection.before_ms
-        if len(confirm.ratios) < MIN_CONFIRM_ROUNDS:
-            selection.outcome = "no-time"
-            selection.notes.append(
-                f"only {len(confirm.ratios)} head-to-head round(s) fitted in the time limit; "
-                f"at least {MIN_CONFIRM_ROUNDS} are needed to keep a candidate")
-        elif confirm.speedup >= 1 / (1 - MIN_GAIN) and confirm.wins >= MIN_WINS:
-            selection.outcome = "faster"
-            selection.chosen = index
-            selection.runnable = runnable
-            selection.after_ms = confirm.after.median * 1e3
-        else:
+        contenders = [k for k in order if timings[k + 1].median < before][:MAX_CONFIRMS]
+        first_failure: PairedComparison | None = None
+        for attempt, k in enumerate(contenders):
+            index, runnable, _ = ready[k]
+            confirm_budget = deadline - time.perf_counter() - reserve
+            if attempt and confirm_budget < MIN_CONFIRM_ROUNDS * one_round:
+                break  # no time for the runner-up: the first attempt's verdict stands
+            say(f"confirming the {'fastest' if not attempt else 'runner-up'} candidate head "
+                f"to head on {device.name}")
+            confirm = compare_runnables(original_run, runnable, feeds,
+                                        min_seconds=min(max(measure_seconds, 4.0), confirm_budget),
+                                        deadline=time.perf_counter() + confirm_budget, **options)
+            selection.confirm = confirm
+            selection.before_ms = confirm.before.median * 1e3
+            selection.after_ms = selection.before_ms
+            if len(confirm.ratios) < MIN_CONFIRM_ROUNDS:
+                selection.outcome = "no-time"
+                selection.notes.append(
+                    f"only {len(confirm.ratios)} head-to-head round(s) fitted in the time limit; "
+                    f"at least {MIN_CONFIRM_ROUNDS} are needed to keep a candidate")
+                break
+            if confirm.speedup >= 1 / (1 - MIN_GAIN) and confirm.wins >= MIN_WINS:
+                selection.outcome = "faster"
+                selection.chosen = index
+                selection.runnable = runnable
+                selection.after_ms = confirm.after.median * 1e3
+                if attempt:
+                    selection.notes.append("the fastest candidate in the screening was not "
+                                           "confirmed head to head; the runner-up was")
+                return selection
             selection.outcome = "not-confirmed"
+            if first_failure is None:
+                first_failure = confirm
+            else:
+                selection.notes.append(
+                    f"the runner-up was not confirmed either ({confirm.speedup:.3f}x in the "
+                    f"median round, faster in {confirm.wins:.0%} of {len(confirm.ratios)})")
+        if selection.outcome == "not-confirmed" and first_failure is not None:
+            selection.confirm = first_failure  # the verdict explains the fastest's result
+            selection.before_ms = selection.after_ms = first_failure.before.median * 1e3
         return selection
     finally:
         for r in runnables:
