@@ -243,7 +243,8 @@ def _screen_and_confirm(selection: Selection, original_run: Runnable,
             selection.before_ms = confirm.before.median * 1e3
             selection.after_ms = selection.before_ms
             if len(confirm.ratios) < MIN_CONFIRM_ROUNDS:
-                selection.outcome = "no-time"
+                # After a failed first attempt, its verdict stands (restored below).
+                selection.outcome = "not-confirmed" if first_failure is not None else "no-time"
                 selection.notes.append(
                     f"only {len(confirm.ratios)} head-to-head round(s) fitted in the time limit; "
                     f"at least {MIN_CONFIRM_ROUNDS} are needed to keep a candidate")

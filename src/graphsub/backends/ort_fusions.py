@@ -40,20 +40,15 @@ def fuse(model: bytes) -> bytes | None:
     """The model with onnxruntime's fused operators where onnxscript's patterns match it
     (None: none matched). A failure inside onnxscript is the candidate's loss, not the run's:
     it raises GraphsubError, which the caller notes."""
+    import onnx
     import onnx_ir as ir
     from onnxscript.rewriter.ort_fusions import optimize_for_ort
 
     try:
-        fused, counts = optimize_for_ort(ir.from_proto(_load(model)))
+        fused, counts = optimize_for_ort(ir.from_proto(onnx.load_from_string(model)))
         if not any(counts.values()):
             return None
         return ir.to_proto(fused).SerializeToString()
     except Exception as exc:  # noqa: BLE001 - a third-party rewriter's failure, any kind
         raise GraphsubError(f"onnxscript's ORT fusions failed: {type(exc).__name__}: "
                             f"{str(exc).splitlines()[0][:200] if str(exc) else ''}") from None
-
-
-def _load(model: bytes):
-    import onnx
-
-    return onnx.load_from_string(model)

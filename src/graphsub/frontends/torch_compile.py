@@ -383,6 +383,7 @@ def _optimize_part(sub: fx.GraphModule, args: list[Any], constants: dict[fx.Node
     report = PartReport(len(graph), dict(result.rules_used()), result.initial_cost,
                         result.final_cost, result.stats.seconds)
     best = result.graph
+    positions = [placeholders.index(n) for n in inputs]
     if opts.fission:
         # Generated kernels only where graphsub's program runs them: a graph handed on to
         # inductor is compiled whole by it.
@@ -395,13 +396,11 @@ def _optimize_part(sub: fx.GraphModule, args: list[Any], constants: dict[fx.Node
                           stacklevel=3)
         else:
             report.fission = {**outcome.as_dict(), "kept": False}
-            positions = [placeholders.index(n) for n in inputs]
             if outcome.cost < result.final_cost and _runs_faster(
                     outcome.graph, best, target, [args[i] for i in positions]):
                 best, report.predicted_after = outcome.graph, outcome.cost
                 report.fission["kept"] = True
     program = TorchProgram(best, target.torch_device, getattr(target, "_fused_conv_relu", None))
-    positions = [placeholders.index(n) for n in inputs]
     output = next(n for n in sub.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))
     part = GraphsubPart(program, positions, single, _output_strides(sub, args))

@@ -6,9 +6,9 @@ this); each fusion computes what its operators compute, up to the rounding of th
 - **Linear layers** on the CPU: a product with a constant matrix, with the bias added, a
   following activation (GELU, ReLU, tanh, sigmoid) or a residual sum, becomes one oneDNN
   call (`mkldnn::_linear_pointwise`, what inductor's CPU freezing calls), with the matrix
-  stored transposed once. Under torch.compile the call is plain aten ops again, for
-  inductor to lower its own way (when traced; see `_linear`). On AMD processors MKL's sgemm, which `torch.matmul` and eager
-  `nn.Linear` call, runs at half oneDNN's speed; and each operator left out is a pass over
+  stored transposed once. Traced by torch.compile the call is plain aten ops again, for
+  inductor to lower its own way (see `_linear`). On AMD processors MKL's sgemm, which
+  `torch.matmul` and eager `nn.Linear` call, runs at half oneDNN's speed; and each operator left out is a pass over
   the output and a parallel region less.
 - **Attention**: softmax(q k^T * s [+ mask]) v, as exporters decompose
   `scaled_dot_product_attention` (a scalar on q and on k^T, the scores, an additive mask, the
