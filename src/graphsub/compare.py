@@ -4,14 +4,14 @@ tables: final cost, search time, graphs expanded), for `graphsub compare` and be
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from graphsub.backends import Target
 from graphsub.cost import CostModel, make_cost_model
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
-from graphsub.optimizer import optimize, resolve_target
+from graphsub.optimizer import ProgressRecorder, optimize, resolve_target
 from graphsub.rules import Rule, builtin_rules
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import ALGORITHMS
@@ -34,6 +34,8 @@ class AlgorithmRun:
     matches_reused: int
     stopped_by: StopReason
     rules_used: dict[str, int]
+    #: (seconds, best predicted cost) each time the best cost fell: OCGGS's cost-time curve.
+    progress: list[tuple[float, float | None]] = field(default_factory=list)
 
     @property
     def improvement(self) -> float:
@@ -73,11 +75,13 @@ def compare_algorithms(graph: Graph, algorithms: Sequence[str] = DEFAULT_ALGORIT
         # is per decision).
         search = ALGORITHMS[algorithm]
         budget = None if search.egraph else 10**9
+        recorder = ProgressRecorder()
         result = optimize(graph, rules, algorithm, time_limit=time_limit, cost=model,
                           k=k if "k" in search.option_names() else None, split=split,
-                          budget=budget)
+                          budget=budget, progress=recorder)
         s = result.stats
         runs.append(AlgorithmRun(algorithm, split, result.initial_cost, result.final_cost,
                                  s.seconds, s.explored, s.generated, s.matches_computed,
-                                 s.matches_reused, s.stopped_by, dict(result.rules_used())))
+                                 s.matches_reused, s.stopped_by, dict(result.rules_used()),
+                                 recorder.points(result)))
     return runs

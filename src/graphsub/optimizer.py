@@ -22,7 +22,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from graphsub.backends import Target, default_target_name, get_target
@@ -32,14 +32,15 @@ from graphsub.errors import GraphsubError
 from graphsub.fission.stage import FissionOutcome, fission_and_orchestrate
 from graphsub.ir.graph import Graph
 from graphsub.onnx_io.exporter import to_onnx_bytes
-from graphsub.report.optimize import OptimizeReport, verdict
+from graphsub.report.evidence import op_times, rewrite_evidence
+from graphsub.report.optimize import OptimizeReport, verdict, versions
 from graphsub.rules import Rule, builtin_rules
 from graphsub.runtime.equivalence import (SAME_FUNCTION, Comparison, compare_models,
                                           compare_runners)
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import ALGORITHMS, Candidate, OptimizeResult, SearchStats
-from graphsub.search.result import ProgressFn, Step, StopReason
+from graphsub.search.result import ProgressFn, SearchProgress, Step, StopReason
 from graphsub.search.registry import Limits
 from graphsub.search.split import splitting
 from graphsub.selection import measure_and_choose
@@ -214,6 +215,7 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
     check_settings(algorithm, alpha, budget, time_limit, cost, k, split, executor, node_limit,
                    k_multi, measure_limit, measure_candidates, threads, options, ort_fusions,
                    target)
+    rules = builtin_rules() if rules is None else list(rules)
     run = _Run(started=time.perf_counter() if started is None else started,
                threads=threads or os.cpu_count() or 1, say=stage or (lambda message: None),
                device=resolve_target(target, threads),
@@ -253,7 +255,7 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
                       split=split, time_limit=time_limit, measure_limit=measure_limit,
                       cost=cost, threads=run.threads, fission=fission,
                       ort_fusions=ort_fusions,
-                      rules=len(rules) if rules is not None else "builtin"),
+                      rules=len(rules)),
         target=run.device.name, device=run.device.device().as_dict(),
         predicted_cost_before=result.initial_cost,
         predicted_cost_after=chosen.cost if chosen is not None else result.initial_cost,
@@ -268,9 +270,45 @@ def optimize_model(graph: Graph, original_onnx: bytes | None = None, label: str 
         {"equivalent": True, "note": "the original model is written unchanged"},
         nodes_before=len(graph), nodes_after=len(chosen.graph) if chosen is not None else len(graph),
         outcome=selection.outcome, notes=notes, seconds=run.seconds(time_limit, measure_limit),
-        fission=_fission_report(orchestrated, chosen))
+        fission=_fission_report(orchestrated, chosen), timings=selection.timings,
+        versions=versions())
+    report.search["progress"] = run.progress
+    _evidence_stage(report, graph, exported, selection, cost_model, rules)
     report.verdict = verdict(report, selection, interrupted)
     return chosen_bytes, report
+
+
+def _featured(selection: Any, exported: Sequence[tuple[Candidate, bytes]]) -> int | None:
+    """The candidate a report shows in detail: the one kept, else the one confirmed head to
+    head, else the fastest timed, else the best predicted."""
+    if selection.chosen is not None:
+        return selection.chosen
+    if selection.confirmed is not None:
+        return selection.confirmed
+    timed = [(c.measured_ms, i) for i, c in enumerate(selection.candidates)
+             if c.measured_ms is not None]
+    return min(timed)[1] if timed else (0 if exported else None)
+
+
+def _evidence_stage(report: OptimizeReport, graph: Graph,
+                    exported: Sequence[tuple[Candidate, bytes]], selection: Any,
+                    cost_model: CostModel, rules: Sequence[Rule]) -> None:
+    """What the HTML report draws: time per operator type, the featured candidate's
+    rewrites. A failure here loses a figure, with a note, never the run."""
+    index = _featured(selection, exported)
+    unit = "measured" if isinstance(cost_model, MeasuredCostModel) else "analytic"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            report.op_times = {"unit": unit, "original": op_times(graph, cost_model),
+                               "candidate": None, "candidate_index": index}
+            if index is not None:
+                candidate = exported[index][0]
+                report.op_times["candidate"] = op_times(candidate.graph, cost_model)
+                report.rewrites = rewrite_evidence(graph, candidate, rules, index)
+    except (GraphsubError, ValueError, KeyError, RuntimeError) as exc:
+        report.notes.append(f"the report's rewrite and operator-time figures could not be "
+                            f"made ({exc})")
 
 
 @dataclass
@@ -285,6 +323,8 @@ class _Run:
     original: bytes
     search_end: float = 0.0
     measure_end: float = 0.0
+    #: (seconds, best predicted cost) as the search went, for the report's figure.
+    progress: list[tuple[float, float | None]] = field(default_factory=list)
 
     def seconds(self, time_limit: float, measure_limit: float | None) -> dict[str, Any]:
         end = time.perf_counter()
@@ -305,6 +345,7 @@ def _search_stage(run: _Run, graph: Graph, cost_model: CostModel, search: dict[s
     if fission:
         seconds -= fission_seconds(seconds)
     run.say(f"searching with {search['algorithm']} for up to {seconds:.1f} s")
+    recorder = ProgressRecorder(progress)
     start = time.perf_counter()
     if isinstance(cost_model, MeasuredCostModel):
         cost_model.deadline = start + seconds
@@ -312,12 +353,36 @@ def _search_stage(run: _Run, graph: Graph, cost_model: CostModel, search: dict[s
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # untimed operators: in the notes
             result = optimize(graph, time_limit=seconds, cost=cost_model, threads=run.threads,
-                              progress=progress, target=run.device, **search)
+                              progress=recorder, target=run.device, **search)
     except KeyboardInterrupt:
         stats = SearchStats(stopped_by=StopReason.INTERRUPT, seconds=time.perf_counter() - start)
         result = OptimizeResult(graph, (), stats, math.nan, math.nan, [])
     run.search_end = time.perf_counter()
+    run.progress = recorder.points(result)
     return result
+
+
+class ProgressRecorder:
+    """A progress callback that also keeps (seconds, best cost) each time the best cost
+    changes, for the report's figure of the search, and passes every call on."""
+
+    def __init__(self, forward: ProgressFn | None = None) -> None:
+        self.forward = forward
+        self._points: list[tuple[float, float | None]] = []
+
+    def __call__(self, progress: SearchProgress) -> None:
+        if progress.best_cost is not None and (
+                not self._points or progress.best_cost != self._points[-1][1]):
+            self._points.append((round(progress.seconds, 4), progress.best_cost))
+        if self.forward is not None:
+            self.forward(progress)
+
+    def points(self, result: OptimizeResult) -> list[tuple[float, float | None]]:
+        """The points, from the input graph's cost to the search's final cost when it ended."""
+        start = [(0.0, result.initial_cost)] if math.isfinite(result.initial_cost) else []
+        end = ([(round(result.stats.seconds, 4), result.final_cost)]
+               if math.isfinite(result.final_cost) else [])
+        return start + self._points + end
 
 
 def fission_seconds(search_seconds: float) -> float:

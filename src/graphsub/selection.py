@@ -24,8 +24,10 @@ from graphsub.backends import Target
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.report.optimize import CandidateReport
-from graphsub.runtime.equivalence import SAME_FUNCTION, Comparison, Tolerance, compare_outputs
-from graphsub.runtime.timing import PairedComparison, Runnable, compare_runnables, time_runnables
+from graphsub.runtime.equivalence import (SAME_FUNCTION, Comparison, OutputDiff, Tolerance,
+                                          compare_outputs)
+from graphsub.runtime.timing import (PairedComparison, Runnable, Timing, compare_runnables,
+                                     time_runnables)
 from graphsub.search.result import Candidate
 
 #: A candidate replaces the original only when its median latency is this much lower: smaller
@@ -61,6 +63,10 @@ class Selection:
     original_run_s: float = 0.0
     #: A candidate whose first outputs differ from the original's: (its index, the diff).
     mismatch: tuple[int, Comparison] | None = None
+    #: The candidate `confirm` timed against the original.
+    confirmed: int | None = None
+    #: Round medians in ms, for reports: "screen" (by label) and "confirms" (each attempt).
+    timings: dict[str, Any] = field(default_factory=dict)
 
     def confirmation(self) -> dict[str, Any]:
         if self.confirm is None:
@@ -108,7 +114,8 @@ class Dropped:
 
 def _try_candidate(device: Target, i: int, cand: Candidate, data: bytes, original: bytes,
                    feeds: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
-                   tolerance: Tolerance) -> tuple[Runnable, float] | Dropped | Comparison:
+                   tolerance: Tolerance
+                   ) -> tuple[Runnable, float, list[OutputDiff]] | Dropped | Comparison:
     """Build and run a candidate once on the target: its runnable and run time, or why it
     was dropped, or (when it computes something else) the comparison that shows it."""
     try:
@@ -126,7 +133,7 @@ def _try_candidate(device: Target, i: int, cand: Candidate, data: bytes, origina
                        f"({_first_line(exc)})")
     diffs, problems = compare_outputs(reference, outputs, tolerance)
     if not problems and all(d.ok for d in diffs):
-        return runnable, run_s
+        return runnable, run_s, diffs
     runnable.close()
     if device.name.startswith("ort-") and _right_without_ort_optimizations(
             original, data, feeds, tolerance):
@@ -135,6 +142,10 @@ def _try_candidate(device: Target, i: int, cand: Candidate, data: bytes, origina
                        "optimizations on and rightly with them off (an onnxruntime optimizer "
                        "bug), so it was dropped")
     return Comparison(False, tuple(diffs), tolerance, 1, tuple(problems))
+
+
+def _round_ms(timing: Timing) -> list[float]:
+    return [m * 1e3 for m in timing.round_medians()]
 
 
 def timing_options(run_seconds: float) -> dict[str, float]:
@@ -190,7 +201,10 @@ def measure_and_choose(device: Target, graph: Graph, original: bytes,
             selection.mismatch = (i, tried)
             return selection
         else:
-            ready.append((i, *tried))
+            runnable, run_s, diffs = tried
+            reports[i].check = [{"name": d.name, "max_abs": d.max_abs, "max_rel": d.max_rel,
+                                 "used": d.used, "ok": d.ok} for d in diffs]
+            ready.append((i, runnable, run_s))
     if not ready:
         original_run.close()
         if all(r.note.startswith("not timed") for r in reports):
@@ -219,6 +233,9 @@ def _screen_and_confirm(selection: Selection, original_run: Runnable,
         timings = time_runnables(runnables, feeds, min_seconds=min(measure_seconds, screen_budget),
                                  deadline=time.perf_counter() + screen_budget, **options)
         before = timings[0].median
+        selection.timings["screen"] = {
+            "original": _round_ms(timings[0]),
+            **{f"candidate {i}": _round_ms(t) for (i, _, _), t in zip(ready, timings[1:])}}
         selection.before_ms = selection.after_ms = before * 1e3
         for (i, _, _), t in zip(ready, timings[1:]):
             selection.candidates[i].measured_ms = t.median * 1e3
@@ -228,7 +245,7 @@ def _screen_and_confirm(selection: Selection, original_run: Runnable,
             selection.outcome = "not-faster"
             return selection
         contenders = [k for k in order if timings[k + 1].median < before][:MAX_CONFIRMS]
-        first_failure: PairedComparison | None = None
+        first_failure: tuple[int, PairedComparison] | None = None
         for attempt, k in enumerate(contenders):
             index, runnable, _ = ready[k]
             confirm_budget = deadline - time.perf_counter() - reserve
@@ -240,6 +257,11 @@ def _screen_and_confirm(selection: Selection, original_run: Runnable,
                                         min_seconds=min(max(measure_seconds, 4.0), confirm_budget),
                                         deadline=time.perf_counter() + confirm_budget, **options)
             selection.confirm = confirm
+            selection.confirmed = index
+            selection.timings.setdefault("confirms", []).append(
+                {"candidate": index, "before_ms": _round_ms(confirm.before),
+                 "after_ms": _round_ms(confirm.after), "speedup": confirm.speedup,
+                 "wins": confirm.wins})
             selection.before_ms = confirm.before.median * 1e3
             selection.after_ms = selection.before_ms
             if len(confirm.ratios) < MIN_CONFIRM_ROUNDS:
@@ -260,14 +282,15 @@ def _screen_and_confirm(selection: Selection, original_run: Runnable,
                 return selection
             selection.outcome = "not-confirmed"
             if first_failure is None:
-                first_failure = confirm
+                first_failure = (index, confirm)
             else:
                 selection.notes.append(
                     f"the runner-up was not confirmed either ({confirm.speedup:.3f}x in the "
                     f"median round, faster in {confirm.wins:.0%} of {len(confirm.ratios)})")
         if selection.outcome == "not-confirmed" and first_failure is not None:
-            selection.confirm = first_failure  # the verdict explains the fastest's result
-            selection.before_ms = selection.after_ms = first_failure.before.median * 1e3
+            # the verdict explains the fastest's result
+            selection.confirmed, selection.confirm = first_failure
+            selection.before_ms = selection.after_ms = selection.confirm.before.median * 1e3
         return selection
     finally:
         for r in runnables:

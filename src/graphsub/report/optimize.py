@@ -3,7 +3,7 @@ and the verdict, the outcome in words a user can act on."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,6 +16,9 @@ class CandidateReport:
     measured_ms: float | None
     rules: list[str]
     note: str = ""
+    #: Its outputs against the original's on its first timed run: name, max_abs, max_rel,
+    #: used (the worst element's share of the tolerance), ok.
+    check: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -53,9 +56,65 @@ class OptimizeReport:
     #: the candidate kernels, the kernels chosen and what each replaced, and whether the
     #: orchestrated graph was the one kept; empty with --no-fission.
     fission: dict[str, Any] = field(default_factory=dict)
+    #: Round medians in ms: "screen" (the original and each timed candidate, by label) and
+    #: "confirms" (each head-to-head attempt: candidate, before_ms, after_ms, speedup, wins).
+    timings: dict[str, Any] = field(default_factory=dict)
+    #: Predicted time per operator type of the original and of the candidate the report
+    #: features (the one kept, else the one confirmed or timed fastest, else the best
+    #: predicted): unit, original, candidate, candidate_index.
+    op_times: dict[str, Any] = field(default_factory=dict)
+    #: The featured candidate's rewrites as drawable subgraphs (graphsub.report.evidence).
+    rewrites: dict[str, Any] = field(default_factory=dict)
+    #: The command line that made the report, and the versions of what ran it.
+    command: list[str] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OptimizeReport:
+        """A report read back from its JSON (keys this version does not know are ignored)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        cand_fields = {f.name for f in fields(CandidateReport)}
+        values["candidates"] = [CandidateReport(**{k: v for k, v in c.items() if k in cand_fields})
+                                for c in data.get("candidates", [])]
+        return cls(**values)
+
+    def to_html(self) -> str:
+        """The report as one self-contained HTML page (plots inline as SVG)."""
+        from graphsub.report.html import optimize_html
+
+        return optimize_html(json_ready(self.as_dict()))
+
+    def _repr_html_(self) -> str:  # Jupyter shows the page inline
+        return self.to_html()
+
+
+def json_ready(data: Any) -> Any:
+    """`data` as JSON would give it back (enums as their words, tuples as lists), so that a
+    report renders the same from memory as from its saved file."""
+    import json
+
+    return json.loads(json.dumps(data, default=str))
+
+
+def versions() -> dict[str, str]:
+    """The versions of what ran graphsub, for reports."""
+    import platform
+    import sys
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"graphsub": "", "python": platform.python_version()}
+    for name in ("graphsub", "onnx", "onnxruntime", "numpy", "torch"):
+        if name == "torch" and "torch" not in sys.modules:
+            continue
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out.pop(name, None)
+    return out
 
 
 def verdict(report: OptimizeReport, selection: Selection, interrupted: bool = False) -> str:

@@ -26,6 +26,9 @@ class OutputDiff:
     expected: float
     actual: float
     ok: bool
+    #: The worst element's difference as a share of what the tolerance allows there (at most
+    #: 1 when the output agrees): how close to failing the comparison came.
+    used: float = 0.0
 
     def describe(self) -> str:
         return (f"{self.name}: max |diff| {self.max_abs:.3g}, max rel {self.max_rel:.3g} at "
@@ -96,8 +99,11 @@ def diff_arrays(name: str, expected: np.ndarray, actual: np.ndarray, rtol: float
     flat = int(np.argmax(excess))
     idx = tuple(int(i) for i in np.unravel_index(flat, e.shape)) if e.ndim else ()
     rel = err / np.maximum(magnitude, atol if atol > 0 else np.finfo(np.float64).tiny)
+    allowed = atol + rtol * float(magnitude.flat[flat])
+    worst = float(err.flat[flat])
+    used = worst / allowed if allowed > 0 else (0.0 if worst == 0 else float("inf"))
     return OutputDiff(name, float(err.max()), float(rel.max()), idx, float(e.flat[flat]),
-                      float(a.flat[flat]), bool(excess.max() <= 0))
+                      float(a.flat[flat]), bool(excess.max() <= 0), used)
 
 
 def compare_outputs(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray],

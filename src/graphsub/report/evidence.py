@@ -1,0 +1,241 @@
+"""What an HTML report shows besides the figures a run keeps anyway: where the time goes by
+operator type, and each rewrite as the small subgraph it changed.
+
+A search records a candidate's rewrites as rule names only (`Step`). To draw them, the
+rewrites are replayed on the original graph: at each step, of the rule's matches, the one
+whose result agrees best with the candidate's graph is applied (node ids carry over between a
+graph and its rewrite, so the right match reproduces the candidate's nodes). The replay counts
+only if it ends at the candidate's graph; otherwise (an e-graph extraction, a split search's
+parts) the report draws the whole difference between the two graphs at once and says so.
+All of it is plain data (JSON), so a saved report can be rendered later.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from graphsub.cost.base import CostModel
+from graphsub.ir.graph import Graph
+from graphsub.rules.applier import Rejection, apply_match
+from graphsub.rules.ast import Rule
+from graphsub.rules.matcher import find_matches
+from graphsub.rules.parser import print_rule
+from graphsub.search.result import Candidate
+
+#: Changed nodes drawn per rewrite at most (a drawing of hundreds of boxes shows nothing).
+MAX_DRAWN = 24
+#: Matches of one rule tried per replayed step at most.
+MAX_MATCHES = 400
+#: Z3's time per rule when a report says whether the rules it shows are proven.
+PROOF_MS = 1000
+
+
+def op_times(graph: Graph, cost_model: CostModel) -> dict[str, float]:
+    """The predicted cost of `graph` by operator type (the cost model's unit: seconds for
+    the measured model), largest first. Weight-only nodes are folded at export and cost
+    nothing."""
+    folded = graph.weight_only()
+    totals: dict[str, float] = defaultdict(float)
+    for nid, node in graph.nodes.items():
+        if node.op in ("input", "weight") or nid in folded:
+            continue
+        op = node.attrs["op_type"] if node.op == "opaque" else node.op
+        totals[op] += cost_model.node_cost(graph, nid)
+    return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+
+
+def _label(graph: Graph, nid: int) -> str:
+    node = graph[nid]
+    if node.op == "input":
+        return f"input {node.attrs['name']}"
+    if node.op == "opaque":
+        return str(node.attrs["op_type"])
+    return node.op
+
+
+def _shape(graph: Graph, nid: int) -> str:
+    shape = graph[nid].type.shape
+    return "×".join(str(d) for d in shape) if shape else "scalar"
+
+
+def _same_operator(a: Any, b: Any) -> bool:
+    """Whether two nodes apply the same operator with the same attributes to inputs of the
+    same types (what they read aside)."""
+    if a.op != b.op or a.op in ("input", "weight") or len(a.inputs) != len(b.inputs):
+        return False
+    try:
+        return a.outputs == b.outputs and a.attrs == b.attrs
+    except (TypeError, ValueError):  # attributes that do not compare: never the same
+        return False
+
+
+def graph_diff(before: Graph, after: Graph) -> tuple[set[int], set[int], dict[int, int]]:
+    """The nodes of `before` that are gone, the nodes of `after` that are new, and which node
+    of `before` each remaining node of `after` is. Nodes correspond when they compute the
+    same thing (equal fingerprints: everything upstream of a rewrite), or, walking back from
+    the outputs, when they apply the same operator where their readers read corresponding
+    nodes (everything downstream): a rewrite changes its subgraph, not all that follows."""
+    by_fp: dict[int, list[int]] = defaultdict(list)
+    fp_before = before.fingerprints()
+    for nid in before.topo_order():
+        by_fp[fp_before[nid]].append(nid)
+    fp_after = after.fingerprints()
+    mapping: dict[int, int] = {}
+    used: set[int] = set()
+    for nid in after.topo_order():
+        alike = by_fp.get(fp_after[nid])
+        if alike:  # equal weights, equal subgraphs: pair them off in order
+            same = next((n for n in alike if n not in used), alike[0])
+            mapping[nid] = same
+            used.add(same)
+    pending = [(a.node, b.node) for a, b in zip(after.outputs, before.outputs)
+               if a.index == b.index]
+    pending_pairs: set[int] = set()  # after-nodes paired walking back, checked below
+    while pending:
+        a, b = pending.pop()
+        if a not in mapping:
+            if b in used or not _same_operator(after[a], before[b]):
+                continue
+            mapping[a] = b
+            used.add(b)
+            pending_pairs.add(a)
+        elif mapping[a] != b:
+            continue
+        pending.extend((va.node, vb.node) for va, vb in zip(after[a].inputs, before[b].inputs)
+                       if va.index == vb.index and va.node not in mapping)
+    # A pair found walking back is the same node only if it reads the same inputs, or reads,
+    # where it differs, what the rewrite replaced on both sides (the replacement's readers).
+    for a in after.topo_order():
+        if a not in pending_pairs or a not in mapping:
+            continue
+        b = mapping[a]
+        for va, vb in zip(after[a].inputs, before[b].inputs):
+            agree = (va.node in mapping and mapping[va.node] == vb.node and va.index == vb.index)
+            replaced = vb.node not in used  # it reads what took the place of vb
+            if not (agree or replaced):
+                del mapping[a]
+                used.discard(b)
+                break
+    removed = {nid for nid in before.nodes if nid not in used}
+    added = {nid for nid in after.nodes if nid not in mapping}
+    return removed, added, mapping
+
+
+def _context(graph: Graph, shown: set[int]) -> set[int]:
+    """The direct producers and readers of `shown`, outside it."""
+    users = graph.users()
+    context: set[int] = set()
+    for nid in shown:
+        context.update(v.node for v in graph[nid].inputs)
+        context.update(user for user, _ in users.get(nid, ()))
+    return context - shown
+
+
+def _view(graph: Graph, shown: set[int], context: set[int], hidden: int) -> dict[str, Any]:
+    members = shown | context
+    outputs = {v.node for v in graph.outputs}
+    nodes = [{"id": nid, "label": _label(graph, nid), "shape": _shape(graph, nid),
+              "changed": nid in shown, "output": nid in outputs}
+             for nid in graph.topo_order() if nid in members]
+    edges = sorted({(v.node, nid) for nid in members for v in graph[nid].inputs
+                    if v.node in members})
+    return {"nodes": nodes, "edges": [list(e) for e in edges], "hidden": hidden}
+
+
+def _first(graph: Graph, nodes: set[int]) -> set[int]:
+    return set([nid for nid in graph.topo_order() if nid in nodes][:MAX_DRAWN])
+
+
+def change_view(before: Graph, after: Graph) -> dict[str, Any]:
+    """The subgraph a rewrite (or several) changed, before and after, as drawable data: the
+    changed nodes (at most MAX_DRAWN each side, the first in topological order) and, on both
+    sides, their direct producers and readers on either side, for context."""
+    removed, added, mapping = graph_diff(before, after)
+    gone, new = _first(before, removed), _first(after, added)
+    back = {b: a for a, b in mapping.items()}
+    context_before = _context(before, gone) - removed
+    context_after = _context(after, new) - added
+    context_before |= {mapping[n] for n in context_after if n in mapping}
+    context_after |= {back[n] for n in context_before if n in back}
+    return {"before": _view(before, gone, context_before, len(removed) - len(gone)),
+            "after": _view(after, new, context_after, len(added) - len(new))}
+
+
+def _agreement(result: Graph, parent: Graph, target: Graph) -> int:
+    """How well a rewrite of `parent` agrees with `target`: the nodes it adds that `target`
+    has as they are, less the nodes it removes that `target` still has."""
+    def same(nid: int, nodes: Mapping[int, Any]) -> bool:
+        node = tn.get(nid)
+        return node is not None and node.op == nodes[nid].op and node.inputs == nodes[nid].inputs
+
+    tn, rn, pn = target.nodes, result.nodes, parent.nodes
+    gained = sum(same(nid, rn) for nid in rn.keys() - pn.keys())
+    return gained - sum(same(nid, pn) for nid in pn.keys() - rn.keys())
+
+
+def replay(graph: Graph, candidate: Candidate, rules: Sequence[Rule]
+           ) -> list[tuple[str, Graph, Graph]] | None:
+    """The candidate's rewrites as (rule, graph before, graph after) from `graph`, or None
+    when they cannot be replayed to the candidate's graph. Steps that are not rules (fission,
+    onnxruntime's fusions) come last in a trace and are not replayed: the report shows them
+    in sections of their own, and the replay then ends where they began."""
+    by_name = {r.name: r for r in rules}
+    trace = list(candidate.trace)
+    while trace and trace[-1].rule not in by_name:
+        trace.pop()
+    steps: list[tuple[str, Graph, Graph]] = []
+    current = graph
+    target = candidate.graph
+    for step in trace:
+        rule = by_name.get(step.rule)
+        if rule is None:
+            return None
+        best: tuple[int, Graph] | None = None
+        for match in find_matches(current, rule, limit=MAX_MATCHES):
+            result = apply_match(current, match)
+            if isinstance(result, Rejection):
+                continue
+            score = _agreement(result, current, target)
+            if best is None or score > best[0]:
+                best = (score, result)
+        if best is None:
+            return None
+        steps.append((rule.name, current, best[1]))
+        current = best[1]
+    if len(trace) < len(candidate.trace) or current.fingerprint() == target.fingerprint():
+        return steps
+    return None
+
+
+def rewrite_evidence(graph: Graph, candidate: Candidate, rules: Sequence[Rule],
+                     index: int) -> dict[str, Any]:
+    """Candidate `index`'s rewrites for the report: each step drawn, grouped by rule with the
+    rule's text and whether Z3 proves it; or, when they cannot be replayed one by one, the
+    whole change at once."""
+    used = {s.rule for s in candidate.trace}
+    texts = {rule.name: {"text": print_rule(rule), "origin": rule.origin,
+                         "proof": proof_status(rule)}
+             for rule in rules if rule.name in used}
+    others = [s.rule for s in candidate.trace if s.rule not in texts]
+    steps = replay(graph, candidate, rules)
+    if steps is not None:
+        drawn = [{"rule": rule, **change_view(before, after)} for rule, before, after in steps]
+        return {"candidate": index, "stepwise": True, "steps": drawn, "rules": texts,
+                "other_steps": list(dict.fromkeys(others))}
+    return {"candidate": index, "stepwise": False, "rules": texts, "other_steps": [],
+            "steps": [{"rule": ", ".join(dict.fromkeys(s.rule for s in candidate.trace)),
+                       **change_view(graph, candidate.graph)}]}
+
+
+def proof_status(rule: Rule, timeout_ms: int = PROOF_MS) -> str:
+    """'proven' when Z3 derives the rule from the axioms, else why not (every built-in rule
+    is also checked on random inputs when it is loaded)."""
+    from graphsub.proofs.prover import prove
+
+    try:
+        ok, why = prove(rule, timeout_ms=timeout_ms)
+    except Exception as exc:  # noqa: BLE001 (a rule the prover cannot read is unproven)
+        ok, why = False, f"the prover could not read it ({exc})"
+    return "proven" if ok else (why or "not proven")

@@ -1,0 +1,120 @@
+"""The report's evidence: graph differences, rewrites replayed and drawn, time per operator."""
+
+from __future__ import annotations
+
+import pytest
+
+from graphsub.cost import make_cost_model
+from graphsub.ir import GraphBuilder
+from graphsub.optimizer import optimize
+from graphsub.report.evidence import (change_view, graph_diff, op_times, proof_status, replay,
+                                      rewrite_evidence)
+from graphsub.rules import builtin_rules, parse_rules
+from graphsub.search.result import Candidate, Step
+from tests.report.conftest import transposes_model
+
+
+def _changed(view):
+    return sorted(n["label"] for n in view["nodes"] if n["changed"])
+
+
+def _context(view):
+    return sorted(n["label"] for n in view["nodes"] if not n["changed"])
+
+
+def test_a_rewrite_changes_its_subgraph_not_everything_downstream():
+    b = GraphBuilder(seed=0)
+    x = b.input("x", (4, 32))
+    y = b.sigmoid(b.tanh(b.identity(b.relu(x))))
+    b.output(b.exp(y), "y")
+    before = b.build()
+    (rule,) = parse_rules("rule drop:\n  (identity ?x) => ?x")
+    steps = replay(before, _best(before, [rule]), [rule])
+    assert steps is not None and len(steps) == 1
+    _, g0, g1 = steps[0]
+    removed, added, mapping = graph_diff(g0, g1)
+    assert [g0[n].op for n in removed] == ["identity"] and added == set()
+    view = change_view(g0, g1)
+    assert _changed(view["before"]) == ["identity"] and _changed(view["after"]) == []
+    # the neighbours are drawn on both sides: relu now feeds tanh directly
+    assert _context(view["before"]) == _context(view["after"]) == ["relu", "tanh"]
+    labels = {n["id"]: n["label"] for n in view["after"]["nodes"]}
+    assert [(labels[s], labels[d]) for s, d in view["after"]["edges"]] == [("relu", "tanh")]
+
+
+def _best(graph, rules):
+    result = optimize(graph, rules, "backtracking", time_limit=5, cost="analytic")
+    assert result.candidates and result.candidates[0].trace
+    return result.candidates[0]
+
+
+def test_replayed_rewrites_reach_the_candidate_one_step_per_rule_application():
+    graph = transposes_model()
+    rules = builtin_rules()
+    candidate = _best(graph, rules)
+    steps = replay(graph, candidate, rules)
+    assert steps is not None
+    assert [rule for rule, _, _ in steps] == [s.rule for s in candidate.trace]
+    assert steps[-1][2].fingerprint() == candidate.graph.fingerprint()
+    for rule, before, after in steps:  # every step changes something, and little
+        removed, added, _ = graph_diff(before, after)
+        assert removed and len(removed) + len(added) <= 6, rule
+
+
+def test_rewrites_that_cannot_be_replayed_are_drawn_as_one_change():
+    graph = transposes_model()
+    rules = builtin_rules()
+    found = _best(graph, rules)
+    scrambled = Candidate(found.graph, found.cost, tuple(reversed(found.trace))
+                          + (Step("matmul-assoc-left", found.cost),))
+    evidence = rewrite_evidence(graph, scrambled, rules, 0)
+    assert evidence["stepwise"] is False and len(evidence["steps"]) == 1
+    view = evidence["steps"][0]
+    assert "transpose" in _changed(view["before"])
+    assert "transpose" not in _changed(view["after"])
+
+
+def test_evidence_names_each_rule_with_its_text_and_proof():
+    graph = transposes_model()
+    rules = builtin_rules()
+    candidate = _best(graph, rules)
+    evidence = rewrite_evidence(graph, candidate, rules, 3)
+    assert evidence["candidate"] == 3 and evidence["stepwise"]
+    assert set(evidence["rules"]) == {s.rule for s in candidate.trace}
+    for name, info in evidence["rules"].items():
+        assert info["text"].startswith(f"rule {name}:")
+        assert info["proof"]
+
+
+def test_proof_status_says_proven_or_why_not():
+    by_name = {r.name: r for r in builtin_rules()}
+    assert proof_status(by_name["matmul-assoc-left"]) == "proven"
+    assert "identity" in proof_status(by_name["remove-identity"])
+
+
+@pytest.mark.parametrize("model", ["bert", "squeezenet"])
+def test_time_per_operator_type_adds_up_to_the_graph_cost(model):
+    from graphsub import zoo
+
+    graph = zoo.build(model)
+    cost = make_cost_model("analytic")
+    times = op_times(graph, cost)
+    assert sum(times.values()) == pytest.approx(cost.graph_cost(graph), rel=1e-9)
+    assert list(times.values()) == sorted(times.values(), reverse=True)
+    assert "weight" not in times and "input" not in times
+
+
+def test_a_reassociation_shows_both_products_changed_on_both_sides():
+    b = GraphBuilder(seed=0)
+    x, y = b.input("x", (4, 32)), b.input("y", (4, 32))
+    b.output(b.relu(b.mul(b.mul(b.mul(x, y), b.exp(x)), b.tanh(y))), "out")
+    graph = b.build()
+    (rule,) = parse_rules("rule assoc:\n  (mul (mul ?x ?y) ?z) => (mul ?x (mul ?y ?z))")
+    found = optimize(graph, [rule], "backtracking", time_limit=5, cost="analytic", alpha=2.0)
+    moved = max(found.candidates, key=lambda c: len(c.trace))  # cost-neutral: not the best
+    steps = replay(graph, moved, [rule])
+    assert steps
+    for _, before, after in steps:
+        view = change_view(before, after)
+        # the outer product reads other operands after the rewrite: it changed too
+        assert _changed(view["before"]) == _changed(view["after"]) == ["mul", "mul"]
