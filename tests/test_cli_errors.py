@@ -86,8 +86,10 @@ def test_a_missing_output_folder_is_refused_before_the_search(model, tmp_path):
 
 
 def test_report_and_output_must_differ(model, tmp_path):
-    r = graphsub_cmd("optimize", str(model), "-o", "a.onnx", "--report", "a.onnx", cwd=tmp_path)
+    r = graphsub_cmd("optimize", str(model), "-o", "a.json", "--report", "a.json", cwd=tmp_path)
     assert_one_line_error(r, "--report and --output name the same file")
+    r = graphsub_cmd("optimize", str(model), "-o", "a.onnx", "--report", "a.onnx", cwd=tmp_path)
+    assert_one_line_error(r, "give a .json file (the data) or a .html file")
 
 
 @pytest.mark.parametrize("name", ["m[/b].onnx", "m[bold].onnx", "m[torch].onnx"])

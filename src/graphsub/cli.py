@@ -7,7 +7,6 @@ line and exit with status 2.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -405,7 +404,8 @@ MEASURE_LIMIT_HELP = ("Seconds for timing, confirming and verifying the candidat
 
 @app.command()
 @handle_errors
-def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")],
+def optimize(ctx: typer.Context,
+             model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")],
              output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the optimized ONNX model (never the input file).")],
              algorithm: Annotated[str, typer.Option(help=ALGORITHM_HELP)] = "backtracking",
              alpha: Annotated[Optional[float], typer.Option(help="Explore graphs up to alpha x the best cost (backtracking, as in TASO/MetaFlow; default 1.05).")] = None,
@@ -420,7 +420,7 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
              rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Rule file (graphsub .rules or TASO .pb); repeatable. Default: the built-in library.")] = None,
              input_shape: InputShapeOpt = None, threads: ThreadsOpt = None,
              target: TargetOpt = None, cuda_graphs: CudaGraphsOpt = True, tf32: Tf32Opt = False,
-             report: Annotated[Optional[Path], typer.Option("--report", help="Write the full report as JSON.")] = None,
+             report: Annotated[Optional[Path], typer.Option("--report", help="Write the full report: report.html (a page with plots: latencies, time per operator, the search, each rewrite drawn, the verification) or report.json (the data; `graphsub report` renders it later).")] = None,
              candidates: Annotated[int, typer.Option(help="Best candidates to time end to end.")] = 3,
              fission: Annotated[bool, typer.Option("--fission/--no-fission", help=FISSION_HELP)] = True,
              ort_fusions: Annotated[bool, typer.Option("--ort-fusions/--no-ort-fusions", help=ORT_FUSIONS_HELP)] = False,
@@ -431,6 +431,7 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
     started = time.perf_counter()
     from graphsub.onnx_io.exporter import write_atomic
     from graphsub.optimizer import VerificationError, check_settings, optimize_model
+    from graphsub.report.files import report_format, save_report
     from graphsub.rules import builtin_rules, load_rules
 
     check_settings(algorithm, alpha, budget, time_limit, cost, k, split, executor, node_limit,
@@ -438,6 +439,7 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
                    target=target)
     check_output_path(output, "--output", [model])
     if report is not None:
+        report_format(report)
         check_output_path(report, "--report", [model])
         if report.resolve() == output.resolve():
             raise GraphsubError("--report and --output name the same file; give two names")
@@ -469,8 +471,10 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
                   soft_wrap=True)
         raise typer.Exit(1) from None
     write_atomic(data, output)
+    rep.command = command_line(ctx)
     if report is not None:
-        write_atomic((json.dumps(rep.as_dict(), indent=2, default=str) + "\n").encode(), report)
+        with err.status("writing the report..."):
+            save_report(rep.as_dict(), report)
     if as_json:
         emit_json(rep.as_dict())
         return
@@ -479,7 +483,8 @@ def optimize(model: Annotated[str, typer.Argument(help="ONNX file or zoo model."
 
 @app.command()
 @handle_errors
-def compare(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")],
+def compare(ctx: typer.Context,
+            model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")],
             algorithms: Annotated[str, typer.Option(help="Comma-separated algorithms to run, in order.")] = "backtracking,greedy,pruning,dpp,sampling",
             time_limit: Annotated[float, typer.Option("--time-limit", help="Search time limit per algorithm, in seconds.")] = 10.0,
             cost: Annotated[str, typer.Option(help="Cost model: analytic (deterministic: search times compare fairly) or measured (operators timed once, for whichever algorithm prices them first).")] = "analytic",
@@ -487,11 +492,14 @@ def compare(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")
             split: SplitOpt = None,
             rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Rule file (graphsub .rules or TASO .pb); repeatable. Default: the built-in library.")] = None,
             input_shape: InputShapeOpt = None, threads: ThreadsOpt = None, target: TargetOpt = None,
+            report: Annotated[Optional[Path], typer.Option("--report", help="Write the comparison: compare.html (a page with OCGGS's figures: cost against search time per algorithm, final costs) or compare.json (the data).")] = None,
             as_json: JsonOpt = False) -> None:
     """Run the search algorithms on one model under one cost model and compare what they
     find (final cost, search time, graphs expanded), as OCGGS's section 6 tables do."""
     from graphsub.compare import check_algorithms, compare_algorithms
     from graphsub.optimizer import check_settings
+    from graphsub.report.files import report_format, save_report
+    from graphsub.report.optimize import versions
     from graphsub.rules import builtin_rules, load_rules
 
     names = [a.strip() for a in algorithms.split(",") if a.strip()]
@@ -502,6 +510,9 @@ def compare(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")
     for path in rules or []:
         if not path.is_file():
             raise GraphsubError(f"rule file {path} does not exist")
+    if report is not None:
+        report_format(report)
+        check_output_path(report, "--report", [model])
     shapes = parse_input_shapes(input_shape)
     device = make_target(target, threads)
     loaded = LoadedModel(model, shapes)
@@ -510,10 +521,15 @@ def compare(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")
         runs = compare_algorithms(
             loaded.graph, names, rule_list, cost, device, time_limit, k, split, threads,
             started=lambda a: status.update(f"searching with {a} (up to {time_limit:g} s)..."))
+    data = {"model": loaded.label, "target": device.name, "cost": cost,
+            "time_limit": time_limit, "k": k, "split": split,
+            "runs": [r.as_dict() for r in runs], "command": command_line(ctx),
+            "versions": versions()}
+    if report is not None:
+        with err.status("writing the report..."):
+            save_report(data, report)
     if as_json:
-        emit_json({"model": loaded.label, "target": device.name, "cost": cost,
-                   "time_limit": time_limit, "k": k, "split": split,
-                   "runs": [r.as_dict() for r in runs]})
+        emit_json(data)
         return
     best = min(r.final_cost for r in runs)
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
@@ -533,6 +549,44 @@ def compare(model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")
     out.print(table)
     out.print("[dim]gain: initial / final cost; reused: matches carried over from a parent "
               "graph instead of matched again (--json has every count)[/]")
+    if report is not None:
+        out.print(f"Wrote the comparison to {escape(str(report))}.", highlight=False)
+
+
+@app.command("report")
+@handle_errors
+def render_report(saved: Annotated[Path, typer.Argument(help="A report saved as JSON by `graphsub optimize --report` or `graphsub compare --report`.")],
+                  output: Annotated[Path, typer.Option("--output", "-o", help="The HTML page to write (one self-contained file).")]) -> None:
+    """Render a saved JSON report as an HTML page with plots."""
+    from graphsub.report.files import load_report, report_format, save_report
+
+    if report_format(output, "--output") != "html":
+        raise GraphsubError(f"--output {output}: give a .html file (the report is already JSON)")
+    check_output_path(output, "--output", [str(saved)])
+    data = load_report(saved)
+    with err.status("drawing the report..."):
+        save_report(data, output)
+    out.print(f"Wrote {escape(str(output))}.", highlight=False)
+
+
+def command_line(ctx: typer.Context) -> list[str]:
+    """The running command as a command line that repeats it, for reports: its arguments and
+    every option given a value other than its default (rebuilt from what was parsed, so that
+    it reads the same from a shell, a script or a test)."""
+    words = ["graphsub", ctx.info_name or ""]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if value is None or value == param.default or param.name == "as_json":
+            continue
+        if param.param_type_name == "argument":
+            words.append(str(value))
+        elif getattr(param, "is_flag", False):
+            names = param.opts if value else param.secondary_opts
+            words += names[:1]
+        else:
+            for item in value if isinstance(value, (list, tuple)) else [value]:
+                words += [param.opts[0], str(item)]
+    return words
 
 
 def _print_optimize_report(rep, output: Path, report: Path | None) -> None:

@@ -1,0 +1,418 @@
+"""Reports as one self-contained HTML page: what a person opens to see why graphsub chose
+what it chose.
+
+The pages are rendered from the reports' plain data (what --report writes as JSON), so a
+saved report renders the same later (`graphsub report`). Everything is inline: the style, and
+the figures as SVG (graphsub.report.plots); no script, font or image is fetched, and the file
+opens from disk without a network.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from graphsub.report import plots
+
+#: Rewrite drawings per rule at most, and in all: past these, the page says how many more.
+DRAWINGS_PER_RULE, DRAWINGS_TOTAL = 4, 40
+
+STYLE = """
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #222;
+       margin: 0 auto; max-width: 1180px; padding: 24px 32px 64px; }
+h1 { font-size: 24px; margin-bottom: 4px; } h2 { font-size: 19px; margin-top: 36px;
+  border-bottom: 1px solid #ddd; padding-bottom: 4px; } h3 { font-size: 15px; margin: 22px 0 6px; }
+.verdict { font-size: 17px; padding: 12px 16px; border-radius: 6px; margin: 16px 0; }
+.verdict.good { background: #e6f4ea; border-left: 6px solid #2e7d32; }
+.verdict.kept { background: #fff4e5; border-left: 6px solid #ed8c00; }
+table { border-collapse: collapse; margin: 8px 0 12px; font-size: 13.5px; }
+th, td { padding: 4px 10px; border-bottom: 1px solid #eee; text-align: left; vertical-align: top; }
+th { background: #f6f6f6; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.facts th { background: none; color: #666; font-weight: normal; }
+figure.plot { margin: 12px 0 20px; } figure.plot svg { max-width: 100%; height: auto; }
+figcaption { color: #555; font-size: 13px; margin-top: 4px; max-width: 900px; }
+pre.rule { background: #f6f8fa; padding: 8px 12px; border-radius: 4px; font-size: 12.5px;
+  white-space: pre-wrap; overflow-wrap: anywhere; } code { font-size: 12.5px; }
+.badge { display: inline-block; font-size: 12px; padding: 1px 8px; border-radius: 10px;
+  margin-left: 8px; } .badge.proven { background: #e6f4ea; color: #1b5e20; }
+.badge.unproven { background: #f1f1f1; color: #555; }
+.ok { color: #2e7d32; } .bad { color: #c62828; } .muted { color: #777; }
+ul.notes li { margin: 3px 0; }
+"""
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _page(title: str, body: Sequence[str]) -> str:
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
+
+
+def _figure(plot_id: str, svg: str, caption: str) -> str:
+    return (f'<figure class="plot" id="plot-{esc(plot_id)}">{svg}'
+            f"<figcaption>{caption}</figcaption></figure>")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], numeric: Sequence[int] = (),
+           css: str = "") -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
+                         for i, c in enumerate(row)) + "</tr>" for row in rows)
+    return f'<table class="{css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _facts(rows: Sequence[tuple[str, Any]]) -> str:
+    return ('<table class="facts"><tbody>'
+            + "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in rows)
+            + "</tbody></table>")
+
+
+def _ms(value: float | None, digits: int = 3) -> str:
+    return "" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def _cost_ms(seconds: float | None) -> str:
+    return "" if seconds is None or not math.isfinite(seconds) else f"{seconds * 1e3:.4f}"
+
+
+# ---- optimize ------------------------------------------------------------------------------
+
+def _header(r: Mapping[str, Any]) -> list[str]:
+    good = r["outcome"] == "faster"
+    device = r.get("device", {})
+    versions = ", ".join(f"{k} {v}" for k, v in r.get("versions", {}).items())
+    settings = r.get("settings", {})
+    seconds = r.get("seconds", {})
+    rows = [("model", esc(r["model"])),
+            ("target", f"{esc(r['target'])} on {esc(device.get('name', ''))}"),
+            ("search", esc(f"{settings.get('algorithm')}, {settings.get('cost')} cost, "
+                           f"time limit {settings.get('time_limit')} s"
+                           + (", fission" if settings.get("fission") else "")
+                           + (", onnxruntime fusions" if settings.get("ort_fusions") else ""))),
+            ("time spent", esc(", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()
+                                         if k in ("search", "measure", "verify", "total")
+                                         and v is not None))),
+            ("nodes", f"{r['nodes_before']} before, {r['nodes_after']} after")]
+    if versions:
+        rows.append(("versions", esc(versions)))
+    if r.get("command"):
+        rows.append(("command", f"<code>{esc(' '.join(r['command']))}</code>"))
+    return [f"<h1>graphsub optimize: {esc(r['model'])}</h1>",
+            f'<p class="verdict {"good" if good else "kept"}" id="verdict">{esc(r["verdict"])}</p>',
+            _facts(rows)]
+
+
+def _latency(r: Mapping[str, Any]) -> list[str]:
+    timings = r.get("timings") or {}
+    screen = timings.get("screen") or {}
+    if not screen:
+        return ["<h2>Latency</h2>", '<p class="muted">Nothing was timed end to end: '
+                + esc(r["verdict"]) + "</p>"]
+    confirms = timings.get("confirms", [])
+    caption = ("Latency of the whole model on the target, as medians of rounds of runs (the "
+               "box: middle half of the rounds; whiskers: the rest but outliers). The screening "
+               "times the original and every candidate side by side; the fastest then runs "
+               "head to head against the original, round by round (a grey line joins the two "
+               "runs of one round). ")
+    c = r.get("confirmation") or {}
+    if c:
+        caption += (f"A candidate is kept when it is at least {c['min_gain']:.0%} faster in the "
+                    f"median round and faster in at least {c['min_wins']:.0%} of the rounds.")
+    return ["<h2>Latency</h2>",
+            _figure("latency", plots.latency_distributions(screen, confirms), esc(caption))]
+
+
+def _featured_label(r: Mapping[str, Any]) -> str:
+    op = r.get("op_times") or {}
+    index = op.get("candidate_index")
+    if index is None:
+        return ""
+    return (f"candidate {index} (kept)" if not r["kept_original"]
+            else f"candidate {index} (not kept)")
+
+
+def _where_time_goes(r: Mapping[str, Any]) -> list[str]:
+    op = r.get("op_times") or {}
+    out = ["<h2>Where the time goes</h2>"]
+    if op.get("original"):
+        label = _featured_label(r)
+        out.append(_figure(
+            "op-times", plots.op_time_bars(op["original"], op.get("candidate"), label,
+                                           op.get("unit", "")),
+            esc(f"Predicted time per operator type, from the {op.get('unit', '')} costs the "
+                "search priced the graphs with: the original and "
+                + (label or "no candidate") + ". Weight-only nodes are folded at export and "
+                "cost nothing.")))
+    screen = (r.get("timings") or {}).get("screen") or {}
+    original_ms = _median(screen["original"]) if screen.get("original") \
+        else r.get("latency_before_ms")
+    points = [("original", r["predicted_cost_before"] * 1e3, original_ms)]
+    for i, cand in enumerate(r.get("candidates", [])):
+        if cand.get("measured_ms") is not None:
+            points.append((f"candidate {i}", cand["predicted_cost"] * 1e3, cand["measured_ms"]))
+    measured = [(label, p, m) for label, p, m in points if m is not None and math.isfinite(p)]
+    if len(measured) >= 2:
+        out.append(_figure(
+            "fidelity", plots.predicted_vs_measured(measured),
+            esc("The cost model's fidelity: each model's predicted cost (a sum of one-operator "
+                "costs) against its measured latency in the screening. Points below the dashed "
+                "line run faster than their prediction, relative to the original.")))
+    return out
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _search(r: Mapping[str, Any]) -> list[str]:
+    s = r["search"]
+    settings = r.get("settings", {})
+    rows = [("stopped by", esc(s["stopped_by"])), ("seconds", f"{s['seconds']:.2f}"),
+            ("graphs expanded", s["explored"]), ("graphs generated", s["generated"]),
+            ("duplicates", s.get("duplicates", 0)), ("pruned", s.get("pruned", 0)),
+            ("matches tried", s.get("matches", 0))]
+    eg = s.get("egraph")
+    if eg:
+        rows += [("e-graph", esc(f"{eg.get('nodes')} e-nodes, {eg.get('classes', '?')} e-classes, "
+                                 f"{eg.get('applications')} rewrites applied"))]
+    if s.get("split"):
+        sp = s["split"]
+        rows.append(("split", esc(f"{sp.get('parts')} parts of sizes {sp.get('part_sizes')}")))
+    out = ["<h2>The search</h2>", _facts(rows)]
+    progress = s.get("progress") or []
+    if len(progress) >= 2:
+        out.append(_figure(
+            "search", plots.search_progress({settings.get("algorithm", "search"): progress}),
+            esc("Best predicted cost found so far against search time (the dot: where the "
+                "search stopped).")))
+    return out
+
+
+def _rewrites(r: Mapping[str, Any]) -> list[str]:
+    ev = r.get("rewrites") or {}
+    out = ["<h2>Rewrites</h2>"]
+    if not ev or not ev.get("steps"):
+        out.append('<p class="muted">No rewrite to show: the search found no graph predicted '
+                   "cheaper than the original.</p>" if not ev else
+                   '<p class="muted">This candidate applies no rule.</p>')
+        return out
+    index = ev["candidate"]
+    kept = not r["kept_original"]
+    out.append(f"<p>The rewrites of candidate {index} "
+               + ("(the model written)" if kept else "(the best candidate found; the original "
+                  "was kept)") + ", grouped by rule. Red: the nodes a rewrite replaced; green: "
+               "what replaced them; grey: their unchanged neighbours. Node labels give the "
+               "operator and its output shape.</p>")
+    if not ev["stepwise"]:
+        out.append('<p class="muted">The search does not record its rewrites in an order '
+                   "that can be replayed (an e-graph extraction, or a split search's parts): "
+                   "the drawing shows all of them at once.</p>")
+    if ev.get("other_steps"):
+        out.append(f"<p>Then: {esc(', '.join(ev['other_steps']))} (see below).</p>")
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for step in ev["steps"]:
+        groups.setdefault(step["rule"], []).append(step)
+    drawn = 0
+    for n, (rule, steps) in enumerate(groups.items()):
+        info = ev["rules"].get(rule, {})
+        proof = info.get("proof", "")
+        badge = ('<span class="badge proven">Z3-proven</span>' if proof == "proven" else
+                 f'<span class="badge unproven" title="{esc(proof)}">not proven by Z3'
+                 "</span>" if proof else "")
+        times = f"applied {len(steps)} time{'s' if len(steps) > 1 else ''}"
+        out.append(f'<h3 id="rule-{n}"><code>{esc(rule)}</code>{badge} '
+                   f'<span class="muted">{times}</span></h3>')
+        if proof and proof != "proven":
+            out.append(f'<p class="muted">Z3: {esc(proof)}. Every rule is also checked on '
+                       "random inputs when it is loaded.</p>")
+        if info.get("text"):
+            out.append(f'<pre class="rule">{esc(info["text"])}</pre>')
+        looks = _distinct_looks(steps)
+        for i, (step, count) in enumerate(looks):
+            if i >= DRAWINGS_PER_RULE or drawn >= DRAWINGS_TOTAL:
+                rest = sum(c for _, c in looks[i:])
+                out.append(f'<p class="muted">({rest} more application(s) of this rule not '
+                           "drawn)</p>")
+                break
+            alike = (f", and {count - 1} more that look the same" if count > 1 else "")
+            out.append(_figure(f"rewrite-{n}-{i}", plots.rewrite_drawing(step),
+                               esc(f"{rule}{alike}")))
+            drawn += 1
+    return out
+
+
+def _distinct_looks(steps: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], int]]:
+    """The steps that would be drawn differently, each with how many look the same (a rule
+    applied once per layer draws the same subgraph every time)."""
+    def look(step: Mapping[str, Any]) -> tuple[Any, ...]:
+        def side(view: Mapping[str, Any]) -> tuple[Any, ...]:
+            index = {n["id"]: k for k, n in enumerate(view["nodes"])}
+            return (tuple((n["label"], n["shape"], n["changed"]) for n in view["nodes"]),
+                    tuple((index[a], index[b]) for a, b in view["edges"]), view.get("hidden"))
+        return side(step["before"]), side(step["after"])
+
+    groups: dict[tuple[Any, ...], list[Any]] = {}
+    for step in steps:
+        groups.setdefault(look(step), [step, 0])[1] += 1
+    return [(step, count) for step, count in groups.values()]
+
+
+def _fission(r: Mapping[str, Any]) -> list[str]:
+    f = r.get("fission") or {}
+    if not f:
+        return []
+    split = ", ".join(f"{n} {op}" for op, n in f.get("split", {}).items())
+    what = f"Split {esc(split)}" if split else "No operator needed splitting"
+    out = ["<h2>Operator fission and kernel orchestration</h2>",
+           f"<p>{what}: {f.get('primitives', 0)} primitives in all; the binary linear "
+           f"program chose among {sum(f.get('candidates', {}).values())} candidate kernels "
+           f"({esc(f.get('status', ''))}, {f.get('seconds', 0):.1f} s). The orchestrated graph "
+           + ("was kept." if f.get("kept") else "was not the one kept.") + "</p>"]
+    kernels = f.get("kernels", [])
+    if kernels:
+        rows = [(esc(k["kernel"]), esc(k["kind"]), k["count"],
+                 esc(", ".join(f"{n} {op}" for op, n in k["replaced"].items())),
+                 _cost_ms(k["total_cost"])) for k in kernels]
+        out.append(_table(["kernel", "kind", "count", "replaces (primitives)",
+                           "predicted ms"], rows, numeric=(2, 4)))
+    else:
+        out.append('<p class="muted">No fused kernel was chosen: every primitive runs as its '
+                   "own operator or the target's library kernel.</p>")
+    return out
+
+
+def _candidates(r: Mapping[str, Any]) -> list[str]:
+    cands = r.get("candidates", [])
+    if not cands:
+        return []
+    chosen = None if r["kept_original"] else (r.get("op_times") or {}).get("candidate_index")
+    rows = [("original", _cost_ms(r["predicted_cost_before"]),
+             _ms(_median(r["timings"]["screen"]["original"]))
+             if (r.get("timings") or {}).get("screen") else "", "", "")]
+    for i, c in enumerate(cands):
+        rules = ", ".join(dict.fromkeys(c["rules"])) or "(none)"
+        rows.append((f"candidate {i}" + (" <b>kept</b>" if i == chosen else ""),
+                     _cost_ms(c["predicted_cost"]), _ms(c["measured_ms"]),
+                     esc(f"{len(c['rules'])}: {rules}"), esc(c.get("note", ""))))
+    return ["<h2>Candidates</h2>",
+            _table(["model", "predicted ms", "measured ms (median)", "rewrites", "note"], rows,
+                   numeric=(1, 2))]
+
+
+def _verification(r: Mapping[str, Any]) -> list[str]:
+    v = r.get("verification") or {}
+    out = ["<h2>Verification</h2>"]
+    if v.get("outputs"):
+        tol = (f"|diff| ≤ atol + rtol·|expected|, rtol {v['rtol']:g}, atol {v['atol']:g} "
+               f"(at least {v['atol_scale']:g} × the output's largest magnitude)")
+        out.append(f"<p>The model written, against the original on {v['trials']} set(s) of "
+                   f"random inputs: <b class=\"{'ok' if v['equivalent'] else 'bad'}\">"
+                   f"{'equivalent' if v['equivalent'] else 'different'}</b>. Tolerance: "
+                   f"{esc(tol)}. Tolerance used: the worst element's difference as a share of "
+                   "what the tolerance allows there (over 100% fails).</p>")
+        rows = [(esc(o["name"]), f"{o['max_abs']:.3g}", f"{o['max_rel']:.3g}",
+                 _used(o)) for o in v["outputs"]]
+        out.append(_table(["output", "worst |diff|", "worst relative", "tolerance used"], rows,
+                          numeric=(1, 2, 3)))
+    else:
+        note = v.get("note", "nothing to verify")
+        out.append(f"<p>{esc(note[:1].upper() + note[1:])}.</p>")
+    checked = [(i, c) for i, c in enumerate(r.get("candidates", [])) if c.get("check")]
+    if checked:
+        rows = []
+        for i, c in checked:
+            worst = max(c["check"], key=lambda o: o.get("used", 0.0))
+            rows.append((f"candidate {i}", esc(worst["name"]), f"{worst['max_abs']:.3g}",
+                         f"{worst['max_rel']:.3g}", _used(worst), len(c["check"])))
+        out.append("<p>Every timed candidate's outputs were first compared with the original's "
+                   "on the timing inputs (a candidate that differs ends the run as an error):</p>")
+        out.append(_table(["candidate", "worst output", "worst |diff|", "worst relative",
+                           "tolerance used", "outputs"], rows, numeric=(2, 3, 4, 5)))
+    return out
+
+
+def _used(output: Mapping[str, Any]) -> str:
+    """The share of the tolerance the worst element used, coloured by whether it passed."""
+    used = output.get("used")
+    text = "" if used is None else f"{used:.1%}" if math.isfinite(used) else "∞"
+    return f'<span class="{"ok" if output["ok"] else "bad"}">{text}</span>'
+
+
+def _notes(r: Mapping[str, Any]) -> list[str]:
+    if not r.get("notes"):
+        return []
+    return ["<h2>Notes</h2>", '<ul class="notes">'
+            + "".join(f"<li>{esc(n)}</li>" for n in r["notes"]) + "</ul>"]
+
+
+def optimize_html(report: Mapping[str, Any]) -> str:
+    """The page for an optimize report (OptimizeReport.as_dict())."""
+    body = (_header(report) + _latency(report) + _where_time_goes(report) + _search(report)
+            + _rewrites(report) + _fission(report) + _candidates(report)
+            + _verification(report) + _notes(report))
+    return _page(f"graphsub optimize: {report['model']}", body)
+
+
+# ---- compare -------------------------------------------------------------------------------
+
+def compare_html(data: Mapping[str, Any]) -> str:
+    """The page for `graphsub compare`: OCGGS's figures for one model, cost against search
+    time per algorithm and the final costs side by side."""
+    runs = data["runs"]
+    initial = runs[0]["initial_cost"] if runs else float("nan")
+    best = min((r["final_cost"] for r in runs), default=float("nan"))
+    winners = [r["algorithm"] for r in runs if r["final_cost"] == best]
+    body = [f"<h1>graphsub compare: {esc(data['model'])}</h1>",
+            f'<p class="verdict good" id="verdict">{esc(_compare_verdict(runs, winners))}</p>',
+            _facts([("target", esc(data["target"])),
+                    ("cost model", esc(data["cost"])),
+                    ("time limit", f"{data['time_limit']:g} s per algorithm"),
+                    ("K (pruning, dpp, sampling)", data.get("k")),
+                    ("initial cost", f"{_cost_ms(initial)} ms")]
+                   + ([("versions", esc(", ".join(f"{k} {v}" for k, v in
+                                                  data["versions"].items())))]
+                      if data.get("versions") else [])
+                   + ([("command", f"<code>{esc(' '.join(data['command']))}</code>")]
+                      if data.get("command") else [])),
+            "<h2>Cost against search time</h2>",
+            _figure("search", plots.search_progress(
+                {r["algorithm"]: r.get("progress") or [] for r in runs}),
+                esc("Best predicted cost each algorithm had found against its search time "
+                    "(OCGGS figure 9's view): lower and further left is better; the dot is "
+                    "where it stopped.")),
+            "<h2>Final cost</h2>",
+            _figure("final-cost", plots.final_cost_bars(
+                {r["algorithm"]: r["final_cost"] for r in runs}, initial),
+                esc("How much cheaper each algorithm's best graph is predicted to be than the "
+                    "original, with its predicted cost.")),
+            _table(["algorithm", "cost ms", "/best", "gain", "seconds", "expanded",
+                    "generated", "stopped by"],
+                   [(esc(r["algorithm"]), _cost_ms(r["final_cost"]),
+                     f"{r['final_cost'] / best:.3f}" if best else "",
+                     f"{r['improvement']:.3f}x", f"{r['seconds']:.2f}", r["explored"],
+                     r["generated"], esc(r["stopped_by"])) for r in runs],
+                   numeric=(1, 2, 3, 4, 5, 6))]
+    return _page(f"graphsub compare: {data['model']}", body)
+
+
+def _compare_verdict(runs: Sequence[Mapping[str, Any]], winners: Sequence[str]) -> str:
+    if not runs:
+        return "No algorithm ran."
+    best = min(r["final_cost"] for r in runs)
+    gain = runs[0]["initial_cost"] / best if best else float("inf")
+    fastest = min((r for r in runs if r["final_cost"] == best), key=lambda r: r["seconds"])
+    if best >= runs[0]["initial_cost"]:
+        return (f"No algorithm found a graph predicted cheaper than the original in "
+                f"{max(r['seconds'] for r in runs):.1f} s.")
+    return (f"{', '.join(winners)} found the cheapest graph ({gain:.3f}x cheaper than the "
+            f"original, predicted); {fastest['algorithm']} got there in "
+            f"{fastest['seconds']:.1f} s.")
