@@ -29,7 +29,7 @@ $(VENV)/.test-installed: $(BIN)/python pyproject.toml
 
 demo: $(VENV)/.demo-installed
 	mkdir -p out
-	$(BIN)/graphsub optimize $(DEMO_MODEL) -o out/$(DEMO_MODEL).opt.onnx --report out/$(DEMO_MODEL).report.json $(DEMO_ARGS)
+	$(BIN)/graphsub optimize $(DEMO_MODEL) -o out/$(DEMO_MODEL).opt.onnx --report out/$(DEMO_MODEL).report.html $(DEMO_ARGS)
 
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
