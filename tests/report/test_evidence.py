@@ -118,3 +118,44 @@ def test_a_reassociation_shows_both_products_changed_on_both_sides():
         view = change_view(before, after)
         # the outer product reads other operands after the rewrite: it changed too
         assert _changed(view["before"]) == _changed(view["after"]) == ["mul", "mul"]
+
+
+def _random_graphs(count: int):
+    """The first `count` of the fuzzer's random models that graphsub imports (it declines
+    some on purpose, as the fuzzer's own tests show)."""
+    from graphsub.errors import GraphsubError
+    from graphsub.fuzz.models import random_model
+    from graphsub.onnx_io import load
+
+    seed = 0
+    while count:
+        try:
+            yield seed, load(random_model(seed))
+            count -= 1
+        except GraphsubError:
+            pass
+        seed += 1
+
+
+def test_random_models_rewrites_replay_and_draw():
+    """The fuzzer's random models through a search: every candidate's rewrites replay to its
+    graph, each step changes something, and what a step draws is what it changed."""
+    rules = builtin_rules()
+    replayed = 0
+    for seed, graph in _random_graphs(8):
+        result = optimize(graph, rules, "backtracking", time_limit=1.5, cost="analytic",
+                          alpha=1.2)
+        for candidate in result.candidates:
+            steps = replay(graph, candidate, rules)
+            assert steps is not None, (seed, [s.rule for s in candidate.trace])
+            for rule, before, after in steps:
+                removed, added, mapping = graph_diff(before, after)
+                assert removed or added, (seed, rule)
+                assert set(mapping.values()).isdisjoint(removed)
+                view = change_view(before, after)
+                drawn = {n["id"] for n in view["before"]["nodes"] if n["changed"]}
+                assert drawn <= removed and (drawn or not removed)
+                replayed += 1
+            evidence = rewrite_evidence(graph, candidate, rules, 0)
+            assert evidence["stepwise"] and len(evidence["steps"]) == len(candidate.trace)
+    assert replayed >= 8  # the searches found rewrites to replay

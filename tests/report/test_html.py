@@ -222,3 +222,14 @@ def test_an_egraph_search_reports_its_rewrites_and_egraph():
     ev = report.rewrites
     assert ev["steps"] and all(s["before"]["nodes"] for s in ev["steps"])
     assert {r for s in ev["steps"] for r in s["rule"].split(", ")} <= set(ev["rules"])
+
+
+def test_a_section_that_cannot_be_drawn_costs_only_itself(optimize_run):
+    _, report = optimize_run
+    data = json.loads(json.dumps(report.as_dict(), default=str))
+    data["timings"]["confirms"][0]["before_ms"] = "not a list of numbers"
+    with pytest.warns(RuntimeWarning, match="latency section could not be drawn"):
+        page = render_html(data)
+    parsed = check_self_contained(page)
+    assert "The latency section could not be drawn" in page
+    assert "plot-latency" not in parsed.figures and "plot-op-times" in parsed.figures

@@ -12,6 +12,7 @@ All of it is plain data (JSON), so a saved report can be rendered later.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -26,8 +27,8 @@ from graphsub.search.result import Candidate
 
 #: Changed nodes drawn per rewrite at most (a drawing of hundreds of boxes shows nothing).
 MAX_DRAWN = 24
-#: Matches of one rule tried per replayed step at most.
-MAX_MATCHES = 400
+#: Matches of one rule tried per replayed step at most, and the time a replay may take.
+MAX_MATCHES, REPLAY_SECONDS = 400, 10.0
 #: Z3's time per rule when a report says whether the rules it shows are proven.
 PROOF_MS = 1000
 
@@ -175,12 +176,18 @@ def _agreement(result: Graph, parent: Graph, target: Graph) -> int:
     return gained - sum(same(nid, pn) for nid in pn.keys() - rn.keys())
 
 
-def replay(graph: Graph, candidate: Candidate, rules: Sequence[Rule]
-           ) -> list[tuple[str, Graph, Graph]] | None:
+def _unchanged(nid: int, graph: Graph, target: Graph) -> bool:
+    node = target.nodes.get(nid)
+    return node is not None and node.op == graph[nid].op and node.inputs == graph[nid].inputs
+
+
+def replay(graph: Graph, candidate: Candidate, rules: Sequence[Rule],
+           seconds: float = REPLAY_SECONDS) -> list[tuple[str, Graph, Graph]] | None:
     """The candidate's rewrites as (rule, graph before, graph after) from `graph`, or None
-    when they cannot be replayed to the candidate's graph. Steps that are not rules (fission,
-    onnxruntime's fusions) come last in a trace and are not replayed: the report shows them
-    in sections of their own, and the replay then ends where they began."""
+    when they cannot be replayed to the candidate's graph within `seconds`. Steps that are
+    not rules (fission, onnxruntime's fusions) come last in a trace and are not replayed:
+    the report shows them in sections of their own, and the replay ends where they began."""
+    deadline = time.perf_counter() + seconds
     by_name = {r.name: r for r in rules}
     trace = list(candidate.trace)
     while trace and trace[-1].rule not in by_name:
@@ -194,6 +201,10 @@ def replay(graph: Graph, candidate: Candidate, rules: Sequence[Rule]
             return None
         best: tuple[int, Graph] | None = None
         for match in find_matches(current, rule, limit=MAX_MATCHES):
+            if time.perf_counter() > deadline:
+                return None
+            if all(_unchanged(nid, current, target) for nid in match.nodes):
+                continue  # the candidate still has every node it matched: not this one
             result = apply_match(current, match)
             if isinstance(result, Rejection):
                 continue
@@ -234,8 +245,15 @@ def proof_status(rule: Rule, timeout_ms: int = PROOF_MS) -> str:
     is also checked on random inputs when it is loaded)."""
     from graphsub.proofs.prover import prove
 
-    try:
-        ok, why = prove(rule, timeout_ms=timeout_ms)
-    except Exception as exc:  # noqa: BLE001 (a rule the prover cannot read is unproven)
-        ok, why = False, f"the prover could not read it ({exc})"
-    return "proven" if ok else (why or "not proven")
+    key = (print_rule(rule), timeout_ms)
+    if key not in _PROOFS:
+        try:
+            ok, why = prove(rule, timeout_ms=timeout_ms)
+        except Exception as exc:  # noqa: BLE001 (a rule the prover cannot read is unproven)
+            ok, why = False, f"the prover could not read it ({exc})"
+        _PROOFS[key] = "proven" if ok else (why or "not proven")
+    return _PROOFS[key]
+
+
+#: Proof outcomes by rule text, once per process (a notebook renders many reports).
+_PROOFS: dict[tuple[str, int], str] = {}

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from graphsub.report import plots
@@ -299,7 +300,8 @@ def _candidates(r: Mapping[str, Any]) -> list[str]:
              _ms(_median(r["timings"]["screen"]["original"]))
              if (r.get("timings") or {}).get("screen") else "", "", "")]
     for i, c in enumerate(cands):
-        rules = ", ".join(dict.fromkeys(c["rules"])) or "(none)"
+        rules = ", ".join(dict.fromkeys(c["rules"])) or \
+            "(none: the original graph as graphsub writes it)"
         rows.append((f"candidate {i}" + (" <b>kept</b>" if i == chosen else ""),
                      _cost_ms(c["predicted_cost"]), _ms(c["measured_ms"]),
                      esc(f"{len(c['rules'])}: {rules}"), esc(c.get("note", ""))))
@@ -354,11 +356,25 @@ def _notes(r: Mapping[str, Any]) -> list[str]:
             + "".join(f"<li>{esc(n)}</li>" for n in r["notes"]) + "</ul>"]
 
 
+def _section(make: Callable[[Mapping[str, Any]], list[str]], data: Mapping[str, Any]
+             ) -> list[str]:
+    """A section of the page, or, when it cannot be made (a report from another version, a
+    figure matplotlib refuses), a line saying so: one section never costs the whole page."""
+    try:
+        return make(data)
+    except Exception as exc:  # noqa: BLE001 (matplotlib and networkx raise their own types)
+        name = make.__name__.strip("_").replace("_", " ")
+        warnings.warn(f"the report's {name} section could not be drawn: {exc!r}",
+                      RuntimeWarning, stacklevel=2)
+        return [f'<p class="bad">The {esc(name)} section could not be drawn '
+                f"({esc(type(exc).__name__)}: {esc(exc)}).</p>"]
+
+
 def optimize_html(report: Mapping[str, Any]) -> str:
     """The page for an optimize report (OptimizeReport.as_dict())."""
-    body = (_header(report) + _latency(report) + _where_time_goes(report) + _search(report)
-            + _rewrites(report) + _fission(report) + _candidates(report)
-            + _verification(report) + _notes(report))
+    sections = (_header, _latency, _where_time_goes, _search, _rewrites, _fission,
+                _candidates, _verification, _notes)
+    body = [part for make in sections for part in _section(make, report)]
     return _page(f"graphsub optimize: {report['model']}", body)
 
 
@@ -408,11 +424,18 @@ def _compare_verdict(runs: Sequence[Mapping[str, Any]], winners: Sequence[str]) 
     if not runs:
         return "No algorithm ran."
     best = min(r["final_cost"] for r in runs)
-    gain = runs[0]["initial_cost"] / best if best else float("inf")
-    fastest = min((r for r in runs if r["final_cost"] == best), key=lambda r: r["seconds"])
     if best >= runs[0]["initial_cost"]:
         return (f"No algorithm found a graph predicted cheaper than the original in "
                 f"{max(r['seconds'] for r in runs):.1f} s.")
+    gain = runs[0]["initial_cost"] / best if best else float("inf")
+    reached = {r["algorithm"]: _reached(r) for r in runs if r["final_cost"] == best}
+    first = min(reached, key=lambda name: reached[name])
     return (f"{', '.join(winners)} found the cheapest graph ({gain:.3f}x cheaper than the "
-            f"original, predicted); {fastest['algorithm']} got there in "
-            f"{fastest['seconds']:.1f} s.")
+            f"original, predicted); {first} got there first, after {reached[first]:.1f} s.")
+
+
+def _reached(run: Mapping[str, Any]) -> float:
+    """When a run first had its final cost (its whole time when it recorded no progress)."""
+    final = run["final_cost"]
+    return next((s for s, c in run.get("progress") or [] if c is not None and c <= final),
+                run["seconds"])
