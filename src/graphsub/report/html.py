@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import math
 import warnings
+from statistics import median as _median
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -156,8 +157,10 @@ def _where_time_goes(r: Mapping[str, Any]) -> list[str]:
         else r.get("latency_before_ms")
     points = [("original", r["predicted_cost_before"] * 1e3, original_ms)]
     for i, cand in enumerate(r.get("candidates", [])):
-        if cand.get("measured_ms") is not None:
-            points.append((f"candidate {i}", cand["predicted_cost"] * 1e3, cand["measured_ms"]))
+        rounds = screen.get(f"candidate {i}")  # like the original's: the rounds' median
+        measured_ms = _median(rounds) if rounds else cand.get("measured_ms")
+        if measured_ms is not None:
+            points.append((f"candidate {i}", cand["predicted_cost"] * 1e3, measured_ms))
     measured = [(label, p, m) for label, p, m in points if m is not None and math.isfinite(p)]
     if len(measured) >= 2:
         out.append(_figure(
@@ -168,10 +171,6 @@ def _where_time_goes(r: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _search(r: Mapping[str, Any]) -> list[str]:
@@ -296,18 +295,22 @@ def _candidates(r: Mapping[str, Any]) -> list[str]:
     if not cands:
         return []
     chosen = None if r["kept_original"] else (r.get("op_times") or {}).get("candidate_index")
-    rows = [("original", _cost_ms(r["predicted_cost_before"]),
-             _ms(_median(r["timings"]["screen"]["original"]))
-             if (r.get("timings") or {}).get("screen") else "", "", "")]
+    screen = (r.get("timings") or {}).get("screen") or {}
+
+    def screened(label: str, fallback: float | None) -> str:
+        return _ms(_median(screen[label]) if screen.get(label) else fallback)
+
+    rows = [("original", _cost_ms(r["predicted_cost_before"]), screened("original", None),
+             "", "")]
     for i, c in enumerate(cands):
         rules = ", ".join(dict.fromkeys(c["rules"])) or \
             "(none: the original graph as graphsub writes it)"
         rows.append((f"candidate {i}" + (" <b>kept</b>" if i == chosen else ""),
-                     _cost_ms(c["predicted_cost"]), _ms(c["measured_ms"]),
+                     _cost_ms(c["predicted_cost"]), screened(f"candidate {i}", c["measured_ms"]),
                      esc(f"{len(c['rules'])}: {rules}"), esc(c.get("note", ""))))
     return ["<h2>Candidates</h2>",
-            _table(["model", "predicted ms", "measured ms (median)", "rewrites", "note"], rows,
-                   numeric=(1, 2))]
+            _table(["model", "predicted ms", "screening ms (median round)", "rewrites", "note"],
+                   rows, numeric=(1, 2))]
 
 
 def _verification(r: Mapping[str, Any]) -> list[str]:
