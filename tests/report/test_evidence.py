@@ -159,3 +159,4 @@ def test_random_models_rewrites_replay_and_draw():
             evidence = rewrite_evidence(graph, candidate, rules, 0)
             assert evidence["stepwise"] and len(evidence["steps"]) == len(candidate.trace)
     assert replayed >= 8  # the searches found rewrites to replay
+

@@ -120,9 +120,12 @@ def test_optimize_page_has_every_plot_and_fetches_nothing(optimize_run):
     assert report.verdict.split(";")[0].replace("%", "") in page.replace("%", "")
     for rule in report.rewrites["rules"]:
         assert f"<code>{rule}</code>" in page
-    # every SVG's clip paths have ids of their own: one page holds many figures
-    ids = re.findall(r'<clipPath id="([^"]+)"', page)
+    # every id is unique in the page (one page holds many figures), and every reference
+    # inside it points to one of them
+    ids = re.findall(r'\bid="([^"]+)"', page)
     assert len(ids) == len(set(ids))
+    refs = re.findall(r'(?:href="#|url\(#)([^")]+)', page)
+    assert refs and set(refs) <= set(ids)
 
 
 def test_a_saved_report_renders_as_the_run_does(optimize_run, tmp_path):
@@ -196,6 +199,9 @@ def test_rewrites_that_look_the_same_are_drawn_once_and_counted():
 
     looks = _distinct_looks([step("4×4"), step("4×4"), step("8×8"), step("4×4")])
     assert [(s["before"]["nodes"][0]["shape"], n) for s, n in looks] == [("4×4", 3), ("8×8", 1)]
+    x, y = step("4×4"), step("4×4")
+    x["before"]["nodes"][0]["label"], y["before"]["nodes"][0]["label"] = "input a", "input b"
+    assert [n for _, n in _distinct_looks([x, y])] == [2]  # which input: not a new look
 
 
 def test_a_report_saved_before_the_figures_existed_still_renders(optimize_run):

@@ -252,11 +252,15 @@ def _rewrites(r: Mapping[str, Any]) -> list[str]:
 
 def _distinct_looks(steps: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], int]]:
     """The steps that would be drawn differently, each with how many look the same (a rule
-    applied once per layer draws the same subgraph every time)."""
+    applied once per layer draws the same subgraph every time; which graph input a step
+    reads does not make it look different)."""
     def look(step: Mapping[str, Any]) -> tuple[Any, ...]:
         def side(view: Mapping[str, Any]) -> tuple[Any, ...]:
             index = {n["id"]: k for k, n in enumerate(view["nodes"])}
-            return (tuple((n["label"], n["shape"], n["changed"]) for n in view["nodes"]),
+            labels = ["input" if n["label"].startswith("input ") else n["label"]
+                      for n in view["nodes"]]
+            return (tuple((label, n["shape"], n["changed"])
+                          for label, n in zip(labels, view["nodes"])),
                     tuple((index[a], index[b]) for a, b in view["edges"]), view.get("hidden"))
         return side(step["before"]), side(step["after"])
 

@@ -2,8 +2,9 @@
 
 Figures are made with `matplotlib.figure.Figure` directly, never pyplot: no global state, no
 GUI backend, safe in a notebook or a server. Text stays text in the SVG (smaller files that a
-browser renders crisply), and each figure gets its own id salt, since one HTML page holds
-many SVGs and their clip-path ids must not collide.
+browser renders crisply), and every id in a figure (matplotlib numbers its groups from 1 in
+each) gets a prefix of its own, since one HTML page holds many SVGs and an id must be unique
+in it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import io
 import itertools
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,7 +21,8 @@ TOP_OPS = 12
 #: Colours: the original, candidates, changed nodes before and after a rewrite, context.
 ORIGINAL, CANDIDATE, REMOVED, ADDED, CONTEXT = "#7f7f7f", "#1f77b4", "#f4b6b6", "#b9e4b3", "#eeeeee"
 
-_salt = itertools.count()
+#: Numbers the figures of a process: every id in a figure's SVG is prefixed with its own.
+_figures = itertools.count()
 
 
 def _figure(width: float, height: float) -> Any:
@@ -33,10 +36,11 @@ def to_svg(fig: Any) -> str:
     import matplotlib
 
     buf = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "none",
-                                "svg.hashsalt": f"graphsub-{next(_salt)}"}):
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "graphsub"}):
         fig.savefig(buf, format="svg")
     text = buf.getvalue()
+    prefix = f"f{next(_figures)}-"
+    text = re.sub(r'(\bid="|href="#|url\(#)', lambda m: m.group(1) + prefix, text)
     return text[text.index("<svg"):]
 
 
@@ -183,17 +187,32 @@ def final_cost_bars(costs: Mapping[str, float], initial: float) -> str:
 
 
 def _layers(view: Mapping[str, Any]) -> dict[int, tuple[float, float]]:
-    """Positions by dataflow depth (top to bottom), as networkx's multipartite layout gives."""
+    """Positions by dataflow depth, top to bottom (networkx's topological generations), each
+    row ordered by the mean place of what its nodes read (the barycentre heuristic, one sweep
+    down and one up), so that few edges cross."""
     import networkx as nx
 
     g = nx.DiGraph()
     g.add_nodes_from(n["id"] for n in view["nodes"])
     g.add_edges_from(tuple(e) for e in view["edges"])
-    for depth, generation in enumerate(nx.topological_generations(g)):
-        for nid in generation:
-            g.nodes[nid]["layer"] = depth
-    pos = nx.multipartite_layout(g, subset_key="layer", align="horizontal")
-    return {nid: (float(x), -float(y)) for nid, (x, y) in pos.items()}
+    rows = [sorted(generation) for generation in nx.topological_generations(g)]
+    place = {nid: float(i) for row in rows for i, nid in enumerate(row)}
+
+    def reorder(row: list[int], neighbours: Any) -> list[int]:
+        def centre(nid: int) -> float:
+            near = [place[m] for m in neighbours(nid)]
+            return sum(near) / len(near) if near else place[nid]
+        ordered = sorted(row, key=centre)
+        place.update({nid: float(i) for i, nid in enumerate(ordered)})
+        return ordered
+
+    for depth in range(1, len(rows)):
+        rows[depth] = reorder(rows[depth], g.predecessors)
+    for depth in reversed(range(len(rows) - 1)):
+        rows[depth] = reorder(rows[depth], g.successors)
+    width = max((len(row) for row in rows), default=1)
+    return {nid: ((i - (len(row) - 1) / 2) / max(width - 1, 1), -float(depth))
+            for depth, row in enumerate(rows) for i, nid in enumerate(row)}
 
 
 def _draw_view(ax: Any, view: Mapping[str, Any], changed_colour: str, title: str) -> None:
