@@ -10,7 +10,7 @@ from graphsub.report import plots
 def test_rewrite_drawings_order_rows_so_that_parallel_paths_do_not_cross():
     # two chains a->c, b->d listed crosswise: the lower row follows the upper one
     view = {"nodes": [{"id": i} for i in (1, 2, 3, 4)], "edges": [[1, 4], [2, 3]]}
-    pos = plots._layers(view)
+    pos = plots._positions(plots._rows(view))
     assert (pos[1][0] < pos[2][0]) == (pos[4][0] < pos[3][0])
     assert pos[1][1] == pos[2][1] > pos[3][1] == pos[4][1]
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from graphsub.cost.base import CostModel
-from graphsub.ir.graph import Graph
+from graphsub.ir.graph import Graph, Node
 from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import Rule
 from graphsub.rules.matcher import find_matches
@@ -42,18 +42,18 @@ def op_times(graph: Graph, cost_model: CostModel) -> dict[str, float]:
     for nid, node in graph.nodes.items():
         if node.op in ("input", "weight") or nid in folded:
             continue
-        op = node.attrs["op_type"] if node.op == "opaque" else node.op
-        totals[op] += cost_model.node_cost(graph, nid)
+        totals[_op_type(node)] += cost_model.node_cost(graph, nid)
     return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+
+
+def _op_type(node: Node) -> str:
+    """The operator's name as a user knows it: an opaque node's ONNX type."""
+    return str(node.attrs["op_type"]) if node.op == "opaque" else node.op
 
 
 def _label(graph: Graph, nid: int) -> str:
     node = graph[nid]
-    if node.op == "input":
-        return f"input {node.attrs['name']}"
-    if node.op == "opaque":
-        return str(node.attrs["op_type"])
-    return node.op
+    return f"input {node.attrs['name']}" if node.op == "input" else _op_type(node)
 
 
 def _shape(graph: Graph, nid: int) -> str:
@@ -136,9 +136,8 @@ def _context(graph: Graph, shown: set[int]) -> set[int]:
 
 def _view(graph: Graph, shown: set[int], context: set[int], hidden: int) -> dict[str, Any]:
     members = shown | context
-    outputs = {v.node for v in graph.outputs}
     nodes = [{"id": nid, "label": _label(graph, nid), "shape": _shape(graph, nid),
-              "changed": nid in shown, "output": nid in outputs}
+              "changed": nid in shown}
              for nid in graph.topo_order() if nid in members]
     edges = sorted({(v.node, nid) for nid in members for v in graph[nid].inputs
                     if v.node in members})
@@ -164,21 +163,18 @@ def change_view(before: Graph, after: Graph) -> dict[str, Any]:
             "after": _view(after, new, context_after, len(added) - len(new))}
 
 
+def _unchanged(nid: int, graph: Graph, target: Graph) -> bool:
+    """Whether `target` has node `nid` of `graph` as it is (node ids carry over)."""
+    node = target.nodes.get(nid)
+    return node is not None and node.op == graph[nid].op and node.inputs == graph[nid].inputs
+
+
 def _agreement(result: Graph, parent: Graph, target: Graph) -> int:
     """How well a rewrite of `parent` agrees with `target`: the nodes it adds that `target`
     has as they are, less the nodes it removes that `target` still has."""
-    def same(nid: int, nodes: Mapping[int, Any]) -> bool:
-        node = tn.get(nid)
-        return node is not None and node.op == nodes[nid].op and node.inputs == nodes[nid].inputs
-
-    tn, rn, pn = target.nodes, result.nodes, parent.nodes
-    gained = sum(same(nid, rn) for nid in rn.keys() - pn.keys())
-    return gained - sum(same(nid, pn) for nid in pn.keys() - rn.keys())
-
-
-def _unchanged(nid: int, graph: Graph, target: Graph) -> bool:
-    node = target.nodes.get(nid)
-    return node is not None and node.op == graph[nid].op and node.inputs == graph[nid].inputs
+    rn, pn = result.nodes, parent.nodes
+    gained = sum(_unchanged(nid, result, target) for nid in rn.keys() - pn.keys())
+    return gained - sum(_unchanged(nid, parent, target) for nid in pn.keys() - rn.keys())
 
 
 def replay(graph: Graph, candidate: Candidate, rules: Sequence[Rule],

@@ -393,9 +393,8 @@ def compare_html(data: Mapping[str, Any]) -> str:
     runs = data["runs"]
     initial = runs[0]["initial_cost"] if runs else float("nan")
     best = min((r["final_cost"] for r in runs), default=float("nan"))
-    winners = [r["algorithm"] for r in runs if r["final_cost"] == best]
     body = [f"<h1>graphsub compare: {esc(data['model'])}</h1>",
-            f'<p class="verdict good" id="verdict">{esc(_compare_verdict(runs, winners))}</p>',
+            f'<p class="verdict good" id="verdict">{esc(_compare_verdict(runs))}</p>',
             _facts([("target", esc(data["target"])),
                     ("cost model", esc(data["cost"])),
                     ("time limit", f"{data['time_limit']:g} s per algorithm"),
@@ -427,7 +426,7 @@ def compare_html(data: Mapping[str, Any]) -> str:
     return _page(f"graphsub compare: {data['model']}", body)
 
 
-def _compare_verdict(runs: Sequence[Mapping[str, Any]], winners: Sequence[str]) -> str:
+def _compare_verdict(runs: Sequence[Mapping[str, Any]]) -> str:
     if not runs:
         return "No algorithm ran."
     best = min(r["final_cost"] for r in runs)
@@ -437,7 +436,7 @@ def _compare_verdict(runs: Sequence[Mapping[str, Any]], winners: Sequence[str]) 
     gain = runs[0]["initial_cost"] / best if best else float("inf")
     reached = {r["algorithm"]: _reached(r) for r in runs if r["final_cost"] == best}
     first = min(reached, key=lambda name: reached[name])
-    return (f"{', '.join(winners)} found the cheapest graph ({gain:.3f}x cheaper than the "
+    return (f"{', '.join(reached)} found the cheapest graph ({gain:.3f}x cheaper than the "
             f"original, predicted); {first} got there first, after {reached[first]:.1f} s.")
 
 

@@ -106,14 +106,16 @@ def versions() -> dict[str, str]:
     import sys
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {"graphsub": "", "python": platform.python_version()}
-    for name in ("graphsub", "onnx", "onnxruntime", "numpy", "torch"):
+    from graphsub import __version__
+
+    out = {"graphsub": __version__, "python": platform.python_version()}
+    for name in ("onnx", "onnxruntime", "numpy", "torch"):
         if name == "torch" and "torch" not in sys.modules:
-            continue
+            continue  # torch is optional: named when this run used it
         try:
             out[name] = version(name)
         except PackageNotFoundError:
-            out.pop(name, None)
+            pass
     return out
 
 

@@ -48,6 +48,14 @@ def _ms(seconds: float) -> float:
     return seconds * 1e3
 
 
+def _boxes(ax: Any, data: Sequence[Sequence[float]], labels: Sequence[str],
+           colours: Sequence[str]) -> None:
+    box = ax.boxplot(data, tick_labels=labels, patch_artist=True, widths=0.55)
+    for patch, colour in zip(box["boxes"], colours):
+        patch.set_facecolor(colour)
+        patch.set_alpha(0.45)
+
+
 def latency_distributions(screen: Mapping[str, Sequence[float]],
                           confirms: Sequence[Mapping[str, Any]]) -> str:
     """Box plots of round medians: the screening (original and each timed candidate) and
@@ -57,20 +65,13 @@ def latency_distributions(screen: Mapping[str, Sequence[float]],
     axes = fig.subplots(1, panels, squeeze=False)[0]
     names = list(screen)
     ax = axes[0]
-    box = ax.boxplot([screen[n] for n in names], tick_labels=names, patch_artist=True,
-                     widths=0.55)
-    for patch, name in zip(box["boxes"], names):
-        patch.set_facecolor(ORIGINAL if name == "original" else CANDIDATE)
-        patch.set_alpha(0.45)
+    _boxes(ax, [screen[n] for n in names], names,
+           [ORIGINAL if name == "original" else CANDIDATE for name in names])
     ax.set_title("screening: all candidates", fontsize=10)
     ax.set_ylabel("latency per round (ms)")
     for ax, c in zip(axes[1:], confirms):
-        box = ax.boxplot([c["before_ms"], c["after_ms"]],
-                         tick_labels=["original", f"candidate {c['candidate']}"],
-                         patch_artist=True, widths=0.55)
-        for patch, colour in zip(box["boxes"], (ORIGINAL, CANDIDATE)):
-            patch.set_facecolor(colour)
-            patch.set_alpha(0.45)
+        _boxes(ax, [c["before_ms"], c["after_ms"]],
+               ["original", f"candidate {c['candidate']}"], [ORIGINAL, CANDIDATE])
         alpha = min(0.3, 6 / max(len(c["after_ms"]), 1))
         for b, a in zip(c["before_ms"], c["after_ms"]):  # one line per round: the pairing
             ax.plot([1, 2], [b, a], color="#555555", alpha=alpha, linewidth=0.8)
@@ -186,8 +187,8 @@ def final_cost_bars(costs: Mapping[str, float], initial: float) -> str:
     return to_svg(fig)
 
 
-def _layers(view: Mapping[str, Any]) -> dict[int, tuple[float, float]]:
-    """Positions by dataflow depth, top to bottom (networkx's topological generations), each
+def _rows(view: Mapping[str, Any]) -> list[list[int]]:
+    """The nodes by dataflow depth, top to bottom (networkx's topological generations), each
     row ordered by the mean place of what its nodes read (the barycentre heuristic, one sweep
     down and one up), so that few edges cross."""
     import networkx as nx
@@ -210,19 +211,25 @@ def _layers(view: Mapping[str, Any]) -> dict[int, tuple[float, float]]:
         rows[depth] = reorder(rows[depth], g.predecessors)
     for depth in reversed(range(len(rows) - 1)):
         rows[depth] = reorder(rows[depth], g.successors)
+    return rows
+
+
+def _positions(rows: list[list[int]]) -> dict[int, tuple[float, float]]:
+    """Each row centred, the widest spanning [-0.5, 0.5], one unit between rows."""
     width = max((len(row) for row in rows), default=1)
     return {nid: ((i - (len(row) - 1) / 2) / max(width - 1, 1), -float(depth))
             for depth, row in enumerate(rows) for i, nid in enumerate(row)}
 
 
-def _draw_view(ax: Any, view: Mapping[str, Any], changed_colour: str, title: str) -> None:
+def _draw_view(ax: Any, view: Mapping[str, Any], rows: list[list[int]], changed_colour: str,
+               title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.set_axis_off()
     if not view["nodes"]:
         ax.text(0.5, 0.5, "(nothing)", ha="center", va="center", fontsize=8, color="#777777",
                 transform=ax.transAxes)
         return
-    pos = _layers(view)
+    pos = _positions(rows)
     for src, dst in view["edges"]:
         ax.annotate("", xy=pos[dst], xytext=pos[src],
                     arrowprops=dict(arrowstyle="-|>", color="#666666", linewidth=0.8,
@@ -245,16 +252,11 @@ def _draw_view(ax: Any, view: Mapping[str, Any], changed_colour: str, title: str
 def rewrite_drawing(step: Mapping[str, Any]) -> str:
     """One rewrite: the subgraph it replaced (changed nodes red) and what replaced it (green),
     with their unchanged neighbours in grey."""
-    depth, width = 1, 2
-    for side in ("before", "after"):
-        positions = _layers(step[side]) if step[side]["nodes"] else {}
-        rows: dict[float, int] = {}
-        for _, y in positions.values():
-            rows[round(y, 6)] = rows.get(round(y, 6), 0) + 1
-        depth = max(depth, len(rows))
-        width = max(width, max(rows.values(), default=1))
+    rows = {side: _rows(step[side]) for side in ("before", "after")}
+    depth = max([1, *(len(r) for r in rows.values())])
+    width = max([2, *(len(row) for r in rows.values() for row in r)])
     fig = _figure(min(2.0 + 2.6 * width, 12.0), min(1.0 + 0.75 * depth, 9.0))
     before_ax, after_ax = fig.subplots(1, 2)
-    _draw_view(before_ax, step["before"], REMOVED, "before")
-    _draw_view(after_ax, step["after"], ADDED, "after")
+    _draw_view(before_ax, step["before"], rows["before"], REMOVED, "before")
+    _draw_view(after_ax, step["after"], rows["after"], ADDED, "after")
     return to_svg(fig)
