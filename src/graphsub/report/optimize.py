@@ -106,15 +106,13 @@ def versions() -> dict[str, str]:
     import sys
     from importlib.metadata import PackageNotFoundError, version
 
-    from graphsub import __version__
-
-    out = {"graphsub": __version__, "python": platform.python_version()}
-    for name in ("onnx", "onnxruntime", "numpy", "torch"):
+    out = {}
+    for name in ("graphsub", "python", "onnx", "onnxruntime", "numpy", "torch"):
         if name == "torch" and "torch" not in sys.modules:
             continue  # torch is optional: named when this run used it
         try:
-            out[name] = version(name)
-        except PackageNotFoundError:
+            out[name] = platform.python_version() if name == "python" else version(name)
+        except PackageNotFoundError:  # graphsub run from a source tree, not installed
             pass
     return out
 
