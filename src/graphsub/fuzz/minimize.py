@@ -19,6 +19,7 @@ produces a wrong graph, which names the culprit rule.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
@@ -72,9 +73,14 @@ def minimize_rules(rules: Sequence[T], still_fails: Callable[[list[T]], bool],
 
 
 def _safe(predicate: Callable[[T], bool], value: T) -> bool:
+    """The predicate's answer; a predicate that crashes on a candidate does not confirm the
+    failure, which the warning says (a crash of another kind may be a finding of its own)."""
     try:
         return bool(predicate(value))
-    except Exception:  # a predicate that crashes on a candidate does not confirm the failure
+    except Exception as exc:  # noqa: BLE001 (the caller's predicate may raise anything)
+        warnings.warn(f"the minimizer's predicate raised {type(exc).__name__} on a candidate "
+                      f"({str(exc)[:200]}); the candidate counts as not failing",
+                      RuntimeWarning, stacklevel=2)
         return False
 
 
@@ -208,8 +214,8 @@ def _value_shapes(model: onnx.ModelProto) -> dict[str, tuple[tuple[int, ...], in
     """Static shape and element type of every value, from ONNX shape inference."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
-    except Exception:
-        return {}
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+        return {}  # no shapes known: the steps that need them propose nothing
     g = inferred.graph
     out: dict[str, tuple[tuple[int, ...], int]] = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):

@@ -41,9 +41,6 @@ class GraphBuilder:
     def node(self, node_id: int) -> Node:
         return self._nodes[node_id]
 
-    def node_ids(self) -> list[int]:
-        return list(self._nodes)
-
     def type_of(self, value: Value) -> TensorType:
         return self._nodes[value.node].outputs[value.index]
 

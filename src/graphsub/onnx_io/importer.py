@@ -24,7 +24,7 @@ from graphsub.ir.graph import Graph, Value, make_node
 from graphsub.ir.types import Constant, TensorType
 from graphsub.onnx_io.exporter import MAX_OPSET, MIN_OPSET
 from graphsub.ops import importer_for
-from graphsub.runtime.ort import make_model
+from graphsub.runtime.ort import ORT_ERRORS, make_model
 
 _MISSING = object()
 #: Ops folded whenever all their inputs are constant, whatever their output type.
@@ -303,8 +303,8 @@ def _infer_output_types(node: onnx.NodeProto, ctx: ImportContext,
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
         by_name = {vi.name: _tensor_type(vi.type) for vi in inferred.graph.output}
-    except Exception:
-        by_name = {}
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+        by_name = {}  # inference cannot tell: the node is run below instead
     types = []
     for o in (o for o in node.output if o):
         tt = by_name.get(o)
@@ -367,7 +367,7 @@ def _runtime_types(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str,
     the node cannot run on made-up inputs, inference's types stay."""
     try:
         results = _run_single(node, ctx, in_types)
-    except Exception:  # noqa: BLE001 (onnxruntime's own exception types)
+    except ORT_ERRORS:
         return inferred
     ran = [TensorType(tuple(r.shape), str(r.dtype)) for r in results]
     return ran if len(ran) == len(inferred) else inferred

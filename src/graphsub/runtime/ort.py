@@ -15,8 +15,22 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from graphsub.runtime.timing import (PairedComparison, Runnable, Timing, compare_runnables,
-                                     time_runnables, timed_calls)
+from graphsub.runtime.timing import Runnable, Timing, time_runnables, timed_calls
+
+
+def _onnxruntime_errors() -> tuple[type[Exception], ...]:
+    """The exception types onnxruntime raises (its own, which derive from Exception directly,
+    and the Python ones its bindings raise for inputs of the wrong kind)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    own = [v for v in vars(state).values()
+           if isinstance(v, type) and issubclass(v, Exception) and v.__module__ == state.__name__]
+    return (*own, RuntimeError, ValueError, TypeError)
+
+
+#: What onnxruntime raises when a model or an input is one it cannot run: caught where a
+#: failure to run means "not this candidate" or "fall back", never anything wider.
+ORT_ERRORS = _onnxruntime_errors()
 
 
 def _as_bytes(model: Any) -> bytes | str:
@@ -87,11 +101,3 @@ def time_models(models: Sequence[Any], feeds: Mapping[str, np.ndarray],
     """Time several ONNX models on the same inputs in onnxruntime (CPU), side by side with
     its default session settings (see `runtime.timing.time_runnables` for the protocol)."""
     return time_runnables([OrtRunnable(m, threads) for m in models], feeds, **kwargs)
-
-
-def compare_speed(before: Any, after: Any, feeds: Mapping[str, np.ndarray],
-                  threads: int | None = None, min_seconds: float = 4.0,
-                  min_rounds: int = 10) -> PairedComparison:
-    """Time two ONNX models head to head in onnxruntime (at least `min_rounds` rounds)."""
-    return compare_runnables(OrtRunnable(before, threads), OrtRunnable(after, threads), feeds,
-                             min_seconds=min_seconds, min_rounds=min_rounds)
