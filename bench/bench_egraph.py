@@ -28,7 +28,8 @@ from rich.table import Table  # noqa: E402
 
 from graphsub import zoo  # noqa: E402
 from graphsub.cost import AnalyticCostModel, make_cost_model  # noqa: E402
-from graphsub.optimizer import optimize, resolve_target  # noqa: E402
+from graphsub.backends import get_target  # noqa: E402
+from graphsub.optimizer import optimize  # noqa: E402
 from graphsub.rules import builtin_rules, load_rules  # noqa: E402
 
 TASO_RULES = Path(__file__).resolve().parents[2] / "shared" / "data" / "taso" / "graph_subst.pb"
@@ -48,7 +49,7 @@ PAPER = {
 
 def cost_model(name: str):
     if name == "measured":
-        return make_cost_model("measured", target=resolve_target("ort-cpu"))
+        return make_cost_model("measured", target=get_target("ort-cpu"))
     return AnalyticCostModel(name)
 
 

@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: Bottom to top. A module belongs to the longest prefix listed here.
 LAYERS: list[tuple[str, ...]] = [
     ("graphsub.errors", "graphsub.cache", "graphsub.lazy", "graphsub.ir.types",
-     "graphsub.executors"),
+     "graphsub.executors", "graphsub.budget"),
     ("graphsub.ops",),
     ("graphsub.ir",),
     ("graphsub.runtime",),
@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("graphsub.search", "graphsub.generate", "graphsub.fission"),
     ("graphsub.egraph",),
     ("graphsub.selection", "graphsub.report", "graphsub.zoo"),
+    ("graphsub.pipeline",),
     ("graphsub.optimizer",),
     ("graphsub", "graphsub.compare", "graphsub.fuzz"),
     ("graphsub.frontends", "graphsub.cli", "graphsub.cli_common", "graphsub.cli_generate"),

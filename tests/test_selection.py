@@ -11,7 +11,8 @@ import pytest
 import graphsub
 from graphsub.backends import get_target
 from graphsub.ir import GraphBuilder
-from graphsub.optimizer import measure_reserve, optimize_model
+from graphsub.budget import measure_reserve
+from graphsub.optimizer import optimize_model
 from graphsub.report.optimize import OptimizeReport, verdict
 from graphsub.runtime.timing import PairedComparison, Timing
 from graphsub.selection import CandidateReport, Selection

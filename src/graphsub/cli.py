@@ -19,7 +19,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from graphsub.cli_common import JsonOpt, app, emit_json, err, handle_errors, out
+from graphsub.cli_common import JsonOpt, app, emit_json, err, handle_errors, main, out
 from graphsub.errors import GraphsubError
 
 if TYPE_CHECKING:
@@ -32,42 +32,39 @@ InputShapeOpt = Annotated[
     Optional[list[str]],
     typer.Option("--input-shape", "-s", metavar="NAME=DIMS",
                  help="Concrete shape of an input with symbolic dimensions, e.g. "
-                      "x=1x3x224x224 (repeatable)."),
+                      "x=1x3x224x224 (repeatable).", rich_help_panel="Model"),
 ]
 ThreadsOpt = Annotated[Optional[int], typer.Option(
-    "--threads", "-t", help="CPU threads of onnxruntime or torch (default: all cores).")]
+    "--threads", "-t", metavar="N", help="CPU threads of onnxruntime or torch (default: all "
+    "cores).", rich_help_panel="Target")]
 TargetOpt = Annotated[Optional[str], typer.Option(
-    "--target", help="Where the model will run, so what is measured: ort-cpu, ort-cuda, "
-                     "torch-cpu or torch-cuda (default: torch-cuda when torch sees a GPU, else "
-                     "ort-cpu). `graphsub info --targets` lists this machine's.")]
+    "--target", metavar="NAME", help="Where the model will run, so what is measured: ort-cpu, "
+    "ort-cuda, torch-cpu, torch-cuda (default: torch-cuda when torch sees a GPU, else ort-cpu; "
+    "`graphsub info --targets`).", rich_help_panel="Target")]
 SplitOpt = Annotated[Optional[int], typer.Option(
-    "--split", metavar="N", help="Off by default. Cut the graph into parts of at most N "
-    "operators, search them separately and the cuts last (MetaFlow's graph split; MetaFlow "
-    "uses 30).")]
+    "--split", metavar="N", help="Cut the graph into parts of at most N operators, search them "
+    "apart, then the cuts (MetaFlow's graph split; off by default, MetaFlow uses 30).",
+    rich_help_panel="Search")]
 ExecutorOpt = Annotated[str, typer.Option(
-    help="Where --split searches parts: process (a local pool), dask, or serial. Parts priced by "
-         "measurement are searched one at a time.")]
-CudaGraphsOpt = Annotated[bool, typer.Option(
-    "--cuda-graphs/--no-cuda-graphs",
-    help="torch-cuda: time and run CUDA-graph replays (default) or eager launches.")]
+    metavar="NAME", help="Where --split searches parts: process, dask or serial.",
+    rich_help_panel="Search")]
+CudaGraphsOpt = Annotated[Optional[bool], typer.Option(
+    "--cuda-graphs/--no-cuda-graphs", show_default=False, metavar="",
+    help="torch-cuda: run CUDA-graph replays (its default) or eager launches.",
+    rich_help_panel="Target")]
 Tf32Opt = Annotated[bool, typer.Option(
-    "--tf32", help="torch-cuda: allow TF32 matmuls and convolutions (off: fp32 results).")]
+    "--tf32", metavar="", help="torch-cuda: allow TF32 matmuls and convolutions (off: fp32 results).",
+    rich_help_panel="Target")]
 
 
-def make_target(name: str | None, threads: int | None, cuda_graphs: bool = True,
+def make_target(name: str | None, threads: int | None, cuda_graphs: bool | None = None,
                 tf32: bool = False):
+    """The target named on the command line, with the options given (an option the target
+    does not have is refused by the target's registry)."""
     from graphsub.backends import get_target
 
-    options: dict[str, Any] = {"threads": threads}
-    if name == "torch-cuda" or (name is None and _default_target() == "torch-cuda"):
-        options.update(cuda_graphs=cuda_graphs, allow_tf32=tf32)
-    return get_target(name, **options)
-
-
-def _default_target() -> str:
-    from graphsub.backends import default_target_name
-
-    return default_target_name()
+    return get_target(name, threads=threads, cuda_graphs=cuda_graphs,
+                      allow_tf32=True if tf32 else None)
 
 
 def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -78,11 +75,12 @@ def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
             if not eq or not name:
                 raise ValueError
             shape = tuple(int(d) for d in dims.lower().replace(",", "x").split("x") if d != "")
-            if any(d < 0 for d in shape):
-                raise ValueError
         except ValueError:
             raise GraphsubError(f"--input-shape {item!r} is not NAME=DIMS (e.g. "
                                 "x=1x3x224x224)") from None
+        if any(d <= 0 for d in shape):
+            raise GraphsubError(f"--input-shape {item!r}: every dimension must be at least 1 "
+                                "(a tensor with a zero dimension holds nothing to optimize)")
         shapes[name] = shape
     return shapes
 
@@ -293,7 +291,7 @@ def check(a: Annotated[str, typer.Argument(help="Reference model (ONNX file or z
 def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo model).")],
           b: Annotated[Optional[str], typer.Argument(help="Second model, timed interleaved with A.")] = None,
           input_shape: InputShapeOpt = None, threads: ThreadsOpt = None,
-          target: TargetOpt = None, cuda_graphs: CudaGraphsOpt = True, tf32: Tf32Opt = False,
+          target: TargetOpt = None, cuda_graphs: CudaGraphsOpt = None, tf32: Tf32Opt = False,
           seconds: Annotated[float, typer.Option(help="Minimum timing duration.")] = 3.0,
           as_json: JsonOpt = False) -> None:
     """Latency on a target (onnxruntime with all optimizations by default); two models side
@@ -380,90 +378,106 @@ class _Stages:
         self.status.stop()
 
 
-ALGORITHM_HELP = ("Search algorithm: backtracking (TASO/MetaFlow), greedy (alpha = 1), OCGGS's "
-                  "pruning, dpp, sampling and enumeration (sequences of at most --k rewrites), "
-                  "or the e-graph searches eqsat (Tensat) and mcts (MCTS-guided e-graph "
-                  "construction).")
-TIME_LIMIT_HELP = ("Seconds for the whole run: the search, then timing, confirming and verifying "
-                   "the candidates on the target (a quarter of the limit, at least 2 s, is kept "
-                   "for those unless --measure-limit is given). The run may exceed it by the "
-                   "verification of a chosen candidate, which is never skipped.")
-FISSION_HELP = ("Also split the search's best graph into primitives and choose its kernels by "
-                "Korch's binary linear program on the target's measured costs: one more "
-                "candidate, kept only if it runs faster (a fifth of the search's time, at most "
-                "20 s).")
-ORT_FUSIONS_HELP = ("Also measure the original and the best candidate written with onnxruntime's "
-                    "fused com.microsoft operators (onnxscript's ORT fusions: fused attention, "
-                    "SkipLayerNormalization, BiasGelu, ...); where one is faster, the output runs "
-                    "only on onnxruntime. Needs an onnxruntime target and onnxscript "
-                    "(pip install 'graphsub[ort-fusions]').")
-MEASURE_LIMIT_HELP = ("Seconds for timing, confirming and verifying the candidates, after a search "
-                      "of the whole --time-limit (default: they share the time limit). Give "
-                      "more for models whose runs take long.")
+ALGORITHM_HELP = ("backtracking (TASO/MetaFlow), greedy, OCGGS's pruning, dpp, sampling and "
+                  "enumeration, or the e-graph searches eqsat (Tensat) and mcts.")
+OPTION_HELP = ("An option of the algorithm, NAME=VALUE (repeatable), e.g. c=1.4 or "
+               "extractors=ilp,greedy; a wrong name is refused with the list of its options "
+               "(docs/search.md).")
+TIME_LIMIT_HELP = ("Seconds for the whole run: the search, then timing, confirming and "
+                   "verifying (a quarter, at least 2 s, is kept for those unless "
+                   "--measure-limit is given). Verifying a chosen candidate may come on top.")
+OBJECTIVE_HELP = ("What the search minimizes: latency (default), or latency with peak memory, "
+                  "FLOPs or launches, each weighted relative to the input model, e.g. "
+                  "latency,memory=0.3 (MetaFlow's multi-objective cost).")
+FISSION_HELP = ("Also split the best graph into primitives and choose its kernels by Korch's "
+                "binary linear program: one more candidate, kept only if it runs faster.")
+ORT_FUSIONS_HELP = ("Also try onnxruntime's fused com.microsoft operators (onnxscript's ORT "
+                    "fusions); the output may then run only on onnxruntime.")
+RulesOpt = Annotated[Optional[list[Path]], typer.Option(
+    "--rules", metavar="FILE", help="Rule file (graphsub .rules or TASO .pb), repeatable "
+    "(default: the built-in library).", rich_help_panel="Search")]
+
+
+def make_settings(given: dict[str, Any], option_texts: list[str] | None,
+                  objective: str | None) -> Any:
+    """The run's Settings from the command line's values (None: the default), with each
+    --option NAME=VALUE parsed into the type the algorithm declares."""
+    from graphsub.pipeline import Objective, Settings, parse_option
+
+    options = dict(parse_option(given.get("algorithm", "backtracking"), text)
+                   for text in option_texts or [])
+    values = {k: v for k, v in given.items() if v is not None}
+    if objective is not None:
+        values["objective"] = Objective.parse(objective)
+    return Settings.make(**values, options=options)
+
+
+def check_rule_files(paths: list[Path] | None) -> None:
+    for path in paths or []:
+        if not path.is_file():
+            raise GraphsubError(f"rule file {path} does not exist")
 
 
 @app.command()
 @handle_errors
 def optimize(ctx: typer.Context,
-             model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")],
-             output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the optimized ONNX model (never the input file).")],
-             algorithm: Annotated[str, typer.Option(help=ALGORITHM_HELP)] = "backtracking",
-             alpha: Annotated[Optional[float], typer.Option(help="Explore graphs up to alpha x the best cost (backtracking, as in TASO/MetaFlow; default 1.05).")] = None,
-             budget: Annotated[Optional[int], typer.Option(help="The algorithm's own unit of work: graphs to expand (backtracking, greedy; default 1000; pruning, dpp, sampling, enumeration: no bound but --k), MCTS iterations per decision (mcts; default 128), e-graph iterations (eqsat; default: until saturated).")] = None,
-             node_limit: Annotated[Optional[int], typer.Option("--node-limit", help="Most e-nodes in the e-graph (eqsat: default 20000; mcts: default 2000, as in the MCTS paper).")] = None,
-             k_multi: Annotated[Optional[int], typer.Option("--k-multi", help="Iterations that apply multi-pattern rules (eqsat, Tensat's k_multi; default 1).")] = None,
-             k: Annotated[Optional[int], typer.Option("--k", help="Longest rewrite sequence for pruning, dpp, sampling (default 10) and enumeration (default 3): OCGGS's K.")] = None,
+             model: Annotated[str, typer.Argument(metavar="MODEL", help="ONNX file or zoo model.")],
+             output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE", help="Where to write the optimized model (never the input file).")],
+             algorithm: Annotated[str, typer.Option(metavar="NAME", help=ALGORITHM_HELP, rich_help_panel="Search")] = "backtracking",
+             option: Annotated[Optional[list[str]], typer.Option("--option", "-O", metavar="NAME=VALUE", help=OPTION_HELP, rich_help_panel="Search")] = None,
+             alpha: Annotated[Optional[float], typer.Option(metavar="A", help="backtracking: explore graphs up to A x the best cost (1.05).", rich_help_panel="Search")] = None,
+             k: Annotated[Optional[int], typer.Option("--k", metavar="K", help="pruning, dpp, sampling, enumeration: longest rewrite sequence (OCGGS's K).", rich_help_panel="Search")] = None,
+             node_limit: Annotated[Optional[int], typer.Option("--node-limit", metavar="N", help="eqsat, mcts: most e-nodes (20000; mcts 2000).", rich_help_panel="Search")] = None,
+             k_multi: Annotated[Optional[int], typer.Option("--k-multi", metavar="N", help="eqsat: iterations that apply multi-pattern rules (1).", rich_help_panel="Search")] = None,
+             budget: Annotated[Optional[int], typer.Option(metavar="N", help="The algorithm's unit of work: graphs expanded (backtracking, greedy: 1000), MCTS iterations per decision (128), e-graph iterations.", rich_help_panel="Search")] = None,
              split: SplitOpt = None, executor: ExecutorOpt = "process",
-             time_limit: Annotated[float, typer.Option("--time-limit", help=TIME_LIMIT_HELP)] = 60.0,
-             measure_limit: Annotated[Optional[float], typer.Option("--measure-limit", help=MEASURE_LIMIT_HELP)] = None,
-             cost: Annotated[str, typer.Option(help="Cost model: measured (each operator timed on the target) or analytic (a roofline for the target's device).")] = "measured",
-             rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Rule file (graphsub .rules or TASO .pb); repeatable. Default: the built-in library.")] = None,
+             rules: RulesOpt = None,
+             time_limit: Annotated[float, typer.Option("--time-limit", metavar="SECONDS", help=TIME_LIMIT_HELP, rich_help_panel="Time")] = 60.0,
+             measure_limit: Annotated[Optional[float], typer.Option("--measure-limit", metavar="SECONDS", help="Seconds for timing, confirming and verifying after a search of the whole --time-limit.", rich_help_panel="Time")] = None,
+             cost: Annotated[str, typer.Option(metavar="NAME", help="Cost model: measured (each operator timed on the target) or analytic (a roofline).", rich_help_panel="Cost")] = "measured",
+             objective: Annotated[Optional[str], typer.Option(metavar="TERMS", help=OBJECTIVE_HELP, rich_help_panel="Cost")] = None,
              input_shape: InputShapeOpt = None, threads: ThreadsOpt = None,
-             target: TargetOpt = None, cuda_graphs: CudaGraphsOpt = True, tf32: Tf32Opt = False,
-             report: Annotated[Optional[Path], typer.Option("--report", help="Write the full report: report.html (a page with plots: latencies, time per operator, the search, each rewrite drawn, the verification) or report.json (the data; `graphsub report` renders it later).")] = None,
-             candidates: Annotated[int, typer.Option(help="Best candidates to time end to end.")] = 3,
-             fission: Annotated[bool, typer.Option("--fission/--no-fission", help=FISSION_HELP)] = True,
-             ort_fusions: Annotated[bool, typer.Option("--ort-fusions/--no-ort-fusions", help=ORT_FUSIONS_HELP)] = False,
+             target: TargetOpt = None, cuda_graphs: CudaGraphsOpt = None, tf32: Tf32Opt = False,
+             candidates: Annotated[int, typer.Option(metavar="N", help="Best candidates to time end to end.", rich_help_panel="Time")] = 3,
+             fission: Annotated[bool, typer.Option("--fission/--no-fission", metavar="", help=FISSION_HELP, rich_help_panel="Search")] = True,
+             ort_fusions: Annotated[bool, typer.Option("--ort-fusions/--no-ort-fusions", metavar="", help=ORT_FUSIONS_HELP, rich_help_panel="Target")] = False,
+             report: Annotated[Optional[Path], typer.Option("--report", metavar="FILE", help="Also write the report: report.html (a page with plots) or report.json (its data; `graphsub report` renders it).")] = None,
              as_json: JsonOpt = False) -> None:
     """Optimize a model: search equivalent graphs, keep the fastest measured, verify, write.
     Ctrl-C during the search ends it and goes on to measure what it found; a second Ctrl-C
     stops at once, writing nothing."""
     started = time.perf_counter()
     from graphsub.onnx_io.exporter import write_atomic
-    from graphsub.optimizer import VerificationError, check_settings, optimize_model
+    from graphsub.optimizer import VerificationError, optimize_model
+    from graphsub.pipeline import load_rule_files
     from graphsub.report.files import report_format, save_report
-    from graphsub.rules import builtin_rules, load_rules
 
-    check_settings(algorithm, alpha, budget, time_limit, cost, k, split, executor, node_limit,
-                   k_multi, measure_limit, candidates, threads, ort_fusions=ort_fusions,
-                   target=target)
+    settings = make_settings(dict(
+        algorithm=algorithm, alpha=alpha, k=k, node_limit=node_limit, k_multi=k_multi,
+        budget=budget, split=split, executor=executor, time_limit=time_limit,
+        measure_limit=measure_limit, cost=cost, threads=threads, target=target,
+        cuda_graphs=cuda_graphs, allow_tf32=True if tf32 else None, candidates=candidates,
+        fission=fission, ort_fusions=ort_fusions), option, objective)
     check_output_path(output, "--output", [model])
     if report is not None:
         report_format(report)
         check_output_path(report, "--report", [model])
         if report.resolve() == output.resolve():
             raise GraphsubError("--report and --output name the same file; give two names")
-    for path in rules or []:
-        if not path.is_file():
-            raise GraphsubError(f"rule file {path} does not exist")
+    check_rule_files(rules)
     shapes = parse_input_shapes(input_shape)
-    device = make_target(target, threads, cuda_graphs, tf32)
     loaded = LoadedModel(model, shapes)
     original = (Path(loaded.onnx).read_bytes() if isinstance(loaded.onnx, str) else loaded.onnx)
     with err.status("loading and checking rules..."):
-        rule_list = load_rules(rules) if rules else builtin_rules()
+        rule_list = load_rule_files(rules or [])
     bar, update = _search_progress(time_limit, budget)
     stages = _Stages(bar)
     try:
         with bar:
             try:
-                data, rep = optimize_model(
-                    loaded.graph, original, loaded.label, rule_list, algorithm=algorithm,
-                    alpha=alpha, budget=budget, k=k, time_limit=time_limit, cost=cost,
-                    threads=threads, measure_candidates=candidates, progress=update,
-                    target=device, stage=stages, split=split, executor=executor,
-                    node_limit=node_limit, k_multi=k_multi, measure_limit=measure_limit,
-                    started=started, fission=fission, ort_fusions=ort_fusions)
+                data, rep = optimize_model(loaded.graph, original, loaded.label, rule_list,
+                                           settings=settings, progress=update, say=stages,
+                                           started=started)
             finally:
                 stages.stop()
     except VerificationError as exc:
@@ -484,44 +498,40 @@ def optimize(ctx: typer.Context,
 @app.command()
 @handle_errors
 def compare(ctx: typer.Context,
-            model: Annotated[str, typer.Argument(help="ONNX file or zoo model.")],
-            algorithms: Annotated[str, typer.Option(help="Comma-separated algorithms to run, in order.")] = "backtracking,greedy,pruning,dpp,sampling",
-            time_limit: Annotated[float, typer.Option("--time-limit", help="Search time limit per algorithm, in seconds.")] = 10.0,
-            cost: Annotated[str, typer.Option(help="Cost model: analytic (deterministic: search times compare fairly) or measured (operators timed once, for whichever algorithm prices them first).")] = "analytic",
-            k: Annotated[int, typer.Option("--k", help="Longest rewrite sequence for pruning, dpp and sampling (OCGGS's K).")] = 10,
-            split: SplitOpt = None,
-            rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Rule file (graphsub .rules or TASO .pb); repeatable. Default: the built-in library.")] = None,
+            model: Annotated[str, typer.Argument(metavar="MODEL", help="ONNX file or zoo model.")],
+            algorithms: Annotated[str, typer.Option(metavar="NAMES", help="Comma-separated algorithms to run, in order.")] = "backtracking,greedy,pruning,dpp,sampling",
+            time_limit: Annotated[float, typer.Option("--time-limit", metavar="SECONDS", help="Search time limit per algorithm.")] = 10.0,
+            cost: Annotated[str, typer.Option(metavar="NAME", help="Cost model: analytic (deterministic: search times compare fairly) or measured (operators timed once, for whichever algorithm prices them first).")] = "analytic",
+            k: Annotated[int, typer.Option("--k", metavar="K", help="Longest rewrite sequence for pruning, dpp and sampling (OCGGS's K).")] = 10,
+            split: SplitOpt = None, rules: RulesOpt = None,
             input_shape: InputShapeOpt = None, threads: ThreadsOpt = None, target: TargetOpt = None,
-            report: Annotated[Optional[Path], typer.Option("--report", help="Write the comparison: compare.html (a page with OCGGS's figures: cost against search time per algorithm, final costs) or compare.json (the data).")] = None,
+            report: Annotated[Optional[Path], typer.Option("--report", metavar="FILE", help="Also write the comparison: compare.html (OCGGS's figures: cost against search time, final costs) or compare.json (the data).")] = None,
             as_json: JsonOpt = False) -> None:
     """Run the search algorithms on one model under one cost model and compare what they
     find (final cost, search time, graphs expanded), as OCGGS's section 6 tables do."""
     from graphsub.compare import check_algorithms, compare_algorithms
-    from graphsub.optimizer import check_settings
+    from graphsub.pipeline import Settings, load_rule_files
     from graphsub.report.files import report_format, save_report
     from graphsub.report.optimize import versions
-    from graphsub.rules import builtin_rules, load_rules
 
     names = [a.strip() for a in algorithms.split(",") if a.strip()]
     check_algorithms(names)
-    check_settings(names[0], time_limit=time_limit, cost=cost, split=split, threads=threads)
+    settings = Settings.make(time_limit=time_limit, cost=cost, split=split, threads=threads,
+                             target=target)
     if k < 1:
         raise GraphsubError(f"--k must be at least 1 (got {k})")
-    for path in rules or []:
-        if not path.is_file():
-            raise GraphsubError(f"rule file {path} does not exist")
+    check_rule_files(rules)
     if report is not None:
         report_format(report)
         check_output_path(report, "--report", [model])
     shapes = parse_input_shapes(input_shape)
-    device = make_target(target, threads)
     loaded = LoadedModel(model, shapes)
-    rule_list = load_rules(rules) if rules else builtin_rules()
+    rule_list = load_rule_files(rules or [])
     with err.status("") as status:
         runs = compare_algorithms(
-            loaded.graph, names, rule_list, cost, device, time_limit, k, split, threads,
+            loaded.graph, names, rule_list, settings, k,
             started=lambda a: status.update(f"searching with {a} (up to {time_limit:g} s)..."))
-    data = {"model": loaded.label, "target": device.name, "cost": cost,
+    data = {"model": loaded.label, "target": settings.target_name, "cost": cost,
             "time_limit": time_limit, "k": k, "split": split,
             "runs": [r.as_dict() for r in runs], "command": command_line(ctx),
             "versions": versions()}
@@ -533,8 +543,9 @@ def compare(ctx: typer.Context,
         return
     best = min(r.final_cost for r in runs)
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
-                  title=f"graphsub compare: {escape(loaded.label)}, {cost} cost for {device.name}, "
-                        f"{time_limit:g} s each" + (f", split {split}" if split else "")
+                  title=f"graphsub compare: {escape(loaded.label)}, {cost} cost for "
+                        f"{settings.target_name}, {time_limit:g} s each"
+                        + (f", split {split}" if split else "")
                         + f"; initial cost {runs[0].initial_cost * 1e3:.4f} ms",
                   title_justify="left")
     for col in ("algorithm", "cost ms", "/best", "gain", "secs", "expanded", "reused",
@@ -627,8 +638,10 @@ def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
                       f"{sum(f['candidates'].values())} candidates ({f['status']})"
                       + ("; kept" if f["kept"] else ""))
     t = rep.seconds
-    table.add_row("time (s)", f"load+search {t['search']:.1f}",
-                  f"measure {t['measure']:.1f}, verify {t['verify']:.1f}",
+    stages = [(k, v) for k, v in t.items() if k not in ("total", "time_limit", "measure_limit")]
+    half = (len(stages) + 1) // 2
+    table.add_row("time (s)", ", ".join(f"{k} {v:.1f}" for k, v in stages[:half]),
+                  ", ".join(f"{k} {v:.1f}" for k, v in stages[half:]),
                   f"total {t['total']:.1f} of {t['time_limit']:g}"
                   + (f" + {t['measure_limit']:g}" if t["measure_limit"] is not None else ""))
     out.print(table)
@@ -656,10 +669,13 @@ def version_callback(value: bool) -> None:
 
 
 @app.callback()
-def main(version: Annotated[bool, typer.Option("--version", callback=version_callback,
+def root(version: Annotated[bool, typer.Option("--version", callback=version_callback,
                                                is_eager=True, help="Show the version.")] = False
          ) -> None:
     """graphsub: a tensor-graph superoptimizer for ONNX models."""
 
 
 from graphsub import cli_generate  # noqa: E402,F401  (registers generate, verify, axioms)
+
+if __name__ == "__main__":
+    main()

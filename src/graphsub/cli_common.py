@@ -22,7 +22,7 @@ app = typer.Typer(help="graphsub: a tensor-graph superoptimizer for ONNX models.
 out = Console()
 err = Console(stderr=True)
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+JsonOpt = Annotated[bool, typer.Option("--json", metavar="", help="Print machine-readable JSON.")]
 
 
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -42,6 +42,25 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def main() -> None:
+    """The `graphsub` command: the app, with a value of the wrong kind, an unknown option or a
+    missing argument told in one line and exit status 2, like every other input error (click
+    would draw a box of usage and hints)."""
+    # click's UsageError (typer vendors click in recent versions: its BadParameter's base)
+    usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    try:
+        code = app(standalone_mode=False)
+    except usage_error as exc:  # type: ignore[misc]
+        where = exc.ctx.command_path if exc.ctx is not None else "graphsub"
+        err.print(f"[bold red]error:[/] {escape(exc.format_message())} (see {escape(where)} "
+                  "--help)", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except typer.Abort:
+        err.print("[bold red]interrupted:[/] stopped; nothing was written", highlight=False)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 def emit_json(data: Any) -> None:

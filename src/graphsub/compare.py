@@ -7,11 +7,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from graphsub.backends import Target
-from graphsub.cost import CostModel, make_cost_model
+from graphsub.backends import Target, get_target
+from graphsub.cost import make_cost_model
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
-from graphsub.optimizer import ProgressRecorder, optimize, resolve_target
+from graphsub.optimizer import optimize
+from graphsub.pipeline import ProgressRecorder, Settings
 from graphsub.rules import Rule, builtin_rules
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import ALGORITHMS
@@ -55,17 +56,20 @@ def check_algorithms(algorithms: Sequence[str]) -> None:
 
 
 def compare_algorithms(graph: Graph, algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
-                       rules: Sequence[Rule] | None = None, cost: str | CostModel = "analytic",
-                       target: str | Target | None = None, time_limit: float = 10.0,
-                       k: int = 10, split: int | None = None, threads: int | None = None,
-                       started: Callable[[str], None] | None = None) -> list[AlgorithmRun]:
-    """Run each algorithm on `graph` with the same rules, cost model and time limit. One
-    cost model prices every run: under a measured model, an operator timed for an earlier
-    algorithm is not timed again, so order the runs or use the analytic model to compare
-    search times fairly."""
+                       rules: Sequence[Rule] | None = None, settings: Settings | None = None,
+                       k: int = 10, started: Callable[[str], None] | None = None
+                       ) -> list[AlgorithmRun]:
+    """Run each algorithm on `graph` with the same rules, cost model and time limit (from
+    `settings`; default: the analytic cost, 10 s). One cost model prices every run: under a
+    measured model, an operator timed for an earlier algorithm is not timed again, so order
+    the runs or use the analytic model to compare search times fairly."""
     check_algorithms(algorithms)
-    model = make_cost_model(cost, target=resolve_target(target, threads)) \
-        if isinstance(cost, str) else cost
+    settings = settings or Settings.make(cost="analytic", time_limit=10.0)
+    if isinstance(settings.cost, str):  # one model for every run
+        target = settings.target if isinstance(settings.target, Target) else \
+            get_target(settings.target_name, **settings.target_options)
+        settings = settings.replace(cost=make_cost_model(settings.cost, target=target),
+                                    target=target)
     rules = builtin_rules() if rules is None else list(rules)
     runs = []
     for algorithm in algorithms:
@@ -74,14 +78,13 @@ def compare_algorithms(graph: Graph, algorithms: Sequence[str] = DEFAULT_ALGORIT
         # Time bounds every algorithm alike; e-graph searches keep their own budgets (MCTS's
         # is per decision).
         search = ALGORITHMS[algorithm]
-        budget = None if search.egraph else 10**9
+        options = {"k": k} if "k" in search.option_names() else {}
         recorder = ProgressRecorder()
-        result = optimize(graph, rules, algorithm, time_limit=time_limit, cost=model,
-                          k=k if "k" in search.option_names() else None, split=split,
-                          budget=budget, progress=recorder)
+        result = optimize(graph, rules, algorithm, progress=recorder, settings=settings,
+                          budget=None if search.egraph else 10**9, options=options)
         s = result.stats
-        runs.append(AlgorithmRun(algorithm, split, result.initial_cost, result.final_cost,
-                                 s.seconds, s.explored, s.generated, s.matches_computed,
-                                 s.matches_reused, s.stopped_by, dict(result.rules_used()),
-                                 recorder.points(result)))
+        runs.append(AlgorithmRun(algorithm, settings.split, result.initial_cost,
+                                 result.final_cost, s.seconds, s.explored, s.generated,
+                                 s.matches_computed, s.matches_reused, s.stopped_by,
+                                 dict(result.rules_used()), recorder.points(result)))
     return runs

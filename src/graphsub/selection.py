@@ -87,23 +87,6 @@ def _timed_run(runnable: Runnable, feeds: Mapping[str, np.ndarray]
     return out, time.perf_counter() - t0
 
 
-def _right_without_ort_optimizations(original: bytes, candidate: bytes,
-                                     feeds: Mapping[str, np.ndarray],
-                                     tolerance: Tolerance) -> bool:
-    """Whether the candidate computes what the original computes when onnxruntime runs both
-    as written (no graph optimizations): then a difference with them on is onnxruntime's
-    (its fusions have broken valid models), not a wrong rewrite."""
-    from graphsub.runtime.ort import run
-
-    try:
-        expected = run(original, feeds, threads=1, optimize=False)
-        actual = run(candidate, feeds, threads=1, optimize=False)
-    except Exception:  # noqa: BLE001 (onnxruntime's own exception types)
-        return False
-    diffs, problems = compare_outputs(expected, actual, tolerance)
-    return not problems and all(d.ok for d in diffs)
-
-
 @dataclass(frozen=True)
 class Dropped:
     """A candidate left out, with a short note for its row and a line for the report."""
@@ -135,12 +118,10 @@ def _try_candidate(device: Target, i: int, cand: Candidate, data: bytes, origina
     if not problems and all(d.ok for d in diffs):
         return runnable, run_s, diffs
     runnable.close()
-    if device.name.startswith("ort-") and _right_without_ort_optimizations(
-            original, data, feeds, tolerance):
-        return Dropped("dropped: onnxruntime's optimizations break it",
-                       f"candidate {i}: onnxruntime computes it wrongly with its graph "
-                       "optimizations on and rightly with them off (an onnxruntime optimizer "
-                       "bug), so it was dropped")
+    fault = device.runtime_fault(original, data, feeds, tolerance)
+    if fault is not None:
+        return Dropped(f"dropped: {device.name}'s runtime breaks it",
+                       f"candidate {i}: {fault}, so it was dropped")
     return Comparison(False, tuple(diffs), tolerance, 1, tuple(problems))
 
 

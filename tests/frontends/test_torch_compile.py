@@ -4,6 +4,7 @@ stays in torch, and nothing the backend cannot handle ever fails the user's mode
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
@@ -169,21 +170,20 @@ def test_fission_fuses_a_hand_written_rms_norm():
 
 
 def force_rewrites(monkeypatch, rule_names):
-    """Make the search return its input with the first match of each named rule applied (where
-    one matches), whatever the cost model says: what the search picks depends on the machine's
-    timings, and these tests need the layouts those rewrites produce on every machine."""
-    import dataclasses
-
-    import graphsub
+    """A search (registered as "forced" for the test) that returns its input with the first
+    match of each named rule applied (where one matches), whatever the cost model says: what
+    a real search picks depends on the machine's timings, and these tests need the layouts
+    those rewrites produce on every machine. Returns the rules applied, as they are."""
     from graphsub.rules import builtin_rules
     from graphsub.rules.applier import Rejection, apply_match
     from graphsub.rules.matcher import find_matches
+    from graphsub.search import OptimizeResult, SearchStats, registry
+    from graphsub.search.result import Candidate
 
-    search, applied = graphsub.optimize, []
-    rules = {r.name: r for r in builtin_rules()}
+    rules, applied = {r.name: r for r in builtin_rules()}, []
 
-    def rewrite(graph, rule_list, **kwargs):
-        result = search(graph, rule_list, **{**kwargs, "time_limit": 0.01, "cost": "analytic"})
+    def forced(graph, rule_list, cost_model, limits=registry.Limits(), options=None):
+        initial = cost_model.graph_cost(graph)
         for name in rule_names:
             for match in find_matches(graph, rules[name]):
                 rewritten = apply_match(graph, match)
@@ -191,10 +191,18 @@ def force_rewrites(monkeypatch, rule_names):
                     graph = rewritten
                     applied.append(name)
                     break
-        return dataclasses.replace(result, graph=graph)
+        cost = cost_model.graph_cost(graph)
+        return OptimizeResult(graph, (), SearchStats(), initial, cost,
+                              [Candidate(graph, cost, ())])
 
-    monkeypatch.setattr(graphsub, "optimize", rewrite)
+    monkeypatch.setitem(registry.ALGORITHMS, "forced", registry.SearchAlgorithm(
+        "forced", forced, NoOptions, "rewrites", None))
     return applied
+
+
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+    pass
 
 
 REWRITES_THAT_CHANGE_LAYOUT = ["merge-linears-shared-input", "matmul-as-transposed-product"]
@@ -220,7 +228,8 @@ def test_rewritten_parts_hand_on_outputs_in_the_original_layout(monkeypatch):
     x = torch.randn(2, 16, 64)
     with warnings.catch_warnings():
         warnings.simplefilter("error", torch_compile.GraphsubWarning)
-        want, got, got_shifted = compiled_outputs(model, x, time_limit=1)
+        want, got, got_shifted = compiled_outputs(model, x, time_limit=1, algorithm="forced",
+                                                  cost="analytic")
     assert set(applied) == set(REWRITES_THAT_CHANGE_LAYOUT)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     with torch.no_grad():
@@ -237,7 +246,8 @@ def test_parts_that_break_the_whole_graph_are_put_back(monkeypatch):
     model = TransformerBlock().eval()
     x = torch.randn(2, 16, 64)
     with pytest.warns(torch_compile.GraphsubWarning, match="whole graph disagreed"):
-        want, got, got_shifted = compiled_outputs(model, x, time_limit=1)
+        want, got, got_shifted = compiled_outputs(model, x, time_limit=1, algorithm="forced",
+                                                  cost="analytic")
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     with torch.no_grad():
         torch.testing.assert_close(got_shifted, model(x + 1), rtol=1e-4, atol=1e-5)
@@ -274,8 +284,12 @@ def test_grad_mode_falls_back_with_a_warning_and_the_right_result():
 
 
 def test_unknown_options_are_a_clear_error():
-    with pytest.raises(GraphsubError, match="unknown graphsub backend option.*time_limt"):
+    with pytest.raises(GraphsubError, match="graphsub backend options: the backtracking search "
+                                            "has no setting time_limt.*the backend's own: "
+                                            "time_limit"):
         torch_compile.BackendOptions.parse({"time_limt": 3})
+    opts = torch_compile.BackendOptions.parse({"algorithm": "mcts", "c": 1.4})
+    assert opts.settings("torch-cpu", 5.0).search_options.c == 1.4
 
 
 @pytest.mark.slow

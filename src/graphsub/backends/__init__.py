@@ -16,80 +16,120 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from graphsub.backends.base import DeviceInfo, Target, TargetUnavailableError
+from graphsub.backends.base import Capabilities, DeviceInfo, Target, TargetUnavailableError
 from graphsub.errors import GraphsubError
 
-#: Target name -> "module:class", imported only when the target is used (torch is optional).
-_TARGETS = {
-    "ort-cpu": "graphsub.backends.ort:OrtCpuTarget",
-    "ort-cuda": "graphsub.backends.ort:OrtCudaTarget",
-    "torch-cpu": "graphsub.backends.torch.target:TorchCpuTarget",
-    "torch-cuda": "graphsub.backends.torch.target:TorchCudaTarget",
-}
+
+@dataclass(frozen=True)
+class TargetEntry:
+    """A registered target: where its class lives (imported only when the target is used,
+    since torch is optional) and the packages it needs before that import can work."""
+
+    factory: str                 #: "module:Class"
+    requires: tuple[str, ...] = ()
+    #: How to install what `requires` names.
+    install: str = ""
+    #: A check that needs no import (None: it can run here), so that deciding the default
+    #: target on a machine without a GPU does not import torch (seconds at every start).
+    precheck: Callable[[], str | None] | None = None
+
+    def load(self, name: str) -> type[Target]:
+        missing = [m for m in self.requires if importlib.util.find_spec(m) is None]
+        if missing:
+            raise TargetUnavailableError(f"target {name} needs {', '.join(missing)}, which is "
+                                         f"not installed: {self.install}")
+        module, _, cls = self.factory.partition(":")
+        return getattr(importlib.import_module(module), cls)
 
 
-#: What each target is, known without importing it.
-_DESCRIPTIONS = {
-    "ort-cpu": "onnxruntime, CPU provider, all graph optimizations (the ONNX file as written)",
-    "ort-cuda": "onnxruntime, CUDA provider (needs onnxruntime-gpu and an NVIDIA GPU)",
-    "torch-cpu": "graphsub's torch backend on the CPU (PyTorch's CPU kernels, op by op)",
-    "torch-cuda": "graphsub's torch backend on an NVIDIA GPU (cuDNN/cuBLAS kernels, "
-                  "CUDA-graph replays)",
+_TORCH_INSTALL = "pip install 'graphsub[torch]' (PyTorch)"
+#: Every target by name: the one registry (register_target adds to it).
+_TARGETS: dict[str, TargetEntry] = {
+    "ort-cpu": TargetEntry("graphsub.backends.ort:OrtCpuTarget"),
+    "ort-cuda": TargetEntry("graphsub.backends.ort:OrtCudaTarget"),
+    "torch-cpu": TargetEntry("graphsub.backends.torch.target:TorchCpuTarget", ("torch",),
+                             _TORCH_INSTALL),
+    "torch-cuda": TargetEntry("graphsub.backends.torch.target:TorchCudaTarget", ("torch",),
+                              _TORCH_INSTALL, lambda: None if nvidia_driver_present() else
+                              "no NVIDIA GPU driver on this machine; run on one with an "
+                              "NVIDIA GPU, or use --target torch-cpu"),
 }
+#: The default target is the first of these this machine has: a GPU through torch, where
+#: graph substitutions pay most, else onnxruntime on the CPU.
+DEFAULT_ORDER = ("torch-cuda", "ort-cpu")
+
+
+def nvidia_driver_present() -> bool:
+    """Whether an NVIDIA driver is loaded (its device files, or WSL's GPU device)."""
+    return any(os.path.exists(p) for p in ("/dev/nvidiactl", "/proc/driver/nvidia/version",
+                                           "/dev/dxg"))
+
+
+def register_target(name: str, factory: str, requires: tuple[str, ...] = (),
+                    install: str = "") -> None:
+    """Add a target (a `Target` subclass at "module:Class", whose `name` is `name`) that
+    needs the packages `requires` (installed as `install` says)."""
+    _TARGETS[name] = TargetEntry(factory, requires, install)
 
 
 def target_names() -> list[str]:
     return list(_TARGETS)
 
 
-def describe(name: str) -> str:
-    return _DESCRIPTIONS[name]
-
-
-def _target_class(name: str) -> type[Target]:
+def target_class(name: str) -> type[Target]:
+    """The class of a target by name (its module imported); TargetUnavailableError when a
+    package it needs is missing."""
     if name not in _TARGETS:
         raise GraphsubError(f"unknown target {name!r}; known targets: {', '.join(_TARGETS)} "
                             "(graphsub info --targets lists the ones this machine has)")
-    if name.startswith("torch-") and importlib.util.find_spec("torch") is None:
-        raise TargetUnavailableError(
-            f"target {name} needs PyTorch, which is not installed: pip install 'graphsub[torch]'")
-    module, _, cls = _TARGETS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    return _TARGETS[name].load(name)
+
+
+def capabilities(name: str) -> Capabilities:
+    """What a target is, by name, without starting it."""
+    return target_class(name).capabilities
 
 
 def unavailable_reason(name: str) -> str | None:
     """None when the target can run on this machine, else why not (and what to do)."""
+    entry = _TARGETS.get(name)
+    reason = entry.precheck() if entry is not None and entry.precheck is not None else None
+    if reason is not None:
+        return reason
     try:
-        return _target_class(name).unavailable_reason()
+        return target_class(name).unavailable_reason()
     except TargetUnavailableError as exc:
         return str(exc).split(": ", 1)[-1]
 
 
-def torch_sees_gpu() -> bool:
-    if importlib.util.find_spec("torch") is None:
-        return False
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
 def default_target_name() -> str:
-    """torch-cuda when torch sees a GPU (where graph substitutions pay most), else ort-cpu."""
-    return "torch-cuda" if torch_sees_gpu() else "ort-cpu"
+    """The first target of DEFAULT_ORDER this machine has."""
+    for name in DEFAULT_ORDER:
+        if unavailable_reason(name) is None:
+            return name
+    return DEFAULT_ORDER[-1]
 
 
 def get_target(name: str | None = None, **options: Any) -> Target:
     """A target by name (None: the default for this machine). Options go to the target:
-    `threads` for every target, `cuda_graphs` and `allow_tf32` for torch-cuda."""
+    `threads` for every target, and those its capabilities name (torch-cuda: `cuda_graphs`,
+    `allow_tf32`); an option the target does not take is an error, None means its default."""
     name = name or default_target_name()
-    cls = _target_class(name)
+    cls = target_class(name)
     reason = cls.unavailable_reason()
     if reason is not None:
         raise TargetUnavailableError(f"target {name} is not available here: {reason}")
-    return cls(**{k: v for k, v in options.items() if v is not None})
+    given = {k: v for k, v in options.items() if v is not None}
+    unknown = sorted(set(given) - {"threads", *cls.capabilities.options})
+    if unknown:
+        raise GraphsubError(f"target {name} has no option {', '.join(unknown)} (its options: "
+                            f"{', '.join(('threads', *cls.capabilities.options))})")
+    return cls(**given)
 
 
 @dataclass(frozen=True)
@@ -107,11 +147,15 @@ def target_statuses() -> list[TargetStatus]:
     out = []
     for name in _TARGETS:
         reason = unavailable_reason(name)
-        out.append(TargetStatus(name, _DESCRIPTIONS[name], reason is None, reason or "",
+        try:
+            description = target_class(name).description
+        except TargetUnavailableError:
+            description = f"needs {', '.join(_TARGETS[name].requires)}"
+        out.append(TargetStatus(name, description, reason is None, reason or "",
                                 name == default))
     return out
 
 
-__all__ = ["DeviceInfo", "Target", "TargetStatus", "TargetUnavailableError",
-           "default_target_name", "get_target", "target_names", "target_statuses",
-           "torch_sees_gpu", "unavailable_reason"]
+__all__ = ["Capabilities", "DeviceInfo", "Target", "TargetStatus", "TargetUnavailableError",
+           "capabilities", "default_target_name", "get_target", "register_target",
+           "target_class", "target_names", "target_statuses", "unavailable_reason"]

@@ -1,15 +1,17 @@
 """What an execution target is: where a model will run, and so what graphsub measures.
 
-A target supplies three things, and the optimizer's measure/confirm/verify pipeline uses only
-these: a way to run a Graph (`prepare` -> a `Runnable`), a way to time one operator signature
-(`time_op`, which the measured cost model calls and caches), and a description of its device
-(`device`), which keys the cost cache and names the device in reports.
+A target supplies four things, and the optimizer's stages use only these: what it is
+(`capabilities`: what it runs, whether vendor operators may be written for it, whether its
+outputs must be verified on it), a way to run a Graph (`prepare` -> a `Runnable`), a way to
+time one operator signature (`time_op`, which the measured cost model calls and caches), and a
+description of its device (`device`), which keys the cost cache and names the device in
+reports. Nothing outside a target reads its name to decide what to do.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,11 +22,38 @@ from graphsub.errors import GraphsubError
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
 from graphsub.ir.types import TensorType
+from graphsub.runtime.equivalence import Tolerance
 from graphsub.runtime.timing import Runnable
 
 
 class TargetUnavailableError(GraphsubError):
     """The target the user named cannot run on this machine (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a target is, declared once by the target: the stages read these, never its name.
+
+    A new onnxruntime provider (TensorRT, OpenVINO) declares its own: whether onnxruntime's
+    com.microsoft operators may be written for it, and that its outputs are verified on it
+    (graphsub's reference runs onnxruntime's CPU provider, which is not the provider the
+    model will run on)."""
+
+    #: What the target runs: "onnx" (the ONNX file graphsub writes, as a user's runtime loads
+    #: it) or "torch" (a program graphsub builds from the graph).
+    runs: str
+    #: Whether candidates may use the runtime's own fused operators (onnxruntime's
+    #: com.microsoft domain, `--ort-fusions`): the output then runs only there.
+    vendor_operators: bool = False
+    #: Whether the target is the runtime graphsub verifies with (onnxruntime's CPU provider,
+    #: all graph optimizations): otherwise the chosen model is also checked on the target.
+    is_reference: bool = False
+    #: Options the target takes beyond `threads` (torch-cuda: cuda_graphs, allow_tf32).
+    options: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.runs not in ("onnx", "torch"):
+            raise ValueError(f"a target runs onnx or torch, not {self.runs!r}")
 
 
 @dataclass(frozen=True)
@@ -52,6 +81,9 @@ class Target(ABC):
     """An execution target. Subclasses are registered by name in `graphsub.backends`."""
 
     name: str = ""
+    #: What the target runs, in a line (`graphsub info --targets`).
+    description: str = ""
+    capabilities: Capabilities
     #: Ops that run as views here (no kernel, no data moved): free in the analytic model.
     free_ops: frozenset[str] = frozenset()
     #: Ops whose outputs are views with their input's layout: a layout change flows through.
@@ -112,11 +144,19 @@ class Target(ABC):
         """Calibrated per-operator overheads, in seconds, for reports."""
         return {}
 
+    @abstractmethod
     def runs_as_one_kernel(self, graph: Graph, opset: int | None = None) -> bool:
         """Whether this target runs the operators of `graph` (a fused operator cut out with
         its inputs: a candidate library kernel) as one kernel call when a model of `opset` is
-        written for it. Every operator graphsub models is one call in torch."""
-        return True
+        written for it: what kernel orchestration may choose as a library kernel."""
+
+    def runtime_fault(self, original: bytes, candidate: bytes,
+                      feeds: Mapping[str, np.ndarray], tolerance: Tolerance) -> str | None:
+        """Why a candidate that computed something else here is the runtime's fault rather
+        than a wrong rewrite (then it is dropped, not reported as a verification failure), or
+        None. A target whose runtime rewrites models itself (onnxruntime's graph
+        optimizations) checks whether the difference goes away without them."""
+        return None
 
 
 def signature_graph(sig: OpSignature, replicas: int = 1,

@@ -16,12 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from graphsub.backends.base import (DeviceInfo, Target, TargetUnavailableError, cold_replicas,
-                                   signature_graph)
+from graphsub.backends.base import (Capabilities, DeviceInfo, Target, TargetUnavailableError,
+                                   cold_replicas, signature_graph)
 from graphsub.cost.base import OpSignature
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph
-from graphsub.runtime.ort import OrtRunnable, make_session
+from graphsub.runtime.equivalence import Tolerance, compare_outputs
+from graphsub.runtime.ort import ORT_ERRORS, OrtRunnable, make_session, run
 from graphsub.runtime.timing import median_call_time, timed_calls
 
 #: Shape of the tensor used to calibrate the per-operator overhead: large enough that
@@ -63,6 +64,7 @@ class OrtTarget(Target):
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     io_device = "cpu"
     runnable: type[OrtRunnable] = OrtRunnable
+    capabilities = Capabilities(runs="onnx", vendor_operators=True)
 
     def __init__(self, threads: int | None = None) -> None:
         reason = self.unavailable_reason()
@@ -80,6 +82,22 @@ class OrtTarget(Target):
 
         model = to_onnx(graph, opset, check=False)
         return sum(n.op_type != "Constant" for n in model.graph.node) == 1
+
+    def runtime_fault(self, original: bytes, candidate: bytes,
+                      feeds: Mapping[str, np.ndarray], tolerance: Tolerance) -> str | None:
+        """onnxruntime's graph optimizations have broken valid models: when the candidate
+        computes what the original computes with them off (on the CPU provider, one thread),
+        its difference with them on is onnxruntime's."""
+        try:
+            expected = run(original, feeds, threads=1, optimize=False)
+            actual = run(candidate, feeds, threads=1, optimize=False)
+        except ORT_ERRORS:  # it does not run without them either: not onnxruntime's doing
+            return None
+        diffs, problems = compare_outputs(expected, actual, tolerance)
+        if problems or not all(d.ok for d in diffs):
+            return None
+        return ("onnxruntime computes it wrongly with its graph optimizations on and rightly "
+                "with them off (an onnxruntime optimizer bug)")
 
     def _session(self, model: Any):
         return make_session(model, self.threads, providers=self.providers)
@@ -176,6 +194,8 @@ class OrtCudaRunnable(OrtRunnable):
 
 class OrtCpuTarget(OrtTarget):
     name = "ort-cpu"
+    description = "onnxruntime, CPU provider, all graph optimizations (the ONNX file as written)"
+    capabilities = Capabilities(runs="onnx", vendor_operators=True, is_reference=True)
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -191,6 +211,7 @@ class OrtCpuTarget(OrtTarget):
 
 class OrtCudaTarget(OrtTarget):
     name = "ort-cuda"
+    description = "onnxruntime, CUDA provider (needs onnxruntime-gpu and an NVIDIA GPU)"
     providers = (CUDA_PROVIDER, "CPUExecutionProvider")
     io_device = "cuda"
     runnable = OrtCudaRunnable

@@ -106,6 +106,14 @@ class CostModel(ABC):
     #: Whether searches in several processes may price graphs at once: true for models that
     #: compute, false for those that time operators on this machine (concurrent timings skew).
     parallel_safe = False
+    #: Past this time.perf_counter() value a model that measures stops measuring (None: no
+    #: limit); the stage that prices sets it from its clock.
+    deadline: float | None = None
+
+    def notes(self) -> list[str]:
+        """What a report should say about how the model priced (operators it could not
+        time, ...); nothing for a model that computes its prices."""
+        return []
 
     def __init__(self) -> None:
         self._memo: dict[OpSignature, float] = {}

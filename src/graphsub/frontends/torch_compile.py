@@ -49,11 +49,12 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from graphsub.cost import make_cost_model
+from graphsub.budget import Budget, StageClock
 from graphsub.errors import GraphsubError
-from graphsub.fission.stage import fission_and_orchestrate
 from graphsub.frontends.fx_import import ConversionError, convert_graph, unsupported_reason
-from graphsub.optimizer import fission_seconds
+from graphsub.pipeline import FISSION, SEARCH, Run, Settings, Stage, run_stages, start_run
+from graphsub.rules import Rule
+from graphsub.search import Candidate
 
 log = logging.getLogger("graphsub.torch_compile")
 
@@ -64,7 +65,8 @@ class GraphsubWarning(UserWarning):
 
 @dataclass
 class BackendOptions:
-    """What `options=` may hold."""
+    """What `options=` may hold: these, and the search algorithm's own options by name (e.g.
+    `{"algorithm": "mcts", "c": 1.4}`), checked when the backend is called."""
 
     time_limit: float = 10.0            # seconds of search per captured graph, over its parts
     target: str | None = None           # default: torch-cuda for CUDA inputs, else torch-cpu
@@ -75,16 +77,28 @@ class BackendOptions:
     race: bool = True                   # keep graphsub's module only if it outruns the baseline
     rules: Sequence[str] | None = None  # rule files; default: the built-in library
     rtol: float = 1e-3                  # verification tolerance (relative; absolute scales)
+    #: The algorithm's own options (alpha, k, c, seed, ...).
+    search: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, options: dict[str, Any] | None) -> BackendOptions:
         options = dict(options or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise GraphsubError(f"unknown graphsub backend option(s) {', '.join(unknown)}; "
-                                f"known: {', '.join(sorted(known))}")
-        return cls(**options)
+        known = {f.name for f in fields(cls)} - {"search"}
+        search = {k: options.pop(k) for k in sorted(set(options) - known)}
+        opts = cls(**options, search=search)
+        opts.settings(opts.target or "torch-cpu", opts.time_limit)  # fails here, not per part
+        return opts
+
+    def settings(self, target: Any, time_limit: float) -> Settings:
+        """The settings of one part's search: this budget, on this target."""
+        try:
+            return Settings.make(algorithm=self.algorithm, cost=self.cost, target=target,
+                                 time_limit=time_limit, fission=self.fission,
+                                 options=self.search)
+        except GraphsubError as exc:
+            raise GraphsubError(f"graphsub backend options: {exc} (the backend's own: "
+                                f"{', '.join(f.name for f in fields(self) if f.name != 'search')})"
+                                ) from None
 
 
 @dataclass
@@ -210,8 +224,10 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     captured = _capture_part_inputs(parent, example_inputs, {p.target for p in parts})
 
     from graphsub.backends import get_target
+    from graphsub.pipeline import load_rule_files
 
     target = get_target(target_name)
+    rules = load_rule_files(list(opts.rules or []))
     sizes = {p.target: sum(1 for n in getattr(parent, p.target).graph.nodes
                            if n.op == "call_function") for p in parts}
     total = max(sum(sizes.values()), 1)
@@ -228,8 +244,9 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
                     and arg.name in known:
                 part_constants[ph] = known[arg.name]
         budget = opts.time_limit * sizes[part.target] / total
-        replacement, part_report = _optimize_part(sub, captured[part.target], part_constants,
-                                                  sub_placeholders, target, budget, opts)
+        replacement, part_report = _optimize_part(
+            _Part(sub, captured[part.target], part_constants, sub_placeholders), target,
+            rules, opts.settings(target, budget), opts)
         report.parts.append(part_report)
         if replacement is not None:
             setattr(optimized, part.target, replacement)
@@ -360,57 +377,74 @@ def _output_strides(sub: fx.GraphModule, args: list[Any]) -> list[tuple[int, ...
     return strides
 
 
-def _optimize_part(sub: fx.GraphModule, args: list[Any], constants: dict[fx.Node, torch.Tensor],
-                   placeholders: list[fx.Node], target: Any, budget: float,
+@dataclass
+class _Part:
+    """A captured part: its FX graph, the arguments it received on the example inputs, the
+    constant ones by placeholder, and its placeholders in order."""
+
+    sub: fx.GraphModule
+    args: list[Any]
+    constants: dict[fx.Node, torch.Tensor]
+    placeholders: list[fx.Node]
+
+
+def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Settings,
                    opts: BackendOptions) -> tuple[GraphsubPart | None, PartReport]:
+    """One part through the pipeline's stages (search, fission and the race between their
+    graphs), then checked against the original part."""
     from torch.fx.passes.shape_prop import ShapeProp
 
-    import graphsub
     from graphsub.backends.torch import TorchProgram
-    from graphsub.rules import builtin_rules, load_rules
 
     with torch.no_grad():
-        ShapeProp(sub).propagate(*args)
+        ShapeProp(part.sub).propagate(*part.args)
     try:
-        graph, inputs = convert_graph(sub.graph, constants)
+        graph, inputs = convert_graph(part.sub.graph, part.constants)
     except ConversionError as exc:
         return None, PartReport(0, {}, 0.0, 0.0, 0.0, kept=f"conversion: {exc}")
-    rules = load_rules(list(opts.rules)) if opts.rules else builtin_rules()
-    cost = make_cost_model(opts.cost, target=target)
-    search_budget = budget - fission_seconds(budget) if opts.fission else budget
-    result = graphsub.optimize(graph, rules, algorithm=opts.algorithm, time_limit=search_budget,
-                               cost=cost, target=target)
+    positions = [part.placeholders.index(n) for n in inputs]
+    # Generated kernels only where graphsub's program runs them: a graph handed on to
+    # inductor is compiled whole by it.
+    run = start_run(graph, settings, rules,
+                    Budget(settings.time_limit, fission=settings.fission, measuring=False),
+                    generate_kernels=not opts.inductor,
+                    example_inputs=[part.args[i] for i in positions])
+    run_stages(run, [SEARCH, *((FISSION, RACE) if settings.fission else ())])
+    result = run.result
+    assert result is not None
     report = PartReport(len(graph), dict(result.rules_used()), result.initial_cost,
                         result.final_cost, result.stats.seconds)
     best = result.graph
-    positions = [placeholders.index(n) for n in inputs]
-    if opts.fission:
-        # Generated kernels only where graphsub's program runs them: a graph handed on to
-        # inductor is compiled whole by it.
-        try:
-            outcome = fission_and_orchestrate(
-                best, cost, target.runs_as_one_kernel, time_limit=max(fission_seconds(budget), 0.5),
-                generate=target.generates_kernels and not opts.inductor)
-        except (GraphsubError, ValueError, RuntimeError) as exc:  # the search's graph stays
-            warnings.warn(f"graphsub: fission and orchestration skipped: {exc}", GraphsubWarning,
-                          stacklevel=3)
-        else:
-            report.fission = {**outcome.as_dict(), "kept": False}
-            if outcome.cost < result.final_cost and _runs_faster(
-                    outcome.graph, best, target, [args[i] for i in positions]):
-                best, report.predicted_after = outcome.graph, outcome.cost
-                report.fission["kept"] = True
+    if run.fission is not None:
+        kept = run.chosen is not None
+        report.fission = {**run.fission.as_dict(), "kept": kept}
+        if kept:
+            best, report.predicted_after = run.fission.graph, run.fission.cost
     program = TorchProgram(best, target.torch_device, getattr(target, "_fused_conv_relu", None))
-    output = next(n for n in sub.graph.nodes if n.op == "output")
+    output = next(n for n in part.sub.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))
-    part = GraphsubPart(program, positions, single, _output_strides(sub, args))
-    problem = _disagreement(sub, part, args, positions, opts.rtol)
+    module = GraphsubPart(program, positions, single, _output_strides(part.sub, part.args))
+    problem = _disagreement(part.sub, module, part.args, positions, opts.rtol)
     if problem is not None:
         report.kept = f"verification: {problem}"
         warnings.warn(f"graphsub: kept a part of the graph as it was: {problem}", GraphsubWarning,
                       stacklevel=3)
         return None, report
-    return part, report
+    return module, report
+
+
+def _race_fission(run: Run, clock: StageClock) -> None:
+    """Fission's graph replaces the search's only where it is predicted cheaper and graphsub's
+    program of it runs faster on the part's inputs: per-operator timings can
+    prefer a library kernel (attention) that is slower end to end than what it replaces."""
+    result, outcome = run.result, run.fission
+    if result is None or outcome is None or not outcome.cost < result.final_cost:
+        return
+    if _runs_faster(outcome.graph, result.graph, run.target, run.example_inputs):
+        run.chosen = Candidate(outcome.graph, outcome.cost, result.trace)
+
+
+RACE = Stage("race", _race_fission)
 
 
 #: Rounds of a race between two ways of running the same graph (fewer for slow graphs, down to

@@ -43,14 +43,14 @@ import numpy as np
 import onnx
 
 from graphsub.backends import TargetUnavailableError, get_target
-from graphsub.cost import make_cost_model
+from graphsub.budget import Budget
 from graphsub.errors import GraphsubError
 from graphsub.fission import fission
-from graphsub.fission.stage import fission_and_orchestrate
 from graphsub.fuzz.models import random_inputs, run_reference
 from graphsub.ir.graph import Graph
 from graphsub.onnx_io import load, to_onnx_bytes
 from graphsub.optimizer import VerificationError, optimize, optimize_model
+from graphsub.pipeline import FISSION, Settings, run_stages, start_run
 from graphsub.rules import Rule, builtin_rules, load_rules
 from graphsub.runtime.equivalence import SAME_FUNCTION, ModelFn, compare_outputs
 from graphsub.runtime.reference import evaluate
@@ -68,6 +68,8 @@ STATUSES = ("equal", "wrong", "error", "timeout", "refused", "caught", "skipped"
 FAILURES = ("wrong", "error", "timeout", "refused")
 #: Input sets each comparison runs on.
 TRIALS = 2
+#: Seconds fission and orchestration get (Korch's program of a fuzzed model solves in less).
+FISSION_SECONDS = 10.0
 
 #: The kind of a wrong outcome whose values match the unchanged graph's export: the import
 #: or export is wrong (the roundtrip stage shows it), not the stage that reported it.
@@ -281,7 +283,7 @@ def _search(subject: _Subject, algorithm: str, rules: Sequence[Rule], time_limit
     with _GcClock() as gc_clock:
         start = time.perf_counter()
         result = optimize(subject.graph, rules, algorithm=algorithm, time_limit=time_limit,
-                          cost=make_cost_model("analytic"), threads=1, **own)
+                          cost="analytic", target="ort-cpu", threads=1, **own)
         seconds = time.perf_counter() - start
     found = [("best", result.graph, result.trace)]
     found += [(f"candidate {i}", c.graph, c.trace) for i, c in enumerate(result.candidates)]
@@ -372,9 +374,9 @@ def _fission(subject: _Subject) -> Outcome:
     if outcome is not None:
         return outcome
     subject.add_found("fission", primitive, ["fission"])
-    target = get_target("ort-cpu", threads=1)
-    orchestrated = fission_and_orchestrate(subject.graph, make_cost_model("analytic", target),
-                                           target.runs_as_one_kernel).graph
+    run = start_run(subject.graph, Settings.make(cost="analytic", target="ort-cpu", threads=1),
+                    budget=Budget(FISSION_SECONDS, measuring=False))
+    orchestrated = run_stages(run, [FISSION]).fission.graph
     trace = ["fission", "orchestration"]
     outcome = _check_candidate(subject, "fission", "orchestrated graph", orchestrated, trace)
     if outcome is not None:

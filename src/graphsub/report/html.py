@@ -99,7 +99,7 @@ def _header(r: Mapping[str, Any]) -> list[str]:
                            + (", fission" if settings.get("fission") else "")
                            + (", onnxruntime fusions" if settings.get("ort_fusions") else ""))),
             ("time spent", esc(", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()
-                                         if k in ("search", "measure", "verify", "total")
+                                         if k not in ("time_limit", "measure_limit")
                                          and v is not None))),
             ("nodes", f"{r['nodes_before']} before, {r['nodes_after']} after")]
     if versions:

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from graphsub.backends.base import (DeviceInfo, Target, TargetUnavailableError, cold_replicas,
-                                   signature_graph)
+from graphsub.backends.base import (Capabilities, DeviceInfo, Target, TargetUnavailableError,
+                                   cold_replicas, signature_graph)
 from graphsub.backends.torch import fusion
 from graphsub.backends.torch.lowering import VIEW_OPS, LowerContext, lower, torch_dtype
 from graphsub.backends.torch.program import TorchProgram, TorchRunnable, to_tensor
@@ -38,6 +38,7 @@ class TorchTarget(Target):
     view_ops = VIEW_OPS
     passes_views = True
     generates_kernels = True  # inductor
+    capabilities = Capabilities(runs="torch")
 
     def __init__(self, threads: int | None = None, cuda_graphs: bool = True,
                  allow_tf32: bool = False) -> None:
@@ -70,6 +71,10 @@ class TorchTarget(Target):
             assert onnx is not None
             graph = load(onnx)
         return TorchRunnable(self.program(graph), self.cuda_graphs, label)
+
+    def runs_as_one_kernel(self, graph: Graph, opset: int | None = None) -> bool:
+        """Every operator graphsub models is one call of graphsub's torch program."""
+        return True
 
     # ---- layouts -------------------------------------------------------------------------
     def input_layouts(self, graph: Graph, nid: int) -> tuple[Strides | None, ...] | None:
@@ -165,6 +170,7 @@ class TorchTarget(Target):
 
 class TorchCpuTarget(TorchTarget):
     name = "torch-cpu"
+    description = "graphsub's torch backend on the CPU (PyTorch's CPU kernels, op by op)"
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -173,6 +179,9 @@ class TorchCpuTarget(TorchTarget):
 
 class TorchCudaTarget(TorchTarget):
     name = "torch-cuda"
+    description = ("graphsub's torch backend on an NVIDIA GPU (cuDNN/cuBLAS kernels, CUDA-graph "
+                   "replays)")
+    capabilities = Capabilities(runs="torch", options=("cuda_graphs", "allow_tf32"))
     device_type = "cuda"
     analytic_profile = "h100"
     #: Repetitions of one operator per timed replay: the cost is the marginal time of the

@@ -1,0 +1,137 @@
+"""One run's time limit, shared out among its stages: the only place that decides how long
+each stage may take.
+
+A user gives one number (`--time-limit`, and optionally `--measure-limit` for timing the
+candidates after the search). The search gets most of it; fission and kernel orchestration a
+share of the search's window; timing and confirming the candidates the rest; verification of a
+chosen candidate is never skipped, so the stage before it keeps back what verifying will take
+once it knows how long one run of the model lasts (`StageClock.keep_back`). Every stage asks
+its `StageClock` for its deadline instead of computing one, and the seconds each stage took are
+recorded here, so that a report's figures add up to the run's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+#: The share of the time limit kept for timing and verifying candidates (see measure_reserve).
+MEASURE_SHARE = 0.25
+#: The share of the search's window given to fission and orchestration, and its cap in seconds.
+FISSION_SHARE, FISSION_MAX_SECONDS = 0.2, 20.0
+#: The least time a stage that has one is given, however late it starts: a search that cannot
+#: even price its input graph finds nothing, a fission that cannot solve its program neither.
+MIN_SEARCH_SECONDS, MIN_FISSION_SECONDS = 0.05, 0.5
+
+
+def measure_reserve(time_limit: float) -> float:
+    """The part of a time limit kept for timing and verifying candidates when no measuring
+    limit is given: a quarter, at least 2 s, at most half of the limit and 60 s."""
+    return min(max(MEASURE_SHARE * time_limit, 2.0), 0.5 * time_limit, 60.0)
+
+
+def fission_seconds(window: float) -> float:
+    """The time fission and orchestration get out of a search window of `window` seconds."""
+    return min(FISSION_SHARE * window, FISSION_MAX_SECONDS)
+
+
+@dataclass
+class StageClock:
+    """The time one stage has: its deadline (time.perf_counter() seconds), less whatever the
+    stage keeps back for the stages after it. None: the stage runs to completion (verifying,
+    writing)."""
+
+    name: str
+    start: float
+    end: float | None
+    kept_back: float = 0.0
+
+    @property
+    def deadline(self) -> float | None:
+        return None if self.end is None else self.end - self.kept_back
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline (infinite without one; never negative)."""
+        deadline = self.deadline
+        return float("inf") if deadline is None else max(deadline - time.perf_counter(), 0.0)
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0.0
+
+    def keep_back(self, seconds: float) -> None:
+        """Leave `seconds` of this stage's time to the stages after it (verification, whose
+        cost the measuring stage learns once it has run the model)."""
+        self.kept_back = max(seconds, 0.0)
+
+
+@dataclass
+class Budget:
+    """The time limit of one run, from `started` (a time.perf_counter() value: loading the
+    model counts), and the seconds each stage took.
+
+    Without `measure_limit`, the search window is the limit less measure_reserve(limit) and
+    the measuring stages fit in the rest; with it, the search window is the whole limit and
+    measuring gets `measure_limit` seconds after the search. A run that measures nothing
+    (`measuring=False`: the search alone, a torch.compile part) gives the window the whole
+    limit. With `fission`, the fission stage takes fission_seconds(window) out of the search
+    window."""
+
+    time_limit: float
+    measure_limit: float | None = None
+    fission: bool = False
+    measuring: bool = True
+    started: float = field(default_factory=time.perf_counter)
+    #: Seconds per stage, in the order the stages ran (a stage run twice adds up).
+    seconds: dict[str, float] = field(default_factory=dict)
+    _window_end: float | None = field(default=None, repr=False)
+
+    def search_window_end(self) -> float:
+        """When the search and fission must be done."""
+        if self._window_end is None:
+            reserve = (measure_reserve(self.time_limit)
+                       if self.measuring and self.measure_limit is None else 0.0)
+            self._window_end = self.started + self.time_limit - reserve
+        return self._window_end
+
+    def clock(self, stage: str) -> StageClock:
+        """The clock of a stage starting now."""
+        now = time.perf_counter()
+        if stage == "search":
+            seconds = max(self.search_window_end() - now, MIN_SEARCH_SECONDS)
+            if self.fission:
+                seconds -= fission_seconds(seconds)
+            return StageClock(stage, now, now + max(seconds, MIN_SEARCH_SECONDS))
+        if stage == "fission":
+            # its share of the time so far (timing candidate kernels on the target would
+            # otherwise take what measuring the candidates needs)
+            seconds = fission_seconds(now - self.started)
+            return StageClock(stage, now, now + max(seconds, MIN_FISSION_SECONDS))
+        if stage == "measure":
+            end = (now + self.measure_limit if self.measure_limit is not None
+                   else self.started + self.time_limit)
+            return StageClock(stage, now, end)
+        return StageClock(stage, now, None)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[StageClock]:
+        """Run a stage: its clock, and its seconds recorded when it ends (however it ends)."""
+        clock = self.clock(name)
+        try:
+            yield clock
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - clock.start
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def as_dict(self) -> dict[str, float | None]:
+        """Seconds per stage, loading (what came before the first stage), the total and the
+        limits: what a report shows, adding up to the total."""
+        total = self.elapsed()
+        loading = total - sum(self.seconds.values())
+        return {"load": round(max(loading, 0.0), 3),
+                **{name: round(s, 3) for name, s in self.seconds.items()},
+                "total": round(total, 3), "time_limit": self.time_limit,
+                "measure_limit": self.measure_limit}

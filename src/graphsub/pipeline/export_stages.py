@@ -1,0 +1,81 @@
+"""The stages that write candidates as the target runs them: ONNX bytes, and, where asked,
+onnxruntime's fused operators."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from graphsub.backends import ort_fusions as ort_fusions_module
+from graphsub.budget import StageClock
+from graphsub.errors import GraphsubError
+from graphsub.onnx_io.exporter import to_onnx_bytes
+from graphsub.pipeline.run import Run, Stage
+from graphsub.search import Candidate
+from graphsub.search.result import Step
+
+
+def export(run: Run, clock: StageClock) -> None:
+    """The distinct candidates as ONNX bytes, at most `settings.candidates`; one that cannot
+    be written is dropped with a note. On a target that runs the ONNX file, given the user's
+    file, graphsub's own export of the unchanged graph (shape computations folded, dead and
+    no-op nodes gone) is a candidate of its own where it differs from the file."""
+    out: list[tuple[Candidate, bytes | None]] = []
+    seen = {run.graph.structural_hash()}
+    for c in run.result.candidates if run.result is not None else []:
+        if len(out) >= run.settings.candidates:
+            break
+        h = c.graph.structural_hash()
+        if h in seen:
+            continue
+        seen.add(h)
+        try:
+            out.append((c, to_onnx_bytes(c.graph)))
+        except GraphsubError as exc:
+            run.notes.append(f"candidate {len(out)} could not be written as ONNX and was "
+                             f"dropped ({exc})")
+    if run.original is not None and run.target.capabilities.runs == "onnx":
+        data = to_onnx_bytes(run.graph)
+        if _op_counts(data) != _op_counts(run.original):
+            initial = run.result.initial_cost if run.result is not None else float("nan")
+            out.insert(0, (Candidate(run.graph, initial, ()), data))
+    run.exported = out
+
+
+def ort_fusions(run: Run, clock: StageClock) -> None:
+    """The original and the best exported candidate written with onnxruntime's fused
+    operators, where onnxscript's patterns match them: the fusions apply to what graphsub's
+    rewrites leave as well as to what the exporter wrote, and either can be the faster."""
+    run.say("writing candidates with onnxruntime's fused operators")
+    initial = run.result.initial_cost if run.result is not None else float("nan")
+    sources = [(Candidate(run.graph, initial, ()), run.original_bytes), *run.exported[:1]]
+    fused_candidates = []
+    for candidate, data in sources:
+        if data is None:
+            continue
+        try:
+            fused = ort_fusions_module.fuse(data)
+        except GraphsubError as exc:
+            run.notes.append(f"a candidate could not be written with onnxruntime's fused "
+                             f"operators: {exc}")
+            continue
+        if fused is not None:
+            step = Step(ort_fusions_module.STEP, candidate.cost)
+            fused_candidates.append(
+                (Candidate(candidate.graph, candidate.cost, (*candidate.trace, step)), fused))
+    if not fused_candidates:
+        run.notes.append("onnxruntime fusions: onnxscript's patterns matched nothing in this "
+                         "model")
+    run.exported += fused_candidates
+
+
+def _op_counts(model: bytes) -> Counter[str]:
+    import onnx
+
+    proto = onnx.load_from_string(model)
+    return Counter(n.op_type for n in proto.graph.node)
+
+
+EXPORT = Stage("export", export)
+ORT_FUSIONS = Stage("ort-fusions", ort_fusions)
+
+__all__ = ["EXPORT", "ORT_FUSIONS"]

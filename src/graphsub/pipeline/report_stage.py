@@ -1,0 +1,92 @@
+"""The last stage of `optimize_model`: everything the run found out, as an OptimizeReport."""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from dataclasses import asdict
+from typing import Any
+
+from graphsub.budget import StageClock
+from graphsub.pipeline.run import Run, Stage
+from graphsub.pipeline.search_stages import FISSION_STEP
+from graphsub.report.evidence import op_times, rewrite_evidence
+from graphsub.report.optimize import OptimizeReport, verdict, versions
+from graphsub.selection import Selection
+
+
+def report(run: Run, clock: StageClock) -> None:
+    """The report (run.product): the outcome and its figures, the search's statistics and
+    progress, the candidates, the verification, and (with `settings.evidence`) what the HTML
+    page draws. The seconds per stage are filled in by whoever ends the run."""
+    result, selection, chosen = run.result, run.selection, run.chosen
+    assert result is not None and selection is not None
+    rep = OptimizeReport(
+        model=run.label, settings={**run.settings.as_dict(), "threads": run.threads,
+                                   "rules": len(run.rules)},
+        target=run.target.name, device=run.target.device().as_dict(),
+        predicted_cost_before=result.initial_cost,
+        predicted_cost_after=chosen.cost if chosen is not None else result.initial_cost,
+        latency_before_ms=selection.before_ms, latency_after_ms=selection.after_ms,
+        speedup=(selection.confirm.speedup if chosen is not None and selection.confirm
+                 else (1.0 if selection.before_ms else None)),
+        confirmation=selection.confirmation(),
+        kept_original=chosen is None,
+        trace=[] if chosen is None else [asdict(s) for s in chosen.trace],
+        rules_used=dict(Counter(s.rule for s in chosen.trace).most_common()) if chosen else {},
+        search=result.stats.as_dict(), candidates=selection.candidates,
+        verification=run.comparison.as_dict() if run.comparison is not None else
+        {"equivalent": True, "note": "the original model is written unchanged"},
+        nodes_before=len(run.graph),
+        nodes_after=len(chosen.graph) if chosen is not None else len(run.graph),
+        outcome=selection.outcome, notes=run.cost_model.notes() + run.notes,
+        fission=_fission_report(run), timings=selection.timings, versions=versions())
+    rep.search["progress"] = run.progress_points
+    if run.settings.evidence:
+        _evidence(rep, run)
+    rep.verdict = verdict(rep, selection, run.interrupted)
+    run.product = rep
+
+
+def _fission_report(run: Run) -> dict[str, Any]:
+    if run.fission is None:
+        return {}
+    kept = run.chosen is not None and any(s.rule == FISSION_STEP for s in run.chosen.trace)
+    return {**run.fission.as_dict(), "kept": kept}
+
+
+def _featured(run: Run, selection: Selection) -> int | None:
+    """The candidate a report shows in detail: the one kept, else the one confirmed head to
+    head, else the fastest timed, else the best predicted."""
+    if selection.chosen is not None:
+        return selection.chosen
+    if selection.confirmed is not None:
+        return selection.confirmed
+    timed = [(c.measured_ms, i) for i, c in enumerate(selection.candidates)
+             if c.measured_ms is not None]
+    return min(timed)[1] if timed else (0 if run.exported else None)
+
+
+def _evidence(rep: OptimizeReport, run: Run) -> None:
+    """What the HTML report draws: time per operator type, the featured candidate's
+    rewrites. A failure here loses a figure, with a note, never the run."""
+    assert run.selection is not None
+    index = _featured(run, run.selection)
+    unit = "measured" if run.cost_model.name == "measured" else "analytic"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            rep.op_times = {"unit": unit, "original": op_times(run.graph, run.cost_model),
+                            "candidate": None, "candidate_index": index}
+            if index is not None:
+                candidate = run.exported[index][0]
+                rep.op_times["candidate"] = op_times(candidate.graph, run.cost_model)
+                rep.rewrites = rewrite_evidence(run.graph, candidate, run.rules, index)
+    except Exception as exc:  # noqa: BLE001 (the report's figures never end a run)
+        rep.notes.append(f"the report's rewrite and operator-time figures could not be "
+                         f"made ({type(exc).__name__}: {exc})")
+
+
+REPORT = Stage("report", report)
+
+__all__ = ["REPORT"]

@@ -1,0 +1,113 @@
+"""The stages that find candidates: the search, and fission with kernel orchestration."""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+
+from graphsub.budget import StageClock
+from graphsub.errors import GraphsubError
+from graphsub.fission.stage import fission_and_orchestrate
+from graphsub.pipeline.run import Run, Stage
+from graphsub.search import ALGORITHMS, Candidate, OptimizeResult, SearchStats
+from graphsub.search.registry import Limits
+from graphsub.search.result import ProgressFn, SearchProgress, Step, StopReason
+from graphsub.search.split import splitting
+
+#: The trace step of the candidate fission and orchestration make.
+FISSION_STEP = "fission and kernel orchestration"
+
+
+class ProgressRecorder:
+    """A progress callback that also keeps (seconds, best cost) each time the best cost
+    changes, for the report's figure of the search, and passes every call on."""
+
+    def __init__(self, forward: ProgressFn | None = None) -> None:
+        self.forward = forward
+        self._points: list[tuple[float, float | None]] = []
+
+    def __call__(self, progress: SearchProgress) -> None:
+        if progress.best_cost is not None and (
+                not self._points or progress.best_cost != self._points[-1][1]):
+            self._points.append((round(progress.seconds, 4), progress.best_cost))
+        if self.forward is not None:
+            self.forward(progress)
+
+    def points(self, result: OptimizeResult) -> list[tuple[float, float | None]]:
+        """The points, from the input graph's cost to the search's final cost when it ended."""
+        start = [(0.0, result.initial_cost)] if math.isfinite(result.initial_cost) else []
+        end = ([(round(result.stats.seconds, 4), result.final_cost)]
+               if math.isfinite(result.final_cost) else [])
+        return start + self._points + end
+
+
+def search(run: Run, clock: StageClock) -> None:
+    """The search the settings name, in the time its clock gives, optionally within
+    MetaFlow's graph split. Ctrl-C before the search loop took over (while pricing the input
+    graph, or between a split search's parts) finds nothing, so the original stays."""
+    settings = run.settings
+    seconds = clock.remaining()
+    run.say(f"searching with {settings.algorithm} for up to {seconds:.1f} s")
+    recorder = ProgressRecorder(run.progress)
+    start = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # untimed operators: in the notes
+            run.cost_model = settings.objective.cost_model(run.cost_model, run.graph)
+            limits = Limits(time=max(clock.remaining(), 0.0), budget=settings.budget,
+                            keep=settings.keep, progress=recorder)
+            algorithm = ALGORITHMS[settings.algorithm]
+            function = algorithm.function if settings.split is None else \
+                splitting(algorithm, settings.split, settings.executor)
+            result = function(run.graph, run.rules, run.cost_model, limits,
+                              settings.search_options)
+    except KeyboardInterrupt:
+        stats = SearchStats(stopped_by=StopReason.INTERRUPT, seconds=time.perf_counter() - start)
+        result = OptimizeResult(run.graph, (), stats, math.nan, math.nan, [])
+    run.result = result
+    run.interrupted = result.stats.stopped_by == StopReason.INTERRUPT
+    run.progress_points = recorder.points(result)
+    if run.interrupted:
+        run.say("interrupted: the search stopped; measuring and verifying what it found "
+                "(Ctrl-C again to stop at once, writing nothing)")
+
+
+def fission(run: Run, clock: StageClock) -> None:
+    """The search's best graph split into primitives and its kernels orchestrated on the
+    target: a candidate of its own, placed among the first `settings.candidates` so that it
+    is timed. A failure inside is a warning and a note, never the end of the run."""
+    base = run.candidates()[0]
+    seconds = clock.remaining()
+    run.say(f"splitting operators and orchestrating kernels for up to {seconds:.1f} s")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # untimed operators: in the notes
+            outcome = fission_and_orchestrate(
+                base.graph, run.cost_model, run.target.runs_as_one_kernel, time_limit=seconds,
+                generate=run.target.generates_kernels and run.generate_kernels)
+    except (GraphsubError, ValueError, RuntimeError) as exc:
+        warnings.warn(f"fission and orchestration failed and were skipped: {exc}",
+                      RuntimeWarning, stacklevel=2)
+        run.notes.append(f"fission and orchestration failed and were skipped: {exc}")
+        return
+    except KeyboardInterrupt:
+        run.say("interrupted: fission skipped; measuring what the search found")
+        return
+    run.fission = outcome
+    result = run.result
+    if result is None:
+        return
+    known = {c.graph.structural_hash() for c in result.candidates} | {
+        run.graph.structural_hash()}
+    if outcome.graph.structural_hash() not in known:
+        candidate = Candidate(outcome.graph, outcome.cost,
+                              base.trace + (Step(FISSION_STEP, outcome.cost),))
+        at = 0 if outcome.cost < base.cost else min(1, len(result.candidates))
+        result.candidates.insert(min(at, max(run.settings.candidates - 1, 0)), candidate)
+
+
+SEARCH = Stage("search", search, prices=True)
+FISSION = Stage("fission", fission, prices=True, after_interrupt=False)
+
+__all__ = ["FISSION", "FISSION_STEP", "ProgressRecorder", "SEARCH"]

@@ -1,0 +1,232 @@
+"""Every setting of one optimization run, in one frozen object validated where it is made.
+
+The command line, the Python API, the torch.compile backend and the fuzzer all make a
+`Settings` and hand it to the stages; no stage checks a setting again, and a setting that is
+out of range, or that the chosen algorithm or target does not have, is refused before any
+work with a one-line message naming what is accepted.
+
+    settings = Settings.make(algorithm="mcts", time_limit=30, c=1.4, seed=3)
+    settings = Settings.make(algorithm="backtracking", options={"alpha": 1.1})
+
+`make` sorts keywords into the settings below and the chosen algorithm's own options (its
+frozen dataclass: `BacktrackingOptions`, `MctsOptions`, ...); `Settings.option` parses
+"name=value" text (the command line's `--option`) into the type the algorithm declares.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
+from graphsub.backends import Target, capabilities, default_target_name
+from graphsub.backends import ort_fusions as ort_fusions_module
+from graphsub.cost import CostModel
+from graphsub.errors import GraphsubError
+from graphsub.pipeline.objective import Objective
+from graphsub.search import ALGORITHMS
+
+#: Cost models by name, and where --split runs parts.
+COST_MODELS = ("measured", "analytic")
+EXECUTORS = ("process", "dask", "serial")
+
+#: The least value of each algorithm option that has one (the options' dataclasses hold
+#: defaults; what makes sense is checked here, where the user's values arrive).
+OPTION_LEAST: dict[str, float] = {"alpha": 1.0, "k": 1, "node_limit": 1, "k_multi": 0, "q": 1,
+                                  "eta": 0, "max_depth": 1, "c": 0.0, "max_node_factor": 1.0,
+                                  "extract_time": 0.0}
+#: Options with a command-line flag of their own (the rest go through --option NAME=VALUE).
+OPTION_FLAGS = {"k": "--k", "node_limit": "--node-limit", "k_multi": "--k-multi"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """One run's settings (see `graphsub optimize --help` for each in words)."""
+
+    algorithm: str = "backtracking"
+    #: The algorithm's own options, as given (name -> value); `search_options` is the
+    #: algorithm's dataclass made from them.
+    options: Mapping[str, Any] = field(default_factory=dict)
+    #: The algorithm's own unit of work (None: its default).
+    budget: int | None = None
+    #: Seconds for the whole run, loading included (graphsub.budget shares them out).
+    time_limit: float = 60.0
+    #: Seconds for timing and confirming after the search (None: within the time limit).
+    measure_limit: float | None = None
+    #: "measured" (timed on the target), "analytic", or a CostModel to price with.
+    cost: str | CostModel = "measured"
+    #: What the search minimizes besides latency (MetaFlow's multi-objective cost).
+    objective: Objective = field(default_factory=Objective)
+    #: Where the model will run: a target name, a Target, or None for this machine's default.
+    target: str | Target | None = None
+    threads: int | None = None
+    #: torch-cuda's options (None: the target's default; refused on targets without them).
+    cuda_graphs: bool | None = None
+    allow_tf32: bool | None = None
+    #: MetaFlow's graph split: parts of at most this many operators (None: no split).
+    split: int | None = None
+    executor: str = "process"
+    #: Candidates timed end to end, and the seconds the screening of them takes at least.
+    candidates: int = 3
+    measure_seconds: float = 3.0
+    #: Graphs a search hands back (the best first).
+    keep: int = 5
+    fission: bool = True
+    ort_fusions: bool = False
+    #: Whether the report gets what its HTML page draws (rewrites replayed, operator times).
+    evidence: bool = True
+    search_options: Any = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise GraphsubError(f"unknown algorithm {self.algorithm!r}; use one of "
+                                f"{', '.join(ALGORITHMS)}")
+        search = ALGORITHMS[self.algorithm]
+        for name, value in self.options.items():
+            least = OPTION_LEAST.get(name)
+            if least is not None and value is not None and not value >= least:
+                raise GraphsubError(f"{OPTION_FLAGS.get(name, name)} must be at least "
+                                    f"{least:g} (got {value})")
+        object.__setattr__(self, "options", dict(self.options))
+        object.__setattr__(self, "search_options", search.make_options(**self.options))
+        if isinstance(self.cost, str) and self.cost not in COST_MODELS:
+            raise GraphsubError(f"unknown cost model {self.cost!r}; use "
+                                f"{' or '.join(COST_MODELS)}")
+        if self.executor not in EXECUTORS:
+            raise GraphsubError(f"unknown executor {self.executor!r}; use one of "
+                                f"{', '.join(EXECUTORS)}")
+        for name, seconds in (("--time-limit", self.time_limit),
+                              ("--measure-limit", self.measure_limit)):
+            if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+                raise GraphsubError(f"{name} must be a positive number of seconds "
+                                    f"(got {seconds:g})")
+        for name, value, least in (("--budget", self.budget, 1),
+                                   ("--candidates", self.candidates, 0),
+                                   ("--threads", self.threads, 1), ("keep", self.keep, 1),
+                                   ("measure_seconds", self.measure_seconds, 0)):
+            if value is not None and value < least:
+                raise GraphsubError(f"{name} must be at least {least} (got {value})")
+        if self.split is not None and self.split < 2:
+            raise GraphsubError(f"--split needs a part size of at least 2 operators (got "
+                                f"{self.split})")
+        self._check_target()
+
+    def _check_target(self) -> None:
+        """What the target must have for these settings: its options, vendor operators."""
+        caps = self.target.capabilities if isinstance(self.target, Target) else \
+            capabilities(self.target_name)
+        for name in ("cuda_graphs", "allow_tf32"):
+            if getattr(self, name) is not None and name not in caps.options:
+                raise GraphsubError(f"{name} is an option of torch-cuda, not of "
+                                    f"{self.target_name}")
+        if self.ort_fusions:
+            if not caps.vendor_operators:
+                raise GraphsubError(f"onnxruntime's fused operators (--ort-fusions) run only "
+                                    f"on onnxruntime targets that take them (ort-cpu, "
+                                    f"ort-cuda), not on {self.target_name}")
+            ort_fusions_module.check_available()
+
+    @property
+    def target_name(self) -> str:
+        if isinstance(self.target, Target):
+            return self.target.name
+        return self.target or default_target_name()
+
+    @property
+    def target_options(self) -> dict[str, Any]:
+        """What get_target takes besides the name (None: the target's default)."""
+        return {"threads": self.threads, "cuda_graphs": self.cuda_graphs,
+                "allow_tf32": self.allow_tf32}
+
+    @classmethod
+    def make(cls, **given: Any) -> Settings:
+        """Settings from keywords: the fields above, and the chosen algorithm's options by
+        name (alpha=1.1, k=3, c=1.4), merged with `options=`. A name that is neither is an
+        error naming both lists."""
+        names = {f.name for f in dataclasses.fields(cls) if f.init}
+        options = dict(given.pop("options", None) or {})
+        algorithm = given.get("algorithm", "backtracking")
+        if algorithm not in ALGORITHMS:
+            raise GraphsubError(f"unknown algorithm {algorithm!r}; use one of "
+                                f"{', '.join(ALGORITHMS)}")
+        known = ALGORITHMS[algorithm].option_names()
+        for name in [n for n in given if n not in names]:
+            value = given.pop(name)
+            if value is None:  # not given
+                continue
+            if name not in known:
+                raise GraphsubError(
+                    f"the {algorithm} search has no setting {name} (its settings: "
+                    f"{', '.join(known) or 'none'}; and every run's: {', '.join(sorted(names))})")
+            options[name] = value
+        return cls(**given, options=options)
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with `changes` (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        """What a report shows: every setting as plain data, the algorithm's options in full."""
+        cost = self.cost if isinstance(self.cost, str) else type(self.cost).__name__
+        return {"algorithm": self.algorithm, **dataclasses.asdict(self.search_options),
+                "budget": self.budget, "budget_unit": ALGORITHMS[self.algorithm].budget_unit,
+                "time_limit": self.time_limit, "measure_limit": self.measure_limit,
+                "cost": cost, "objective": self.objective.describe(), "target": self.target_name,
+                "threads": self.threads, "split": self.split, "executor": self.executor,
+                "candidates": self.candidates, "fission": self.fission,
+                "ort_fusions": self.ort_fusions}
+
+
+def parse_option(algorithm: str, text: str) -> tuple[str, Any]:
+    """A "name=value" of the algorithm's options, the value in the type the option declares
+    (int, float, bool, str, a comma-separated tuple, or "none" for an optional one)."""
+    name, eq, raw = text.partition("=")
+    name = name.strip().replace("-", "_")
+    if algorithm not in ALGORITHMS:
+        raise GraphsubError(f"unknown algorithm {algorithm!r}; use one of {', '.join(ALGORITHMS)}")
+    search = ALGORITHMS[algorithm]
+    if not eq or not name:
+        raise GraphsubError(f"--option {text!r} is not NAME=VALUE (e.g. c=1.4); the "
+                            f"{algorithm} search's options: {', '.join(search.option_names())}")
+    hints = typing.get_type_hints(search.options)
+    if name not in search.option_names():
+        raise GraphsubError(f"the {algorithm} search has no option {name!r}; its options: "
+                            f"{', '.join(search.option_names()) or 'none'}")
+    try:
+        return name, _convert(hints[name], raw.strip())
+    except ValueError:
+        raise GraphsubError(f"--option {text!r}: {raw.strip()!r} is not a value of "
+                            f"{_type_name(hints[name])}") from None
+
+
+def _convert(kind: Any, raw: str) -> Any:
+    """`raw` as a value of the annotated type `kind` (ValueError if it is not one)."""
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        if raw.lower() == "none" and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(inner, raw)
+    if typing.get_origin(kind) is tuple:
+        return tuple(_convert(args[0], part.strip()) for part in raw.split(",") if part.strip())
+    if kind is bool:
+        if raw.lower() in ("true", "yes", "on", "1"):
+            return True
+        if raw.lower() in ("false", "no", "off", "0"):
+            return False
+        raise ValueError(raw)
+    if kind in (int, float, str):
+        return kind(raw)
+    raise ValueError(raw)
+
+
+def _type_name(kind: Any) -> str:
+    return getattr(kind, "__name__", None) or str(kind).replace("typing.", "")
+
+
+__all__ = ["COST_MODELS", "EXECUTORS", "Settings", "parse_option"]
