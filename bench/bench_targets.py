@@ -109,7 +109,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     best = graph if rep.kept_original else graphsub.load(data)
 
     def programs(g):
-        return TorchProgram(g, target.torch_device, getattr(target, "_fused_conv_relu", None))
+        return target.program(g)
 
     cuda = target.torch_device.type == "cuda"
     pair = [programs(graph), programs(best)]

@@ -180,3 +180,29 @@ def test_the_targets_table_prints_install_hints_literally(monkeypatch):
     result = CliRunner().invoke(app, ["info", "--targets"], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     assert "pip install 'graphsub[torch]'" in result.stdout and "onnxruntime [CPU]" in result.stdout
+
+
+@pytest.mark.parametrize("name, content, fragments", [
+    ("typo.rules", b"rule x: (relu ?x) => ?x $\n", ("typo.rules:1: unexpected character '$'",)),
+    ("open.rules", b"rule bad: (matmul ?x ?w => ?x\n", ("open.rules:1: expected a term",)),
+    ("binary.rules", b"\xff\xfe\x00", ("rule file", "binary.rules is not text in UTF-8")),
+    ("broken.pb", b"garbage", ("broken.pb is not a TASO rule file",)),
+])
+def test_a_bad_rule_file_is_named_with_what_is_wrong(model, tmp_path, name, content, fragments):
+    (tmp_path / name).write_bytes(content)
+    r = graphsub_cmd("optimize", str(model), "-o", str(tmp_path / "out.onnx"), "--rules", name,
+                     cwd=tmp_path)
+    assert_one_line_error(r, *fragments)
+    assert not (tmp_path / "out.onnx").exists()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--time-limit", "abc"], "Invalid value for '--time-limit'"),
+    (["--candidates", "many"], "Invalid value for '--candidates'"),
+    (["--no-such-option"], "No such option: --no-such-option"),
+    (["--input-shape", "x=0x16"], "every dimension must be at least 1"),
+])
+def test_a_value_of_the_wrong_kind_is_one_line_too(model, tmp_path, args, fragment):
+    r = graphsub_cmd("optimize", str(model), "-o", str(tmp_path / "out.onnx"), *args,
+                     cwd=tmp_path)
+    assert_one_line_error(r, fragment)

@@ -413,9 +413,12 @@ def make_settings(given: dict[str, Any], option_texts: list[str] | None,
 
 
 def check_rule_files(paths: list[Path] | None) -> None:
+    """Refuse a rule file that is not there before any work (its contents are read, and any
+    error in them named with the file and line, when the rules load)."""
     for path in paths or []:
         if not path.is_file():
-            raise GraphsubError(f"rule file {path} does not exist")
+            raise GraphsubError(f"rule file {path} does not exist" if not path.exists() else
+                                f"rule file {path} is a folder; name the .rules file")
 
 
 @app.command()

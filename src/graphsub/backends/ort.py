@@ -233,7 +233,7 @@ class OrtCudaTarget(OrtTarget):
         import onnxruntime as ort
 
         details = {"onnxruntime": ort.__version__}
-        details.update(_nvidia_versions())
+        details.update(nvidia_versions())
         return DeviceInfo(self.name, details.pop("gpu", "NVIDIA GPU"), details)
 
 
@@ -255,7 +255,7 @@ def _cuda_session_problem() -> str | None:
     return None
 
 
-def _nvidia_versions() -> dict[str, str]:
+def nvidia_versions() -> dict[str, str]:
     """GPU name and driver from nvidia-smi (empty when it is not there)."""
     import subprocess
 

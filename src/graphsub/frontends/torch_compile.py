@@ -42,6 +42,7 @@ import logging
 import statistics
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -135,11 +136,14 @@ class CompileReport:
         return asdict(self)
 
 
-_REPORTS: list[CompileReport] = []
+#: The reports of the last graphs compiled in this process: a long-lived process (a server
+#: compiling model after model) keeps the newest, not all.
+REPORTS_KEPT = 100
+_REPORTS: deque[CompileReport] = deque(maxlen=REPORTS_KEPT)
 
 
 def reports() -> list[CompileReport]:
-    """Reports of the graphs compiled in this process, oldest first."""
+    """Reports of the graphs compiled in this process (the last REPORTS_KEPT), oldest first."""
     return list(_REPORTS)
 
 
@@ -394,8 +398,6 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
     graphs), then checked against the original part."""
     from torch.fx.passes.shape_prop import ShapeProp
 
-    from graphsub.backends.torch import TorchProgram
-
     with torch.no_grad():
         ShapeProp(part.sub).propagate(*part.args)
     try:
@@ -420,7 +422,7 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
         report.fission = {**run.fission.as_dict(), "kept": kept}
         if kept:
             best, report.predicted_after = run.fission.graph, run.fission.cost
-    program = TorchProgram(best, target.torch_device, getattr(target, "_fused_conv_relu", None))
+    program = target.program(best)
     output = next(n for n in part.sub.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))
     module = GraphsubPart(program, positions, single, _output_strides(part.sub, part.args))

@@ -244,10 +244,10 @@ class Graph:
     def fingerprints(self) -> dict[int, int]:
         """Process-local integer digests of every node (see `fingerprint`)."""
         if self._fingerprints is None:
-            from graphsub.ir.hashing import _commutative_ops
+            from graphsub.ir.hashing import commutative_ops
             from graphsub.ir.incremental import node_fingerprints
 
-            self._fingerprints = node_fingerprints(self, _commutative_ops())
+            self._fingerprints = node_fingerprints(self, commutative_ops())
         return self._fingerprints
 
     def fingerprint(self) -> int:

@@ -46,7 +46,7 @@ def node_digest(node: Node, input_digests: list[bytes]) -> bytes:
     for t in node.outputs:
         h.update(f"{t.dtype}{t.shape}".encode())
     edges = [d + v.index.to_bytes(2, "little") for v, d in zip(node.inputs, input_digests)]
-    if node.op in _commutative_ops():
+    if node.op in commutative_ops():
         edges.sort()  # add(x, y) and add(y, x) are the same computation
     for e in edges:
         h.update(e)
@@ -54,7 +54,7 @@ def node_digest(node: Node, input_digests: list[bytes]) -> bytes:
 
 
 @lru_cache(maxsize=1)
-def _commutative_ops() -> frozenset[str]:
+def commutative_ops() -> frozenset[str]:
     return frozenset(name for name, op in all_ops().items() if op.commutative)
 
 

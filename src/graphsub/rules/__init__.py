@@ -41,14 +41,20 @@ def load_rules(paths: Iterable[str | Path], check: bool = True) -> list[Rule]:
     rules: list[Rule] = []
     for p in paths:
         path = Path(p)
-        if not path.exists():
-            raise GraphsubError(f"rule file {path} does not exist")
+        if not path.is_file():
+            raise GraphsubError(f"rule file {path} does not exist" if not path.exists() else
+                                f"rule file {path} is a folder; name the .rules file")
         if path.suffix == ".pb":
             from graphsub.rules.taso import import_taso_rules
 
             rules += import_taso_rules(path, check=check).rules
         else:
-            rules += _checked(str(path), path.read_text(), check)
+            try:
+                text = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                raise GraphsubError(f"rule file {path} is not text in UTF-8; give a graphsub "
+                                    ".rules file, or TASO's rules as a .pb file") from None
+            rules += _checked(str(path), text, check)
     seen: dict[str, str] = {}
     for r in rules:
         if r.name in seen:

@@ -50,13 +50,13 @@ _TOKEN = re.compile(r"""
 """, re.VERBOSE)
 
 
-def tokenize(text: str) -> list[Token]:
+def tokenize(text: str, origin: str = "<rules>") -> list[Token]:
     tokens: list[Token] = []
     line, pos = 1, 0
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if m is None:
-            raise RuleSyntaxError(f"line {line}: unexpected character {text[pos]!r}")
+            raise RuleSyntaxError(f"{origin}:{line}: unexpected character {text[pos]!r}")
         kind = m.lastgroup or ""
         value = m.group()
         if kind == "NEWLINE":
@@ -254,7 +254,7 @@ class _Parser:
 
 def parse_rules(text: str, origin: str = "<rules>") -> list[Rule]:
     """Parse a rule file's text."""
-    return _Parser(tokenize(text), origin).rules()
+    return _Parser(tokenize(text, origin), origin).rules()
 
 
 # ---- printer -----------------------------------------------------------------------------------

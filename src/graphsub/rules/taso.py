@@ -63,7 +63,7 @@ def _fields(buf: bytes) -> list[tuple[int, int | bytes]]:
             out.append((number, buf[pos:pos + length]))
             pos += length
         else:
-            raise GraphsubError(f"unexpected protobuf wire type {wire} in a TASO rule file")
+            raise GraphsubError(f"unexpected protobuf wire type {wire}")
     return out
 
 
@@ -101,7 +101,15 @@ def _op(buf: bytes) -> TasoOp:
 
 
 def read_taso_rules(path: str | Path) -> list[TasoRule]:
-    data = Path(path).read_bytes()
+    """The rules of TASO's protobuf rule file (graph_subst.pb)."""
+    try:
+        return _read_taso_rules(Path(path).read_bytes())
+    except (GraphsubError, IndexError) as exc:  # a truncated varint runs off the end
+        raise GraphsubError(f"{path} is not a TASO rule file ({exc or 'truncated'}); give "
+                            "TASO's graph_subst.pb, or a graphsub .rules file") from None
+
+
+def _read_taso_rules(data: bytes) -> list[TasoRule]:
     rules = []
     for num, rbuf in _fields(data):
         if num != 1:

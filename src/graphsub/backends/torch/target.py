@@ -39,6 +39,9 @@ class TorchTarget(Target):
     passes_views = True
     generates_kernels = True  # inductor
     capabilities = Capabilities(runs="torch")
+    #: cuDNN's fused convolution + bias + relu where the device has it (the GPU target
+    #: probes for it), else None: programs then run two kernels.
+    fused_conv_relu: Any = None
 
     def __init__(self, threads: int | None = None, cuda_graphs: bool = True,
                  allow_tf32: bool = False) -> None:
@@ -61,7 +64,8 @@ class TorchTarget(Target):
 
     # ---- running models ----------------------------------------------------------------
     def program(self, graph: Graph) -> TorchProgram:
-        return TorchProgram(graph, self.torch_device)
+        """graphsub's torch program of a graph, as this target runs it."""
+        return TorchProgram(graph, self.torch_device, self.fused_conv_relu)
 
     def prepare(self, graph: Graph | None, onnx: bytes | str | None = None,
                 label: str = "") -> TorchRunnable:
@@ -200,13 +204,10 @@ class TorchCudaTarget(TorchTarget):
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = self.allow_tf32
         torch.backends.cudnn.allow_tf32 = self.allow_tf32
-        self._fused_conv_relu = _probe_fused_conv_relu()
-
-    def program(self, graph: Graph) -> TorchProgram:
-        return TorchProgram(graph, self.torch_device, self._fused_conv_relu)
+        self.fused_conv_relu = _probe_fused_conv_relu()
 
     def device(self) -> DeviceInfo:
-        from graphsub.backends.ort import _nvidia_versions
+        from graphsub.backends.ort import nvidia_versions
 
         props = torch.cuda.get_device_properties(0)
         details = {"torch": torch.__version__, "cuda": str(torch.version.cuda),
@@ -214,7 +215,7 @@ class TorchCudaTarget(TorchTarget):
                    "capability": f"{props.major}.{props.minor}",
                    "cuda_graphs": "on" if self.cuda_graphs else "off",
                    "tf32": "on" if self.allow_tf32 else "off"}
-        nvidia = _nvidia_versions()
+        nvidia = nvidia_versions()
         if "driver" in nvidia:
             details["driver"] = nvidia["driver"]
         return DeviceInfo(self.name, torch.cuda.get_device_name(0), details)
