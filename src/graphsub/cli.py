@@ -590,6 +590,9 @@ def command_line(ctx: typer.Context) -> list[str]:
 
 
 def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
+    from graphsub.report.words import stopped
+    from graphsub.runtime.speedup import describe
+
     table = Table(title=f"graphsub optimize: {escape(rep.model)} on {rep.target} "
                         f"({escape(rep.device['name'])})", title_justify="left")
     for col in ("", "before", "after", "change"):
@@ -599,8 +602,12 @@ def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
         table.add_row(f"predicted cost ({rep.settings['cost']}, ms)", f"{pb:.3f}", f"{pa:.3f}",
                       f"{pb / pa:.3f}x" if pa else "")
     if rep.latency_before_ms is not None:
-        table.add_row(f"measured latency ({rep.target}, ms, median)", f"{rep.latency_before_ms:.3f}",
-                      f"{rep.latency_after_ms:.3f}", f"[bold]{rep.speedup:.3f}x[/]")
+        table.add_row(f"measured latency ({rep.target}, ms, median round)",
+                      f"{rep.latency_before_ms:.3f}", f"{rep.latency_after_ms:.3f}", "")
+    c = rep.confirmation
+    if c:  # the statistic the decision used: the median of the rounds' ratios
+        table.add_row(f"head to head, candidate {c['candidate']} against the original",
+                      "", "", f"[bold]{escape(describe(c))}[/], {c['decision']}")
     table.add_row("nodes", str(rep.nodes_before), str(rep.nodes_after), "")
     s = rep.search
     if "egraph" in s:  # eqsat, mcts: an e-graph grown by rule applications
@@ -608,11 +615,11 @@ def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
         steps = (f"{len(eg['decisions'])} MCTS decisions" if "mcts" in eg
                  else f"{eg['iterations']} iterations")
         table.add_row("search", f"{s['seconds']:.1f} s", steps,
-                      f"{eg['nodes']} e-nodes, {eg['applications']} rewrites, stopped by "
-                      f"{s['stopped_by']}")
+                      f"{eg['nodes']} e-nodes, {eg['applications']} rewrites, "
+                      f"{stopped(s['stopped_by'])}")
     else:
         table.add_row("search", f"{s['seconds']:.1f} s", f"{s['explored']} expanded",
-                      f"{s['generated']} graphs, stopped by {s['stopped_by']}")
+                      f"{s['generated']} graphs, {stopped(s['stopped_by'])}")
     if "split" in s:
         sp = s["split"]
         table.add_row("split", f"{sp['parts']} parts", f"sizes {sp['part_sizes']}",
