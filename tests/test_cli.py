@@ -81,6 +81,55 @@ def test_bench_two_models_reports_a_ratio(models):
     data = json.loads(r.stdout)
     assert len(data["models"]) == 2 and data["speedup"] > 0
     assert all(m["runs"] >= 5 and m["median_ms"] > 0 for m in data["models"])
+    h = data["head_to_head"]
+    assert h["speedup"] == data["speedup"] and h["rounds"] >= 3 and h["cores"] >= 1
+    assert h["decision"] in ("faster", "not faster", "undecided", "contended")
+
+
+def test_bench_reports_the_statistic_selection_decides_on(models, monkeypatch):
+    """The median of the rounds' ratios, with its interval and decision, not a ratio of
+    medians: here most rounds take A and B alike (a ratio of 1), while their medians, 3 ms
+    against 2 ms, would give 1.5."""
+    from graphsub import runtime
+    from graphsub.runtime.speedup import describe
+    from graphsub.runtime.timing import Timing
+
+    a = (1.0, 2.0, 2.0, 2.0, 3.0, 3.0, 4.0, 5.0, 6.0, 7.0)
+    b = (1.0, 1.0, 1.0, 1.0, 1.0, 3.0, 4.0, 5.0, 6.0, 7.0)
+    monkeypatch.setattr(runtime, "time_runnables", lambda runnables, feeds, **kw: [
+        Timing(tuple(x / 1e3 for x in a)), Timing(tuple(x / 1e3 for x in b))])
+    r = invoke("bench", models["a"], models["a"], "--json")
+    h = json.loads(r.stdout)["head_to_head"]
+    assert h["speedup"] == pytest.approx(1.0)  # ratios 1, 2, 2, 2, 3, 1, 1, 1, 1, 1
+    assert (h["low"], h["high"]) == (pytest.approx(1.0), pytest.approx(2.0))
+    assert h["decision"] in ("undecided", "contended")  # straddles the 1.020x needed
+    text = " ".join(invoke("bench", models["a"], models["a"]).stdout.split())
+    assert describe(h) in text and "median of the rounds' ratios" in text
+
+
+def test_bench_of_a_model_against_itself_on_a_loaded_machine_is_no_faster(tmp_path):
+    """With two busy processes beside it, A against A is a tie: nothing is called faster and
+    the interval holds 1.0. A 95% interval misses the truth at most 1 time in 20 by design
+    (about 1 in 50 at 10 rounds), so a miss gets a second bench; two misses in a row (1 in
+    400 at most) are a bias, not chance. The model runs for milliseconds, so that what
+    differs between two sessions of it (memory placement) stays far below the noise."""
+    from tests.runtime.busy import busy_processes
+
+    b = GraphBuilder(seed=0)
+    x = b.input("x", (1, 16, 64, 64))
+    b.output(b.conv2d(x, b.he_weight((32, 16, 3, 3)), activation="relu"), "y")
+    model = str(tmp_path / "conv.onnx")
+    graphsub.save(b.build(), model)
+    intervals = []
+    with busy_processes(2):
+        for _ in range(2):
+            r = invoke("bench", model, model, "--json", "--seconds", "0.2", "--threads", "1")
+            h = json.loads(r.stdout)["head_to_head"]
+            assert h["decision"] != "faster", h
+            intervals.append((h["low"], h["high"]))
+            if h["low"] <= 1.0 <= h["high"]:
+                break
+    assert intervals[-1][0] <= 1.0 <= intervals[-1][1], intervals
 
 
 def test_bad_input_is_one_clear_line_and_status_2(models, tmp_path):

@@ -3,9 +3,10 @@ with a note, the run fits its limit, and the verdict says what happened with its
 
 from __future__ import annotations
 
-import math
+import itertools
 import time
 
+import numpy as np
 import pytest
 
 import graphsub
@@ -14,8 +15,14 @@ from graphsub.ir import GraphBuilder
 from graphsub.budget import measure_reserve
 from graphsub.optimizer import optimize_model
 from graphsub.report.optimize import OptimizeReport, verdict
-from graphsub.runtime.timing import PairedComparison, Timing
-from graphsub.selection import CandidateReport, Selection
+from graphsub.report.words import stopped
+from graphsub.runtime.inputs import graph_input_specs, random_feeds
+from graphsub.runtime.speedup import MIN_ROUNDS, decide, describe, fewest_rounds
+from graphsub.runtime.timing import PairedComparison, Runnable, Timing
+from graphsub.search.result import Candidate, StopReason
+from graphsub.selection import CandidateReport, Selection, measure_and_choose
+from tests.report.conftest import Slowed
+from tests.runtime.busy import busy_processes
 
 
 @pytest.fixture(autouse=True)
@@ -73,38 +80,92 @@ def test_measure_reserve_is_a_bounded_share_of_the_limit():
     assert measure_reserve(3600) == 60
 
 
-def report_for(outcome: str, confirmation: dict | None = None) -> OptimizeReport:
+def paired(ratios) -> PairedComparison:
+    """Head-to-head rounds whose ratios (original / candidate) are `ratios`."""
+    return PairedComparison(Timing(tuple(ratios), 1), Timing(tuple([1.0] * len(ratios)), 1))
+
+
+def around(centre: float, n: int = 30, seed: int = 0) -> list[float]:
+    """n rounds' ratios scattered about `centre` (+-2%)."""
+    return list(centre * np.random.default_rng(seed).lognormal(0.0, 0.02, n))
+
+
+#: Rounds that alternate between +30% and -20%: no number of them decides MIN_GAIN.
+ALTERNATING = [1.3, 0.8] * 15
+
+
+def report_for(outcome: str, confirmation: dict | None = None,
+               costs: tuple[float, ...] = (0.9, 0.95), stopped_by: str = "time") -> OptimizeReport:
     return OptimizeReport(
         model="m", settings={}, target="ort-cpu", device={}, predicted_cost_before=1.0,
         predicted_cost_after=1.0, latency_before_ms=2.0, latency_after_ms=2.0, speedup=1.0,
         kept_original=outcome != "faster", trace=[], rules_used={},
-        search={"seconds": 3.2, "explored": 41, "stopped_by": "time"},
-        candidates=[CandidateReport(0.9, 1.96, ["r"]), CandidateReport(0.95, 2.1, ["s"])],
+        search={"seconds": 3.2, "explored": 41, "stopped_by": stopped_by},
+        candidates=[CandidateReport(cost, 2.0 / r, ["r"], screening=decide(
+                        paired(around(r, seed=i)), None).as_dict())
+                    for i, (cost, r) in enumerate(zip(costs, (0.98, 0.95)))],
         confirmation=confirmation or {}, outcome=outcome)
 
 
-def paired(speedups: list[float]) -> PairedComparison:
-    return PairedComparison(Timing(tuple(speedups), 1), Timing(tuple([1.0] * len(speedups)), 1))
+def selection_for(outcome: str, ratios: list[float] | None, load: float | None = None
+                  ) -> Selection:
+    """What measuring found, with a head-to-head of `ratios` against candidate 0."""
+    if ratios is None:
+        return Selection(outcome, screen_ratio=0.98, original_run_s=0.002)
+    return Selection(outcome, screen_ratio=0.98, confirm=paired(ratios), confirmed=0,
+                     head_to_head=decide(paired(ratios), load), original_run_s=0.002)
 
 
-@pytest.mark.parametrize("outcome, confirm, fragments", [
-    ("faster", [1.2] * 9 + [0.9], ["1.200x as fast", "10 head-to-head rounds", "90%"]),
-    ("not-confirmed", [1.017] * 6 + [0.98] * 5, ["predicted 10.0% cheaper", "+1.7%", "55% of 11",
-                                                  "needs 2% and 70%"]),
-    ("not-faster", None, ["2 candidate(s)", "predicted 10.0% cheaper", "0.980x"]),
-    ("no-cheaper-graph", None, ["no graph predicted cheaper", "41 expanded", "stopped by time"]),
-    ("no-time", None, ["within the time limit", "--measure-limit", "takes 2 ms"]),
+@pytest.mark.parametrize("outcome, ratios, load, fragments", [
+    ("faster", around(1.2), None, ["as fast as the original", "faster in 100% of the rounds"]),
+    ("not-confirmed", around(1.0), None, ["predicted 10.0% cheaper",
+                                          "the whole interval lies below the 1.020x"]),
+    ("undecided", ALTERNATING, 0.0, ["predicted 10.0% cheaper", "straddles the 1.020x",
+                                     "--measure-limit"]),
+    ("contended", ALTERNATING, 1e3, ["The machine was busy (load 1000.0 on",
+                                     "straddles the 1.020x", "quiet machine"]),
+    ("not-faster", None, None, ["2 candidate(s)", "the cheapest predicted 10.0% cheaper",
+                                "none ran 2% faster"]),
+    ("no-cheaper-graph", None, None, ["no graph predicted cheaper", "41 expanded",
+                                      "stopped at the time limit"]),
+    ("no-time", None, None, ["within the time limit", "--measure-limit", "takes 2 ms"]),
 ])
-def test_the_verdict_names_what_happened_with_its_figures(outcome, confirm, fragments):
-    comparison = paired(confirm) if confirm else None
-    selection = Selection(outcome, screen_ratio=0.98, confirm=comparison, original_run_s=0.002)
+def test_the_verdict_names_what_happened_with_its_figures(outcome, ratios, load, fragments):
+    selection = selection_for(outcome, ratios, load)
     report = report_for(outcome, selection.confirmation())
     text = verdict(report, selection)
     for fragment in fragments:
         assert fragment in text, text
+    if ratios is not None:  # the head-to-head's ratio, with its interval
+        assert describe(report.confirmation) in text and "interval" in text
+        assert report.confirmation["decision"] == (
+            "faster" if outcome == "faster" else
+            "not faster" if outcome == "not-confirmed" else outcome)
+    if outcome == "not-faster":  # the fastest in the screening, as the candidates table has it
+        fastest = max((c.screening for c in report.candidates), key=lambda c: c["speedup"])
+        assert f"(the fastest: {describe(fastest)})" in text
     interrupted = verdict(report, selection, interrupted=True)
     assert interrupted.startswith("The search was interrupted after 3.2 s.")
-    assert not math.isnan(report.predicted_cost_before)
+
+
+@pytest.mark.parametrize("outcome", ["not-faster", "not-confirmed", "no-time"])
+def test_a_candidate_predicted_dearer_is_not_called_cheaper(outcome):
+    """graphsub's re-export of the original, or onnxruntime's fusions, can be candidates
+    predicted dearer than the original: the verdict says dearer, not '-3.4% cheaper'."""
+    selection = selection_for(outcome, around(1.0) if outcome == "not-confirmed" else None)
+    text = verdict(report_for(outcome, selection.confirmation(), costs=(1.034, 1.05)),
+                   selection)
+    assert "predicted 3.4% dearer" in text, text
+    assert "-3.4%" not in text and "3.4% cheaper" not in text
+
+
+@pytest.mark.parametrize("reason", list(StopReason))
+def test_the_search_stop_reason_reads_as_english(reason):
+    text = verdict(report_for("no-cheaper-graph", stopped_by=str(reason)),
+                   selection_for("no-cheaper-graph", None))
+    assert stopped(reason) in text and "stopped by" not in text
+    assert stopped("exhausted") == "stopped when nothing was left to explore"
+    assert stopped("a reason from a later version") == "stopped (a reason from a later version)"
 
 
 def test_a_candidate_onnxruntimes_optimizations_break_is_dropped_not_blamed(monkeypatch):
@@ -144,8 +205,6 @@ def test_the_fuzzers_candidate_that_onnxruntime_breaks_is_dropped_with_a_note():
     from onnx import TensorProto, helper, numpy_helper
 
     from graphsub.runtime.ort import run
-    from graphsub.search.result import Candidate
-    from graphsub.selection import measure_and_choose
 
     w = np.random.default_rng(0).standard_normal((5, 2)).astype(np.float32)
 
@@ -187,29 +246,125 @@ class _Closable:
         pass
 
 
-@pytest.mark.parametrize("second, chosen", [([1.1] * 10, 1), ([1.0] * 10, None)])
+@pytest.mark.parametrize("second, chosen", [(around(1.1), 1), (around(1.0), None)])
 def test_when_the_fastest_fails_its_confirmation_the_runner_up_gets_one(monkeypatch, second,
                                                                         chosen):
     """Three candidates faster than the original in the screening: the fastest (index 2) is
-    not confirmed head to head; the runner-up (index 1) is confirmed in its turn, or, failing
-    too, the verdict still reports the fastest's figures; the third is never tried."""
+    decided not faster head to head; the runner-up (index 1) is confirmed in its turn, or,
+    failing too, the verdict still reports the fastest's figures; the third is never tried."""
     from graphsub import selection as sel
 
     monkeypatch.setattr(sel, "time_runnables", lambda runnables, feeds, **kw: [
-        Timing((2.0,) * 5), Timing((1.9,) * 5), Timing((1.5,) * 5), Timing((1.8,) * 5)])
-    confirms = iter([paired([1.01] * 10), paired(second)])
-    monkeypatch.setattr(sel, "compare_runnables", lambda *args, **kw: next(confirms))
+        Timing((2.0,) * 10), Timing((1.9,) * 10), Timing((1.5,) * 10), Timing((1.8,) * 10)])
+    confirms = iter([paired(around(1.005)), paired(second)])
+
+    def confirm(*args, **kwargs):
+        comparison = next(confirms)
+        return comparison, decide(comparison, None)
+
+    monkeypatch.setattr(sel, "sequential", confirm)
     ready = [(0, _Closable(), 0.001), (1, _Closable(), 0.001), (2, _Closable(), 0.001)]
     ready = [ready[0], ready[2], ready[1]]  # order of `ready` is not the screening's order
     selection = sel._screen_and_confirm(
-        Selection("not-run", candidates=[CandidateReport(1.0, None, [])] * 3,
+        Selection("not-run", candidates=[CandidateReport(1.0, None, []) for _ in range(3)],
                   original_run_s=0.001),
         _Closable(), ready, {}, time.perf_counter() + 60, 0.0, 1.0, get_target("ort-cpu"),
         lambda message: None)
     assert selection.chosen == chosen
+    assert [c["candidate"] for c in selection.timings["confirms"]] == [2, 1]
     if chosen is None:
-        assert selection.outcome == "not-confirmed"
-        assert selection.confirm.speedup == pytest.approx(1.01)  # the fastest's figures
+        assert selection.outcome == "not-confirmed" and selection.confirmed == 2
+        assert selection.confirm.speedup == pytest.approx(np.median(around(1.005)))
         assert any("runner-up" in n for n in selection.notes)
     else:
-        assert selection.outcome == "faster" and selection.confirm.speedup == pytest.approx(1.1)
+        assert selection.outcome == "faster" and selection.confirmed == 1
+        assert selection.head_to_head.low > 1.02
+
+
+# ---- on a real target, and on a deliberately loaded machine ----------------------------
+
+def byte_copy_candidate():
+    graph = chain()
+    data = graphsub.to_onnx(graph).SerializeToString()
+    return graph, data, [(Candidate(graph, 0.5, ()), data)]
+
+
+def test_on_a_loaded_machine_a_byte_copy_of_the_original_is_never_faster():
+    graph, data, candidates = byte_copy_candidate()
+    feeds = random_feeds(graph_input_specs(graph))
+    with busy_processes(2):
+        selection = measure_and_choose(get_target("ort-cpu", threads=1), graph, data,
+                                       candidates, feeds, time.perf_counter() + 6,
+                                       measure_seconds=0.5)
+    assert selection.chosen is None and selection.outcome != "faster", selection.outcome
+    assert selection.candidates[0].screening  # it was timed, not dropped
+
+
+def test_on_a_loaded_machine_a_faster_candidate_is_kept_with_an_interval_above_one(
+        monkeypatch):
+    """The original sleeps 2 ms in every run (tests/report/conftest.py): the candidate, the
+    same model without the sleep, is genuinely faster on any machine, loaded or not."""
+    graph, data, candidates = byte_copy_candidate()
+    target = get_target("ort-cpu", threads=1)
+    prepare = target.prepare
+    monkeypatch.setattr(target, "prepare", lambda graph, onnx=None, label="": (
+        Slowed(prepare(graph, onnx, label)) if label == "original" else prepare(graph, onnx,
+                                                                                label)))
+    with busy_processes(2):
+        selection = measure_and_choose(target, graph, data, candidates,
+                                       random_feeds(graph_input_specs(graph)),
+                                       time.perf_counter() + 8, measure_seconds=0.5)
+    assert selection.outcome == "faster" and selection.chosen == 0, selection.notes
+    c = selection.confirmation()
+    assert c["low"] > 1 and c["decision"] == "faster" and c["rounds"] >= fewest_rounds(0.95)
+    selection.runnable.close()
+
+
+class Alternating(Runnable):
+    """A stand-in model whose blocks of runs take the given seconds in turn (one value per
+    call of more than one run): the Llama case, a candidate faster in the median round by
+    more than MIN_GAIN but whose rounds swing both ways, so no number of them can decide."""
+
+    def __init__(self, per_block) -> None:
+        self.values = itertools.cycle(per_block)
+        self.value = next(self.values)
+
+    def run(self, feeds):
+        return {"y": np.ones(4, np.float32)}
+
+    def bind(self, feeds):
+        pass
+
+    def timed(self, n):
+        if n > 1:
+            self.value = next(self.values)
+        return [self.value] * n
+
+
+class StandIns:
+    """A target whose original and candidate are `Alternating` models."""
+
+    name = "stand-in"
+
+    def prepare(self, graph, onnx=None, label=""):
+        return Alternating([0.1] if label == "original" else [0.1 / 1.3, 0.1 / 0.8])
+
+
+@pytest.mark.parametrize("load, outcome", [(0.0, "undecided"), (1e3, "contended")])
+def test_an_undecided_confirmation_spends_the_time_left_then_keeps_the_original(
+        monkeypatch, load, outcome):
+    from graphsub import selection as sel
+    from graphsub.runtime import speedup
+
+    monkeypatch.setattr(speedup, "read_load", lambda: load)
+    monkeypatch.setattr(sel, "read_load", lambda: load)
+    graph, data, candidates = byte_copy_candidate()
+    start = time.perf_counter()
+    selection = measure_and_choose(StandIns(), graph, data, candidates,
+                                   random_feeds(graph_input_specs(graph)), start + 4,
+                                   measure_seconds=0.5)
+    assert selection.outcome == outcome and selection.chosen is None
+    c = selection.confirmation()
+    assert c["rounds"] > MIN_ROUNDS and c["looks"] >= 2
+    assert c["low"] < c["required"] < c["high"] and c["speedup"] > c["required"]
+    assert time.perf_counter() - start > 3.0  # the time it had, not the first block's

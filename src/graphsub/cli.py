@@ -295,8 +295,10 @@ def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo
           seconds: Annotated[float, typer.Option(help="Minimum timing duration.")] = 3.0,
           as_json: JsonOpt = False) -> None:
     """Latency on a target (onnxruntime with all optimizations by default); two models side
-    by side, interleaved."""
-    from graphsub.runtime import random_feeds, time_runnables
+    by side, interleaved, with B's speedup over A as the optimizer confirms one: the median of
+    the rounds' ratios, its interval, and whether it clears graphsub's minimum gain."""
+    from graphsub.runtime import PairedComparison, random_feeds, time_runnables
+    from graphsub.runtime.speedup import MIN_ROUNDS, decide, highest_load, read_load
 
     shapes = parse_input_shapes(input_shape)
     models = [LoadedModel(a, shapes)] + ([LoadedModel(b, shapes)] if b else [])
@@ -307,13 +309,17 @@ def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo
     feeds = random_feeds(models[0].input_specs())
     with err.status(f"timing on {device.name} ({escape(device.device().describe())})..."):
         runnables = [device.prepare(m.graph, m.onnx, m.label) for m in models]
-        timings = time_runnables(runnables, feeds, min_seconds=seconds)
+        loads = [read_load()]
+        timings = time_runnables(runnables, feeds, min_seconds=seconds, min_rounds=MIN_ROUNDS)
+        loads.append(read_load())
     result: dict[str, Any] = {"target": device.name, "device": device.device().as_dict(),
                               "threads": threads or os.cpu_count(),
                               "models": [{"model": m.label, **t.as_dict()}
                                          for m, t in zip(models, timings)]}
     if b:
-        result["speedup"] = timings[0].median / timings[1].median
+        head_to_head = decide(PairedComparison(timings[0], timings[1]), highest_load(*loads))
+        result["speedup"] = head_to_head.speedup
+        result["head_to_head"] = head_to_head.as_dict()
     if as_json:
         emit_json(result)
         return
@@ -326,8 +332,21 @@ def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo
                       f"{t.minimum * 1e3:.3f}", str(len(t.samples)))
     out.print(table)
     if b:
-        out.print(f"speedup of {escape(models[1].label)} over {escape(models[0].label)}: "
-                  f"[bold]{result['speedup']:.3f}x[/] (ratio of medians)")
+        _print_speedup(models[1].label, models[0].label, result["head_to_head"])
+
+
+def _print_speedup(after: str, before: str, head_to_head: dict[str, Any]) -> None:
+    """B's speedup over A with its interval, what it decides, and how busy the machine was."""
+    from graphsub.runtime.speedup import MIN_GAIN, describe, describe_contention
+
+    words = {"faster": f"faster by at least {MIN_GAIN:.0%}",
+             "not faster": f"not {MIN_GAIN:.0%} faster",
+             "undecided": "cannot tell at this noise: time longer (--seconds)",
+             "contended": "cannot tell: the machine is busy; time it on a quiet one"}
+    out.print(f"speedup of {escape(after)} over {escape(before)}: "
+              f"[bold]{escape(describe(head_to_head))}[/], the median of the rounds' ratios: "
+              f"{words[head_to_head['decision']]} ({escape(describe_contention(head_to_head))})",
+              highlight=False)
 
 
 def _search_progress(time_limit: float, budget: int | None):
@@ -604,6 +623,9 @@ def command_line(ctx: typer.Context) -> list[str]:
 
 
 def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
+    from graphsub.report.words import stopped
+    from graphsub.runtime.speedup import describe
+
     table = Table(title=f"graphsub optimize: {escape(rep.model)} on {rep.target} "
                         f"({escape(rep.device['name'])})", title_justify="left")
     for col in ("", "before", "after", "change"):
@@ -613,8 +635,12 @@ def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
         table.add_row(f"predicted cost ({rep.settings['cost']}, ms)", f"{pb:.3f}", f"{pa:.3f}",
                       f"{pb / pa:.3f}x" if pa else "")
     if rep.latency_before_ms is not None:
-        table.add_row(f"measured latency ({rep.target}, ms, median)", f"{rep.latency_before_ms:.3f}",
-                      f"{rep.latency_after_ms:.3f}", f"[bold]{rep.speedup:.3f}x[/]")
+        table.add_row(f"measured latency ({rep.target}, ms, median round)",
+                      f"{rep.latency_before_ms:.3f}", f"{rep.latency_after_ms:.3f}", "")
+    c = rep.confirmation
+    if c:  # the statistic the decision used: the median of the rounds' ratios
+        table.add_row(f"head to head, candidate {c['candidate']} against the original",
+                      "", "", f"[bold]{escape(describe(c))}[/], {c['decision']}")
     table.add_row("nodes", str(rep.nodes_before), str(rep.nodes_after), "")
     s = rep.search
     if "egraph" in s:  # eqsat, mcts: an e-graph grown by rule applications
@@ -622,11 +648,11 @@ def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
         steps = (f"{len(eg['decisions'])} MCTS decisions" if "mcts" in eg
                  else f"{eg['iterations']} iterations")
         table.add_row("search", f"{s['seconds']:.1f} s", steps,
-                      f"{eg['nodes']} e-nodes, {eg['applications']} rewrites, stopped by "
-                      f"{s['stopped_by']}")
+                      f"{eg['nodes']} e-nodes, {eg['applications']} rewrites, "
+                      f"{stopped(s['stopped_by'])}")
     else:
         table.add_row("search", f"{s['seconds']:.1f} s", f"{s['explored']} expanded",
-                      f"{s['generated']} graphs, stopped by {s['stopped_by']}")
+                      f"{s['generated']} graphs, {stopped(s['stopped_by'])}")
     if "split" in s:
         sp = s["split"]
         table.add_row("split", f"{sp['parts']} parts", f"sizes {sp['part_sizes']}",

@@ -2,13 +2,15 @@
 the target side by side, the fastest confirmed against the original head to head.
 
 Predicted costs are sums of one-operator timings; what a user gets is the latency of the whole
-model, so a candidate replaces the original only when it measures faster, by MIN_GAIN in the
-median head-to-head round and in at least MIN_WINS of the rounds. Every step fits the time the
-run has left: a model whose runs take seconds gets fewer, longer rounds, and when not even
-that fits, the original is kept and the outcome says why. A candidate the target cannot
-build or run is dropped with a note: one bad candidate never ends the run. A candidate whose
-first outputs differ from the original's is a wrong rewrite, which ends the measuring at once
-and is reported as a verification failure.
+model, so a candidate replaces the original only when a head-to-head comparison decides it is
+faster: the interval of its median round's speedup clears MIN_GAIN (`runtime.speedup`, the
+one statistic and decision of every comparison graphsub makes). The comparison goes on,
+block after block, until it decides or the time is up; undecided then, the original is kept
+and the outcome says why. Every step fits the time the run has left: a model whose runs take
+seconds gets fewer, longer rounds, and when not even that fits, the original is kept and the
+outcome says why. A candidate the target cannot build or run is dropped with a note: one bad
+candidate never ends the run. A candidate whose first outputs differ from the original's is a
+wrong rewrite, which ends the measuring at once and is reported as a verification failure.
 """
 
 from __future__ import annotations
@@ -26,38 +28,36 @@ from graphsub.ir.graph import Graph
 from graphsub.report.optimize import CandidateReport
 from graphsub.runtime.equivalence import (SAME_FUNCTION, Comparison, OutputDiff, Tolerance,
                                           compare_outputs)
-from graphsub.runtime.timing import (PairedComparison, Runnable, Timing, compare_runnables,
-                                     time_runnables)
+from graphsub.runtime.speedup import (MIN_GAIN, Decision, HeadToHead, confidence, decide,
+                                      describe, fewest_rounds, highest_load, read_load,
+                                      sequential)
+from graphsub.runtime.timing import PairedComparison, Runnable, Timing, time_runnables
 from graphsub.search.result import Candidate
 
-#: A candidate replaces the original only when its median latency is this much lower: smaller
-#: differences are within the noise of interleaved medians on a shared machine.
-MIN_GAIN = 0.02
-#: ... and when it was faster in at least this fraction of the head-to-head rounds.
-MIN_WINS = 0.7
-#: Fewer head-to-head rounds than this say nothing about MIN_WINS.
-MIN_CONFIRM_ROUNDS = 5
 #: The share of the measuring time (after the verification reserve) spent screening; the rest
 #: confirms the fastest candidate head to head.
 SCREEN_SHARE = 0.4
 #: Candidates confirmed head to head at most, fastest in the screening first: when the fastest
-#: fails (a screening fluke, or a gain under MIN_GAIN), the runner-up gets its own chance, so
-#: that more candidates never make the result worse.
+#: is decided not faster (a screening fluke, or a gain under MIN_GAIN), the runner-up gets its
+#: own chance, so that more candidates never make the result worse.
 MAX_CONFIRMS = 2
-
 
 @dataclass
 class Selection:
     """What measuring found: which candidate (if any) replaces the original, and why."""
 
-    #: faster | no-cheaper-graph | not-faster | not-confirmed | no-time | not-run
+    #: faster | no-cheaper-graph | not-faster | not-confirmed | undecided | contended |
+    #: no-time | not-run (report/optimize.py's OptimizeReport.outcome says what each means)
     outcome: str
     chosen: int | None = None
     runnable: Runnable | None = None  # the chosen candidate on the target (for verification)
     before_ms: float | None = None
     after_ms: float | None = None
-    screen_ratio: float | None = None  # original / fastest candidate, screening medians
+    #: The fastest candidate's speedup over the original in the screening (median round).
+    screen_ratio: float | None = None
     confirm: PairedComparison | None = None
+    #: What `confirm`'s rounds decided: the speedup's interval, the decision, the contention.
+    head_to_head: HeadToHead | None = None
     candidates: list[CandidateReport] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     original_run_s: float = 0.0
@@ -69,10 +69,11 @@ class Selection:
     timings: dict[str, Any] = field(default_factory=dict)
 
     def confirmation(self) -> dict[str, Any]:
-        if self.confirm is None:
+        """The head-to-head's figures for the report (HeadToHead.as_dict, and MIN_GAIN)."""
+        if self.head_to_head is None:
             return {}
-        return {"speedup": self.confirm.speedup, "wins": self.confirm.wins,
-                "rounds": len(self.confirm.ratios), "min_gain": MIN_GAIN, "min_wins": MIN_WINS}
+        return {**self.head_to_head.as_dict(), "candidate": self.confirmed,
+                "min_gain": MIN_GAIN}
 
 
 def _first_line(exc: BaseException) -> str:
@@ -147,7 +148,10 @@ def measure_and_choose(device: Target, graph: Graph, original: bytes,
                        measure_seconds: float = 3.0, tolerance: Tolerance = SAME_FUNCTION,
                        say: Callable[[str], None] = lambda message: None) -> Selection:
     """Time the original and `candidates` (best predicted first) on `device` until
-    `deadline` (time.perf_counter() seconds), keeping time for verification, and choose."""
+    `deadline` (time.perf_counter() seconds), keeping time for verification, and choose.
+    The screening times at least `measure_seconds` of runs when its share of the time
+    allows; a head-to-head confirmation looks after its first block of rounds and goes on
+    while undecided."""
     reports = [CandidateReport(c.cost, None, [s.rule for s in c.trace]) for c, _ in candidates]
     if not candidates:
         return Selection("no-cheaper-graph")
@@ -210,70 +214,83 @@ def _screen_and_confirm(selection: Selection, original_run: Runnable,
         if available < 2 * one_round:
             selection.outcome = "no-time"
             return selection
-        screen_budget = available * SCREEN_SHARE
-        timings = time_runnables(runnables, feeds, min_seconds=min(measure_seconds, screen_budget),
-                                 deadline=time.perf_counter() + screen_budget, **options)
-        before = timings[0].median
-        selection.timings["screen"] = {
-            "original": _round_ms(timings[0]),
-            **{f"candidate {i}": _round_ms(t) for (i, _, _), t in zip(ready, timings[1:])}}
-        selection.before_ms = selection.after_ms = before * 1e3
-        for (i, _, _), t in zip(ready, timings[1:]):
-            selection.candidates[i].measured_ms = t.median * 1e3
-        order = sorted(range(len(ready)), key=lambda k: timings[k + 1].median)
-        selection.screen_ratio = before / timings[order[0] + 1].median
-        if timings[order[0] + 1].median >= before:
+        contenders = _screen(selection, runnables, ready, feeds, available * SCREEN_SHARE,
+                             measure_seconds, options)
+        if not contenders:
             selection.outcome = "not-faster"
             return selection
-        contenders = [k for k in order if timings[k + 1].median < before][:MAX_CONFIRMS]
-        first_failure: tuple[int, PairedComparison] | None = None
         for attempt, k in enumerate(contenders):
             index, runnable, _ = ready[k]
             confirm_budget = deadline - time.perf_counter() - reserve
-            if attempt and confirm_budget < MIN_CONFIRM_ROUNDS * one_round:
+            if attempt and confirm_budget < fewest_rounds(confidence(1, True)) * one_round:
                 break  # no time for the runner-up: the first attempt's verdict stands
             say(f"confirming the {'fastest' if not attempt else 'runner-up'} candidate head "
                 f"to head on {device.name}")
-            confirm = compare_runnables(original_run, runnable, feeds,
-                                        min_seconds=min(max(measure_seconds, 4.0), confirm_budget),
-                                        deadline=time.perf_counter() + confirm_budget, **options)
-            selection.confirm = confirm
-            selection.confirmed = index
-            selection.timings.setdefault("confirms", []).append(
-                {"candidate": index, "before_ms": _round_ms(confirm.before),
-                 "after_ms": _round_ms(confirm.after), "speedup": confirm.speedup,
-                 "wins": confirm.wins})
-            selection.before_ms = confirm.before.median * 1e3
-            selection.after_ms = selection.before_ms
-            if len(confirm.ratios) < MIN_CONFIRM_ROUNDS:
-                # After a failed first attempt, its verdict stands (restored below).
-                selection.outcome = "not-confirmed" if first_failure is not None else "no-time"
-                selection.notes.append(
-                    f"only {len(confirm.ratios)} head-to-head round(s) fitted in the time limit; "
-                    f"at least {MIN_CONFIRM_ROUNDS} are needed to keep a candidate")
-                break
-            if confirm.speedup >= 1 / (1 - MIN_GAIN) and confirm.wins >= MIN_WINS:
+            confirm, result = sequential(original_run, runnable, feeds,
+                                         time.perf_counter() + confirm_budget,
+                                         **options)  # type: ignore[arg-type]
+            explains = not attempt or result.decision is Decision.FASTER
+            _record_confirmation(selection, index, confirm, result, explains)
+            if result.decision is Decision.FASTER:
                 selection.outcome = "faster"
                 selection.chosen = index
                 selection.runnable = runnable
-                selection.after_ms = confirm.after.median * 1e3
+                selection.after_ms = confirm.after.median_round * 1e3
                 if attempt:
                     selection.notes.append("the fastest candidate in the screening was not "
                                            "confirmed head to head; the runner-up was")
                 return selection
-            selection.outcome = "not-confirmed"
-            if first_failure is None:
-                first_failure = (index, confirm)
-            else:
+            if attempt:  # the fastest's verdict stands
+                selection.notes.append(f"the runner-up was not confirmed either: it measured "
+                                       f"{describe(result.as_dict())}, {result.decision}")
+                break
+            if result.low is None:  # too few rounds for an interval: nothing decided
+                selection.outcome = "no-time"
                 selection.notes.append(
-                    f"the runner-up was not confirmed either ({confirm.speedup:.3f}x in the "
-                    f"median round, faster in {confirm.wins:.0%} of {len(confirm.ratios)})")
-        if selection.outcome == "not-confirmed" and first_failure is not None:
-            # the verdict explains the fastest's result
-            selection.confirmed, selection.confirm = first_failure
-            selection.before_ms = selection.after_ms = selection.confirm.before.median * 1e3
+                    f"only {result.rounds} head-to-head round(s) fitted in the time limit; at "
+                    f"least {fewest_rounds(result.confidence)} are needed to decide")
+                break
+            if result.decision is not Decision.NOT_FASTER:
+                selection.outcome = str(result.decision)  # undecided when the time ran out
+                break
+            selection.outcome = "not-confirmed"  # the runner-up gets its chance
         return selection
     finally:
         for r in runnables:
             if r is not selection.runnable:
                 r.close()
+
+
+def _screen(selection: Selection, runnables: list[Runnable],
+            ready: list[tuple[int, Runnable, float]], feeds: Mapping[str, np.ndarray],
+            budget: float, measure_seconds: float, options: dict[str, float]) -> list[int]:
+    """Time the original and every ready candidate side by side for `budget` seconds; each
+    candidate's speedup over the original is decided like a confirmation (one look). The
+    contenders (positions in `ready`), fastest first: those that may be MIN_GAIN faster."""
+    load = read_load()
+    timings = time_runnables(runnables, feeds, min_seconds=min(measure_seconds, budget),
+                             deadline=time.perf_counter() + budget, **options)
+    load = highest_load(load, read_load())
+    selection.timings["screen"] = {
+        "original": _round_ms(timings[0]),
+        **{f"candidate {i}": _round_ms(t) for (i, _, _), t in zip(ready, timings[1:])}}
+    selection.before_ms = selection.after_ms = timings[0].median_round * 1e3
+    screened = [decide(PairedComparison(timings[0], t), load) for t in timings[1:]]
+    for (i, _, _), t, result in zip(ready, timings[1:], screened):
+        selection.candidates[i].measured_ms = t.median_round * 1e3
+        selection.candidates[i].screening = result.as_dict()
+    order = sorted(range(len(ready)), key=lambda k: -screened[k].speedup)
+    selection.screen_ratio = screened[order[0]].speedup
+    return [k for k in order if screened[k].decision is not Decision.NOT_FASTER][:MAX_CONFIRMS]
+
+
+def _record_confirmation(selection: Selection, index: int, confirm: PairedComparison,
+                         result: HeadToHead, explains: bool) -> None:
+    """Keep a head-to-head's rounds for the report; when it `explains` the outcome, make it
+    the confirmation the verdict gives."""
+    selection.timings.setdefault("confirms", []).append(
+        {"candidate": index, "before_ms": _round_ms(confirm.before),
+         "after_ms": _round_ms(confirm.after), **result.as_dict()})
+    if explains:
+        selection.confirm, selection.head_to_head, selection.confirmed = confirm, result, index
+        selection.before_ms = selection.after_ms = confirm.before.median_round * 1e3

@@ -15,6 +15,8 @@ F = torch.nn.functional
 
 from graphsub.errors import GraphsubError  # noqa: E402
 from graphsub.frontends import torch_compile  # noqa: E402
+from graphsub.runtime.speedup import Decision, decide  # noqa: E402
+from graphsub.runtime.timing import PairedComparison, Timing  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -328,15 +330,22 @@ def test_the_race_measures_which_of_two_functions_is_faster():
         return x
 
     x = torch.zeros(1)
-    assert torch_compile._speedup(fast, slow, [x], torch.device("cpu")) > 2
-    assert torch_compile._speedup(slow, fast, [x], torch.device("cpu")) < 0.5
+    won = torch_compile._speedup(fast, slow, [x], torch.device("cpu"))
+    assert won.speedup > 2 and won.decision == Decision.FASTER and won.low > 1
+    lost = torch_compile._speedup(slow, fast, [x], torch.device("cpu"))
+    assert lost.speedup < 0.5 and lost.decision == Decision.NOT_FASTER
+
+
+def raced(speedup: float):
+    """A race's result whose every round measured `speedup`: decided by the one rule."""
+    return decide(PairedComparison(Timing((speedup,) * 10), Timing((1.0,) * 10)), None)
 
 
 @pytest.mark.parametrize("speedup, chosen", [(0.5, "eager"), (1.5, "graphsub")])
 def test_the_race_returns_the_faster_of_graphsub_and_the_baseline(monkeypatch, speedup, chosen):
     """The compiled model is graphsub's module only where it outruns the captured graph run
     as it would have been without graphsub; either way the outputs equal eager."""
-    monkeypatch.setattr(torch_compile, "_speedup", lambda *args: speedup)
+    monkeypatch.setattr(torch_compile, "_speedup", lambda *args: raced(speedup))
     model = BranchyConvNet().eval()
     x = torch.randn(2, 3, 16, 16)
     want, got, _ = compiled_outputs(model, x, time_limit=2, cost="analytic", race=True)
@@ -352,7 +361,7 @@ def test_with_inductor_the_race_has_three_contenders(monkeypatch):
     """graphsub's graph compiled by inductor, graphsub's own module, and inductor alone: the
     fastest is returned (here, by the race's say, graphsub's own module)."""
     races = iter([1.1, 1.3])  # in the order of the report's race: g+i, then graphsub
-    monkeypatch.setattr(torch_compile, "_speedup", lambda *args: next(races))
+    monkeypatch.setattr(torch_compile, "_speedup", lambda *args: raced(next(races)))
     model = MLP().eval()
     want, got, _ = compiled_outputs(model, torch.randn(8, 32), time_limit=2, cost="analytic",
                                     inductor=True, race=True)

@@ -87,3 +87,85 @@ def test_the_absolute_tolerance_scales_with_each_output_of_the_reference():
     diffs, _ = compare_outputs({"a": large, "b": small}, {"a": large, "b": small_off},
                                SAME_FUNCTION)
     assert [d.name for d in diffs if not d.ok] == ["b"]
+
+
+class FakeDevice:
+    """A device whose clock advances only by the work queued on it, with events on it: what
+    `event_timed_calls` needs of CUDA, on the CPU. `log` records what happened in order."""
+
+    def __init__(self) -> None:
+        self.clock = 0.0  # milliseconds
+        self.log: list[str] = []
+
+    def event(self) -> "FakeDevice.Event":
+        return FakeDevice.Event(self)
+
+    class Event:
+        def __init__(self, device: "FakeDevice") -> None:
+            self.device, self.at = device, None
+
+        def record(self) -> None:
+            self.at = self.device.clock
+            self.device.log.append("record")
+
+        def synchronize(self) -> None:
+            self.device.log.append("synchronize")
+
+        def elapsed_time(self, end: "FakeDevice.Event") -> float:
+            return end.at - self.at
+
+
+def test_the_device_timing_loop_times_each_call_between_two_events_and_waits_for_it():
+    """The loop both torch-cuda timings use (a model's runs, an operator's repetitions): a
+    sample is the device time between an event before and after one call, in seconds, and
+    each call is waited for before the next is queued."""
+    from graphsub.runtime.timing import event_timed_calls
+
+    device = FakeDevice()
+    work = iter([2.0, 3.0, 5.0])
+
+    def call() -> None:
+        device.log.append("call")
+        device.clock += next(work)
+
+    assert event_timed_calls(call, 3, device.event) == pytest.approx([0.002, 0.003, 0.005])
+    assert device.log == ["record", "call", "record", "synchronize"] * 3
+
+
+def test_a_call_timer_waits_for_the_device_before_and_after_each_call():
+    from graphsub.runtime.timing import CallTimer
+
+    log: list[str] = []
+    timer = CallTimer(lambda: log.append("call"), lambda: log.append("sync"))
+    timer.bind({})
+    samples = timer.timed(2)
+    assert len(samples) == 2 and all(s >= 0 for s in samples)
+    assert log == ["sync", "call", "sync", "call", "sync"]
+
+
+def test_interleaved_rounds_keep_one_set_of_books_across_batches():
+    """A comparison that asks for more rounds adds them to the same books: same rotation,
+    no second warm-up."""
+    from graphsub.runtime.timing import Interleaved, Timer
+
+    class Counting(Timer):
+        def __init__(self, name: str, order: list[str]) -> None:
+            self.name, self.order, self.calls = name, order, []
+
+        def bind(self, feeds):
+            pass
+
+        def timed(self, n):
+            self.calls.append(n)
+            self.order.append(self.name)
+            return [0.001] * n
+
+    order: list[str] = []
+    a, b = Counting("a", order), Counting("b", order)
+    books = Interleaved([a, b], {}, warmup=2, block=3, pause=0.0)
+    books.run(rounds=3)
+    books.run(rounds=2)
+    assert books.rounds == 5 and a.calls == [2] + [3] * 5 and b.calls == [2] + [3] * 5
+    assert order[2:] == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b"]
+    assert [len(t.samples) for t in books.timings()] == [15, 15]
+    assert books.timings()[0].median_round == pytest.approx(0.001)

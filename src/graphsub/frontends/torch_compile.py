@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import statistics
 import time
 import warnings
 from collections import deque
@@ -55,6 +54,8 @@ from graphsub.errors import GraphsubError
 from graphsub.frontends.fx_import import ConversionError, convert_graph, unsupported_reason
 from graphsub.pipeline import FISSION, SEARCH, Run, Settings, Stage, run_stages, start_run
 from graphsub.rules import Rule
+from graphsub.runtime.speedup import MIN_ROUNDS, Decision, HeadToHead, sequential
+from graphsub.runtime.timing import CallTimer
 from graphsub.search import Candidate
 
 log = logging.getLogger("graphsub.torch_compile")
@@ -264,10 +265,10 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
             else {"graphsub": optimized}
         speedups = {name: _speedup(fn, baseline, example_inputs, target.torch_device)
                     for name, fn in contenders.items()}
-        report.race = {name: round(x, 4) for name, x in speedups.items()}
-        best = max(speedups, key=speedups.__getitem__)
-        report.speedup = speedups[best]
-        if report.speedup < 1 + RACE_MIN_GAIN:
+        report.race = {name: round(x.speedup, 4) for name, x in speedups.items()}
+        best = max(speedups, key=lambda name: speedups[name].speedup)
+        report.speedup = speedups[best].speedup
+        if speedups[best].decision is not Decision.FASTER:
             report.chosen = "inductor" if opts.inductor else "eager"
             compiled = baseline
         else:
@@ -449,47 +450,35 @@ def _race_fission(run: Run, clock: StageClock) -> None:
 RACE = Stage("race", _race_fission)
 
 
-#: Rounds of a race between two ways of running the same graph (fewer for slow graphs, down to
-#: RACE_MIN_ROUNDS, so that a race takes about RACE_SECONDS), and the least gain (in the median
-#: round) for the challenger to be kept.
-RACE_ROUNDS, RACE_MIN_ROUNDS, RACE_SECONDS, RACE_MIN_GAIN = 15, 5, 3.0, 0.02
+#: A race between two ways of running the same graph (runtime.speedup.sequential, one call of
+#: each per round in alternating order) goes on while undecided until RACE_SECONDS have passed
+#: (or its first block's time, for a graph too slow for MIN_ROUNDS rounds in RACE_SECONDS).
+RACE_SECONDS = 3.0
 
 
 def _speedup(challenger: Callable, incumbent: Callable, inputs: Sequence[Any],
-             device: torch.device) -> float:
-    """The incumbent's time over the challenger's (above 1: the challenger is faster), the
-    median over rounds of the two run back to back in alternating order, so that a slow spell
-    of this machine hits both alike."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-
-    def timed(fn: Callable) -> float:
-        sync()
-        start = time.perf_counter()
-        fn(*inputs)
-        sync()
-        return time.perf_counter() - start
-
+             device: torch.device) -> HeadToHead:
+    """The challenger against the incumbent on `inputs`, decided as the optimizer decides
+    (runtime.speedup: the median round's speedup, above 1 when the challenger is faster, its
+    interval, and whether that clears MIN_GAIN), so that a slow spell of this machine hits
+    both alike and a tie is never called a win."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    timers = [CallTimer(lambda fn=fn: fn(*inputs), sync) for fn in (incumbent, challenger)]
     with torch.inference_mode():
-        for fn in (challenger, incumbent):  # first calls may compile or allocate
-            timed(fn)
-        once = max(timed(challenger), timed(incumbent))  # the pace
-        rounds = max(RACE_MIN_ROUNDS, min(RACE_ROUNDS, int(RACE_SECONDS / (2 * once + 1e-9))))
-        times: list[list[float]] = [[], []]
-        for r in range(rounds):
-            for i in (r % 2, 1 - r % 2):
-                times[i].append(timed((challenger, incumbent)[i]))
-    return statistics.median(b / a for a, b in zip(*times))
+        for timer in timers:  # first calls may compile or allocate
+            timer.timed(1)
+        once = max(timer.timed(1)[0] for timer in timers)  # the pace
+        deadline = time.perf_counter() + max(RACE_SECONDS, 2 * MIN_ROUNDS * once)
+        _, result = sequential(*timers, {}, deadline, warmup=0, block=1, pause=0.0)
+    return result
 
 
 def _runs_faster(candidate: Any, incumbent: Any, target: Any, inputs: list[Any]) -> bool:
     """Whether graphsub's program of `candidate` runs faster than that of `incumbent` on the
     part's inputs: per-operator timings can prefer a library kernel (attention) that is slower
     end to end than what it replaces."""
-    from graphsub.backends.torch import TorchProgram
-
-    fused = getattr(target, "_fused_conv_relu", None)
-    programs = [TorchProgram(g, target.torch_device, fused).module for g in (candidate, incumbent)]
-    return _speedup(*programs, inputs, target.torch_device) >= 1 + RACE_MIN_GAIN
+    programs = [target.program(g).module for g in (candidate, incumbent)]
+    return _speedup(*programs, inputs, target.torch_device).decision is Decision.FASTER
 
 
 def _disagreement(original: Callable, optimized: Callable, args: Sequence[Any],

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from graphsub.report import plots
+from graphsub.report.words import stopped
+from graphsub.runtime.speedup import describe
 
 #: Rewrite drawings per rule at most, and in all: past these, the page says how many more.
 DRAWINGS_PER_RULE, DRAWINGS_TOTAL = 4, 40
@@ -118,17 +120,28 @@ def _latency(r: Mapping[str, Any]) -> list[str]:
         return ["<h2>Latency</h2>", '<p class="muted">Nothing was timed end to end: '
                 + esc(r["verdict"]) + "</p>"]
     confirms = timings.get("confirms", [])
-    caption = ("Latency of the whole model on the target, as medians of rounds of runs (the "
-               "box: middle half of the rounds; whiskers: the rest but outliers). The screening "
-               "times the original and every candidate side by side; the fastest then runs "
-               "head to head against the original, round by round (a grey line joins the two "
-               "runs of one round). ")
-    c = r.get("confirmation") or {}
-    if c:
-        caption += (f"A candidate is kept when it is at least {c['min_gain']:.0%} faster in the "
-                    f"median round and faster in at least {c['min_wins']:.0%} of the rounds.")
     return ["<h2>Latency</h2>",
-            _figure("latency", plots.latency_distributions(screen, confirms), esc(caption))]
+            _figure("latency", plots.latency_distributions(screen, confirms),
+                    esc(_latency_caption(screen, confirms)))]
+
+
+def _latency_caption(screen: Mapping[str, Any], confirms: Sequence[Mapping[str, Any]]) -> str:
+    """What the latency figure draws, panel by panel, and nothing it does not."""
+    caption = ("Latency of the whole model on the target, as medians of rounds of runs (the "
+               "box: middle half of the rounds; whiskers: the rest but outliers). "
+               + ("The screening times the original and every candidate side by side. "
+                  if len(screen) > 1 else "The screening timed the original alone. "))
+    if not confirms:
+        return caption + ("No candidate was timed head to head against the original."
+                          if len(screen) > 1 else "")
+    caption += ("Then " + ("the fastest candidate runs" if len(confirms) == 1 else
+                           f"{len(confirms)} candidates run, one after the other,")
+                + " head to head against the original, round by round (a grey line joins the "
+                "two runs of one round); a panel's title gives the median round's speedup")
+    if "required" not in confirms[0]:  # a report from before the intervals
+        return caption + "."
+    return caption + (" with its interval. A candidate is kept when the interval's lower end "
+                      f"clears {confirms[0]['required']:.3f}x.")
 
 
 def _featured_label(r: Mapping[str, Any]) -> str:
@@ -176,7 +189,8 @@ def _where_time_goes(r: Mapping[str, Any]) -> list[str]:
 def _search(r: Mapping[str, Any]) -> list[str]:
     s = r["search"]
     settings = r.get("settings", {})
-    rows = [("stopped by", esc(s["stopped_by"])), ("seconds", f"{s['seconds']:.2f}"),
+    rows = [("stopped", esc(stopped(s["stopped_by"]).removeprefix("stopped "))),
+            ("seconds", f"{s['seconds']:.2f}"),
             ("graphs expanded", s["explored"]), ("graphs generated", s["generated"]),
             ("duplicates", s.get("duplicates", 0)), ("pruned", s.get("pruned", 0)),
             ("matches tried", s.get("matches", 0))]
@@ -305,15 +319,17 @@ def _candidates(r: Mapping[str, Any]) -> list[str]:
         return _ms(_median(screen[label]) if screen.get(label) else fallback)
 
     rows = [("original", _cost_ms(r["predicted_cost_before"]), screened("original", None),
-             "", "")]
+             "", "", "")]
     for i, c in enumerate(cands):
         rules = ", ".join(dict.fromkeys(c["rules"])) or \
             "(none: the original graph as graphsub writes it)"
         rows.append((f"candidate {i}" + (" <b>kept</b>" if i == chosen else ""),
                      _cost_ms(c["predicted_cost"]), screened(f"candidate {i}", c["measured_ms"]),
+                     esc(describe(c["screening"])) if c.get("screening") else "",
                      esc(f"{len(c['rules'])}: {rules}"), esc(c.get("note", ""))))
     return ["<h2>Candidates</h2>",
-            _table(["model", "predicted ms", "screening ms (median round)", "rewrites", "note"],
+            _table(["model", "predicted ms", "screening ms (median round)",
+                    "speedup over the original (median round ratio)", "rewrites", "note"],
                    rows, numeric=(1, 2))]
 
 

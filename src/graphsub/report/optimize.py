@@ -3,8 +3,12 @@ and the verdict, the outcome in words a user can act on."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
+
+from graphsub.report.words import predicted, stopped
+from graphsub.runtime.speedup import MIN_GAIN, describe, describe_contention
 
 if TYPE_CHECKING:
     from graphsub.selection import Selection
@@ -19,6 +23,9 @@ class CandidateReport:
     #: Its outputs against the original's on its first timed run: name, max_abs, max_rel,
     #: used (the worst element's share of the tolerance), ok.
     check: list[dict[str, Any]] = field(default_factory=list)
+    #: Its speedup over the original in the screening, decided like a confirmation (one
+    #: look): runtime.speedup.HeadToHead.as_dict(), the median round's speedup, its interval.
+    screening: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -40,10 +47,19 @@ class OptimizeReport:
     search: dict[str, Any]
     candidates: list[CandidateReport] = field(default_factory=list)
     verification: dict[str, Any] = field(default_factory=dict)
+    #: The head-to-head that explains the outcome: HeadToHead.as_dict(), candidate, min_gain.
     confirmation: dict[str, Any] = field(default_factory=dict)
     nodes_before: int = 0
     nodes_after: int = 0
-    #: faster | no-cheaper-graph | not-faster | not-confirmed | no-time | not-run
+    #: What measuring decided (runtime.speedup's decisions, graphsub.selection):
+    #: faster: a candidate's head-to-head interval cleared MIN_GAIN, and it is written;
+    #: no-cheaper-graph: the search found nothing predicted cheaper;
+    #: not-faster: no candidate's screening interval reached MIN_GAIN;
+    #: not-confirmed: the head-to-head decided the fastest (and the runner-up) not MIN_GAIN faster;
+    #: undecided: its interval still straddled MIN_GAIN when the measuring time ran out;
+    #: contended: the same on a busy machine (load above its cores), too noisy to claim;
+    #: no-time: too little time to measure; not-run: no candidate could run on the target.
+    #: All but faster keep the original.
     outcome: str = ""
     #: The outcome in one or two sentences, with its figures.
     verdict: str = ""
@@ -57,7 +73,8 @@ class OptimizeReport:
     #: orchestrated graph was the one kept; empty with --no-fission.
     fission: dict[str, Any] = field(default_factory=dict)
     #: Round medians in ms: "screen" (the original and each timed candidate, by label) and
-    #: "confirms" (each head-to-head attempt: candidate, before_ms, after_ms, speedup, wins).
+    #: "confirms" (each head-to-head attempt: candidate, before_ms, after_ms, and its
+    #: HeadToHead.as_dict(): speedup, interval, decision, contention).
     timings: dict[str, Any] = field(default_factory=dict)
     #: Predicted time per operator type of the original and of the candidate the report
     #: features (the one kept, else the one confirmed or timed fastest, else the best
@@ -118,40 +135,62 @@ def versions() -> dict[str, str]:
 
 
 def verdict(report: OptimizeReport, selection: Selection, interrupted: bool = False) -> str:
-    """What happened, in words a user can act on, with the figures behind it."""
+    """What happened, in words a user can act on, with the figures behind it: every ratio
+    with its interval."""
     search = report.search
+    before = report.predicted_cost_before
     cands = [c for c in report.candidates if c.measured_ms is not None] or report.candidates
-    best_predicted = min((c.predicted_cost for c in cands), default=report.predicted_cost_before)
-    predicted_gain = 1 - best_predicted / report.predicted_cost_before if report.predicted_cost_before else 0.0
+    cheapest = predicted(min((c.predicted_cost for c in cands), default=before), before)
     target = report.target
     prefix = f"The search was interrupted after {search['seconds']:.1f} s. " if interrupted else ""
     outcome = selection.outcome
-    if outcome == "faster":
-        c = report.confirmation
-        return (prefix + f"The optimized model runs {c['speedup']:.3f}x as fast as the original "
-                f"on {target} (median of {c['rounds']} head-to-head rounds, faster in "
-                f"{c['wins']:.0%} of them) and matches it on random inputs.")
+    c = report.confirmation
+    if outcome in ("faster", "not-confirmed", "undecided", "contended"):
+        return prefix + _confirmed(outcome, c, report, target)
     if outcome == "no-cheaper-graph":
         return (prefix + "The search found no graph predicted cheaper than the original "
-                f"({search['explored']} expanded, stopped by {search['stopped_by']}); the "
+                f"({search['explored']} expanded, {stopped(search['stopped_by'])}); the "
                 "original model is kept.")
     if outcome == "not-faster":
-        return (prefix + f"The search found {len(report.candidates)} candidate(s), the best "
-                f"predicted {predicted_gain:.1%} cheaper, but none ran faster than the "
-                f"original on {target} (the fastest: {selection.screen_ratio:.3f}x); the "
-                "original model is kept.")
-    if outcome == "not-confirmed":
-        c = report.confirmation
-        return (prefix + f"The fastest candidate (predicted {predicted_gain:.1%} cheaper) "
-                f"measured {c['speedup'] - 1:+.1%} against the original in the median "
-                f"head-to-head round and was faster in {c['wins']:.0%} of {c['rounds']} rounds; "
-                f"keeping it needs {c['min_gain']:.0%} and {c['min_wins']:.0%}, so the original "
-                "model is kept.")
+        screened = [cand.screening for cand in report.candidates if cand.screening]
+        fastest = (describe(max(screened, key=lambda s: s["speedup"])) if screened
+                   else f"{selection.screen_ratio:.3f}x")
+        return (prefix + f"The search found {len(report.candidates)} candidate(s), the "
+                f"cheapest {cheapest}, but none ran {MIN_GAIN:.0%} faster than the original "
+                f"on {target} (the fastest: {fastest}); the original model is kept.")
     if outcome == "no-time":
         run_ms = selection.original_run_s * 1e3
-        return (prefix + f"The candidates (best predicted {predicted_gain:.1%} cheaper) could "
-                f"not be measured and confirmed on {target} within the time limit (one run of "
-                f"the model takes {run_ms:.0f} ms); the original model is kept. Give "
-                "--measure-limit SECONDS for more measuring time.")
+        return (prefix + f"The candidates (the cheapest {cheapest}) could not be measured and "
+                f"confirmed on {target} within the time limit (one run of the model takes "
+                f"{run_ms:.0f} ms); the original model is kept. Give --measure-limit SECONDS "
+                "for more measuring time.")
     return (prefix + f"No candidate could run on {target} (see the notes); the original model "
             "is kept.")
+
+
+def _confirmed(outcome: str, c: Mapping[str, Any], report: OptimizeReport, target: str) -> str:
+    """The verdict of a head-to-head confirmation (`c`: the report's confirmation)."""
+    measured = describe(c)
+    if outcome == "faster":
+        busy = (f" The machine was busy ({describe_contention(c)}); the interval allows for "
+                "its noise." if c["busy"] else "")
+        return (f"The optimized model runs {measured} as fast as the original on {target} in "
+                f"the median head-to-head round, faster in {c['wins']:.0%} of the rounds, and "
+                f"matches it on random inputs.{busy}")
+    index = c.get("candidate")
+    cost = (report.candidates[index].predicted_cost if index is not None
+            else report.predicted_cost_after)
+    who = f"The fastest candidate ({predicted(cost, report.predicted_cost_before)})"
+    gain = f"the {c['required']:.3f}x that {c['min_gain']:.0%} less latency needs"
+    if outcome == "not-confirmed":
+        return (f"{who} measured {measured} against the original on {target} head to head: "
+                f"the whole interval lies below {gain}, so the original model is kept.")
+    if outcome == "undecided":
+        return (f"{who} measured {measured} against the original on {target} head to head: "
+                f"the interval straddles {gain}, and the measuring time ran out before more "
+                "rounds could decide, so the original model is kept. Give --measure-limit "
+                "SECONDS for more rounds.")
+    return (f"The machine was busy ({describe_contention(c)}), too busy to tell whether the "
+            f"fastest candidate is faster: it measured {measured} against the original on "
+            f"{target}, an interval that straddles {gain}; the original model is kept. Run "
+            "graphsub again on a quiet machine.")

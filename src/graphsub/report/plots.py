@@ -16,6 +16,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from graphsub.runtime.speedup import describe
+
 #: Operator types drawn by name in the time breakdown; the rest are summed as "other".
 TOP_OPS = 12
 #: Colours: the original, candidates, changed nodes before and after a rewrite, context.
@@ -59,9 +61,10 @@ def _boxes(ax: Any, data: Sequence[Sequence[float]], labels: Sequence[str],
 def latency_distributions(screen: Mapping[str, Sequence[float]],
                           confirms: Sequence[Mapping[str, Any]]) -> str:
     """Box plots of round medians: the screening (original and each timed candidate) and
-    every head-to-head confirmation (original and candidate, round by round)."""
+    every head-to-head confirmation (original and candidate, round by round), titled with
+    its speedup and interval."""
     panels = 1 + len(confirms)
-    fig = _figure(3.2 + 1.0 * len(screen) + 3.4 * len(confirms), 3.6)
+    fig = _figure(3.2 + 1.0 * len(screen) + 4.0 * len(confirms), 3.6)
     axes = fig.subplots(1, panels, squeeze=False)[0]
     names = list(screen)
     ax = axes[0]
@@ -75,8 +78,10 @@ def latency_distributions(screen: Mapping[str, Sequence[float]],
         alpha = min(0.3, 6 / max(len(c["after_ms"]), 1))
         for b, a in zip(c["before_ms"], c["after_ms"]):  # one line per round: the pairing
             ax.plot([1, 2], [b, a], color="#555555", alpha=alpha, linewidth=0.8)
-        ax.set_title(f"head to head: {c['speedup']:.3f}x, faster in {c['wins']:.0%} "
-                     f"of {len(c['after_ms'])} rounds", fontsize=10)
+        measured = (describe(c) if "low" in c  # a report from before the intervals: none
+                    else f"{c['speedup']:.3f}x, {len(c['after_ms'])} rounds")
+        ax.set_title(f"head to head: {measured}\nfaster in {c['wins']:.0%} of the rounds",
+                     fontsize=8)
     for ax in axes:
         ax.grid(axis="y", alpha=0.3)
     return to_svg(fig)

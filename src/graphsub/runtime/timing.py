@@ -1,9 +1,11 @@
-"""Interleaved, side-by-side timing of several runnables, whatever runs them.
+"""Interleaved, side-by-side timing of several models, whatever runs them.
 
 Timing follows one rule on every target: models being compared are measured in the same
 process, interleaved round by round, and summarized by medians, so that drift on a shared
-machine (or a GPU's clock changes) hits all of them alike. A target supplies `Runnable`s;
-this module decides the order and keeps the books.
+machine (or a GPU's clock changes) hits all of them alike. A target supplies `Runnable`s
+(and times them with `timed_calls` on a CPU, `event_timed_calls` on a device); this module
+decides the order and keeps the books. Whether one of two models is faster, and how sure
+that is, is `runtime.speedup`'s.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -24,6 +27,34 @@ def timed_calls(call: Callable[[], object], n: int) -> list[float]:
         t0 = time.perf_counter()
         call()
         out.append(time.perf_counter() - t0)
+    return out
+
+
+class DeviceEvent(Protocol):
+    """A marker a device records in its stream of work (a CUDA event), and the time between
+    two of them: what a device runnable's `timed` measures instead of the host's clock."""
+
+    def record(self) -> None: ...
+
+    def synchronize(self) -> None: ...
+
+    def elapsed_time(self, end: DeviceEvent) -> float: ...  # milliseconds
+
+
+def event_timed_calls(call: Callable[[], object], n: int,
+                      new_event: Callable[[], DeviceEvent]) -> list[float]:
+    """Seconds of each of n calls as the device saw them: an event recorded before and after
+    each call, and each call waited for before the next, so that a sample is one call's
+    latency and no call queues behind another. The one timing loop of every device target
+    (whole models and single operators alike); `new_event` makes the device's events."""
+    out = []
+    for _ in range(n):
+        start, end = new_event(), new_event()
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        out.append(start.elapsed_time(end) / 1e3)
     return out
 
 
@@ -42,20 +73,15 @@ def median_call_time(call: Callable[[], object], warmup: int = 2, min_runs: int 
     return statistics.median(samples)
 
 
-class Runnable(ABC):
-    """One model prepared on one target, ready to be run and timed.
+class Timer(ABC):
+    """What interleaved timing needs of a model: its inputs bound once, then timed runs.
 
     `bind` places a set of inputs where the model reads them (once, before timing), `timed`
     runs the model `n` times on the bound inputs and returns each run's seconds, measured the
     way the target measures (wall clock around a call on a CPU; CUDA events around a replay
-    on a GPU). `run` is the plain numpy-in, numpy-out call used for checking results.
-    """
+    on a GPU)."""
 
     label: str = ""
-
-    @abstractmethod
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Outputs by name, as numpy arrays on the host."""
 
     @abstractmethod
     def bind(self, feeds: Mapping[str, np.ndarray]) -> None:
@@ -65,8 +91,37 @@ class Runnable(ABC):
     def timed(self, n: int) -> list[float]:
         """Run n times on the bound inputs; seconds per run."""
 
+
+class Runnable(Timer):
+    """One model prepared on one target, ready to be run and timed. `run` is the plain
+    numpy-in, numpy-out call used for checking results."""
+
+    @abstractmethod
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Outputs by name, as numpy arrays on the host."""
+
     def close(self) -> None:
         """Release what the runnable holds (sessions, device memory)."""
+
+
+class CallTimer(Timer):
+    """A call whose inputs are already in it (a compiled function and its example tensors),
+    timed by the host's clock; `sync` waits for the device's queued work before each call
+    and after it (a GPU runs asynchronously: without it, a call's time is its launch's)."""
+
+    def __init__(self, call: Callable[[], object], sync: Callable[[], object] | None = None,
+                 label: str = "") -> None:
+        self.call, self.sync, self.label = call, sync, label
+
+    def bind(self, feeds: Mapping[str, np.ndarray]) -> None:
+        """Nothing to bind: the inputs are the call's own."""
+
+    def timed(self, n: int) -> list[float]:
+        if self.sync is None:
+            return timed_calls(self.call, n)
+        sync, call = self.sync, self.call
+        sync()
+        return timed_calls(lambda: (call(), sync()), n)
 
 
 @dataclass(frozen=True)
@@ -79,6 +134,12 @@ class Timing:
     def round_medians(self) -> list[float]:
         return [statistics.median(self.samples[i:i + self.block])
                 for i in range(0, len(self.samples), self.block)]
+
+    @property
+    def median_round(self) -> float:
+        """The median of the rounds' medians: the latency a report that keeps the rounds
+        (and not every run) can recompute, so the one it prints."""
+        return statistics.median(self.round_medians())
 
     @property
     def median(self) -> float:
@@ -101,46 +162,72 @@ class Timing:
                 "min_ms": self.minimum * 1e3, "runs": len(self.samples)}
 
 
-def time_runnables(runnables: Sequence[Runnable], feeds: Mapping[str, np.ndarray],
-                   warmup: int = 3, rounds: int | None = None, min_seconds: float = 2.0,
-                   max_rounds: int = 200, block: int = 5, pause: float = 0.02,
-                   min_rounds: int = 3, deadline: float | None = None) -> list[Timing]:
-    """Time several runnables on the same inputs, side by side.
+class Interleaved:
+    """Rounds of several timers on the same inputs, side by side, kept in one set of books:
+    a comparison that cannot decide yet asks for more rounds of the same models (no second
+    binding or warm-up), so that every round of a decision was taken the same way.
 
-    Each round times a block of `block` runs of every runnable, in an order that rotates so
+    Each round times a block of `block` runs of every timer, in an order that rotates so
     none is always first. Before each block the process sleeps `pause` seconds and runs the
     model once untimed: onnxruntime's idle worker threads spin for a while after a run, and
     without the pause the previous model's spinning threads would steal the cores from the
     next (on 2 cores, tripling its latency); the untimed run wakes the model's own threads
     (or caches) up again; `pause=0` skips both, for models whose runs are long enough that
-    neither matters. Without `rounds`, rounds continue until `min_seconds` of runs (at
-    least `min_rounds`, at most `max_rounds`). A `deadline` (time.perf_counter() seconds)
-    ends the rounds once passed, after at least one: the caller's time limit wins over
-    `min_rounds`."""
-    for r in runnables:
-        r.bind(feeds)
-        r.timed(warmup)
-    samples: list[list[float]] = [[] for _ in runnables]
-    timed = 0.0
-    done = 0
-    while True:
-        if rounds is not None and done >= rounds:
-            break
-        if rounds is None and done >= min_rounds and (timed >= min_seconds or done >= max_rounds):
-            break
-        if deadline is not None and done >= 1 and time.perf_counter() >= deadline:
-            break
-        order = list(range(len(runnables)))
-        shift = done % len(order)
-        for i in order[shift:] + order[:shift]:
-            if pause:
-                time.sleep(pause)
-                runnables[i].timed(1)
-            block_times = runnables[i].timed(block)
-            samples[i].extend(block_times)
-            timed += sum(block_times)
-        done += 1
-    return [Timing(tuple(s), block) for s in samples]
+    neither matters."""
+
+    def __init__(self, timers: Sequence[Timer], feeds: Mapping[str, np.ndarray],
+                 warmup: int = 3, block: int = 5, pause: float = 0.02) -> None:
+        self.timers, self.block, self.pause = list(timers), block, pause
+        for t in self.timers:
+            t.bind(feeds)
+            t.timed(warmup)
+        self.samples: list[list[float]] = [[] for _ in self.timers]
+        self.rounds = 0
+        self.seconds = 0.0  # wall-clock seconds the rounds took, pauses included
+
+    def run(self, rounds: int | None = None, min_seconds: float = 0.0, min_rounds: int = 1,
+            max_rounds: int = 200, deadline: float | None = None) -> None:
+        """Take `rounds` more rounds; without it, rounds until `min_seconds` of timed runs (at
+        least `min_rounds`, at most `max_rounds`). A `deadline` (time.perf_counter() seconds)
+        ends the rounds once passed, after at least one: the caller's time limit wins over
+        `min_rounds`."""
+        started = time.perf_counter()
+        timed = 0.0
+        done = 0
+        while True:
+            if rounds is not None and done >= rounds:
+                break
+            if rounds is None and done >= min_rounds and (timed >= min_seconds
+                                                          or done >= max_rounds):
+                break
+            if deadline is not None and done >= 1 and time.perf_counter() >= deadline:
+                break
+            order = list(range(len(self.timers)))
+            shift = self.rounds % len(order)
+            for i in order[shift:] + order[:shift]:
+                if self.pause:
+                    time.sleep(self.pause)
+                    self.timers[i].timed(1)
+                block_times = self.timers[i].timed(self.block)
+                self.samples[i].extend(block_times)
+                timed += sum(block_times)
+            done += 1
+            self.rounds += 1
+        self.seconds += time.perf_counter() - started
+
+    def timings(self) -> list[Timing]:
+        return [Timing(tuple(s), self.block) for s in self.samples]
+
+
+def time_runnables(runnables: Sequence[Timer], feeds: Mapping[str, np.ndarray],
+                   warmup: int = 3, rounds: int | None = None, min_seconds: float = 2.0,
+                   max_rounds: int = 200, block: int = 5, pause: float = 0.02,
+                   min_rounds: int = 3, deadline: float | None = None) -> list[Timing]:
+    """Time several runnables on the same inputs, side by side: `warmup` untimed runs of
+    each, then rounds as `Interleaved.run` takes them."""
+    books = Interleaved(runnables, feeds, warmup, block, pause)
+    books.run(rounds, min_seconds, min_rounds, max_rounds, deadline)
+    return books.timings()
 
 
 @dataclass(frozen=True)

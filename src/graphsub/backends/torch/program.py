@@ -22,7 +22,7 @@ from graphsub.backends.torch import fusion
 from graphsub.backends.torch.lowering import LowerContext, lower, torch_dtype
 from graphsub.ir.graph import Graph, Value
 from graphsub.runtime.reference import materialized_weights
-from graphsub.runtime.timing import Runnable, timed_calls
+from graphsub.runtime.timing import Runnable, event_timed_calls, timed_calls
 
 
 def _identifier(name: str, used: set[str]) -> str:
@@ -158,6 +158,11 @@ class CudaGraphReplay:
         return self.outputs
 
 
+def cuda_event() -> torch.cuda.Event:
+    """A CUDA event that records its time: what `event_timed_calls` times a GPU with."""
+    return torch.cuda.Event(enable_timing=True)
+
+
 class TorchRunnable(Runnable):
     """A program on its device, timed the way the device runs it: wall clock around a call on
     the CPU; CUDA events around a CUDA-graph replay (or an eager call) on a GPU, each run
@@ -181,21 +186,16 @@ class TorchRunnable(Runnable):
             self._replay = CudaGraphReplay(self.program, self._inputs)
 
     def timed(self, n: int) -> list[float]:
-        if not self.cuda:
-            with torch.inference_mode():
-                return timed_calls(lambda: self.program(*self._inputs), n)
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(n)]
         with torch.inference_mode():
-            for start, end in events:
-                start.record()
-                if self._replay is not None:
-                    self._replay.replay()
-                else:
-                    self.program(*self._inputs)
-                end.record()
-                end.synchronize()
-        return [start.elapsed_time(end) / 1e3 for start, end in events]
+            if not self.cuda:
+                return timed_calls(lambda: self.program(*self._inputs), n)
+            return event_timed_calls(self._launch, n, cuda_event)
+
+    def _launch(self) -> object:
+        """One inference on the bound inputs: a replay of the captured graph, or a call."""
+        if self._replay is not None:
+            return self._replay.replay()
+        return self.program(*self._inputs)
 
     def close(self) -> None:
         self._replay = None

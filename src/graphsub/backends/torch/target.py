@@ -23,11 +23,11 @@ from graphsub.backends.base import (Capabilities, DeviceInfo, Target, TargetUnav
                                    cold_replicas, signature_graph)
 from graphsub.backends.torch import fusion
 from graphsub.backends.torch.lowering import VIEW_OPS, LowerContext, lower, torch_dtype
-from graphsub.backends.torch.program import TorchProgram, TorchRunnable, to_tensor
+from graphsub.backends.torch.program import TorchProgram, TorchRunnable, cuda_event, to_tensor
 from graphsub.cost.base import OpSignature
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Node, Value
-from graphsub.runtime.timing import median_call_time
+from graphsub.runtime.timing import event_timed_calls, median_call_time
 
 Strides = tuple[int, ...]
 
@@ -252,20 +252,11 @@ class TorchCudaTarget(TorchTarget):
         else:
             def go() -> Any:
                 return repeated(*inputs)
-        samples = []
         with torch.inference_mode():
             for _ in range(3):
                 go()
             torch.cuda.synchronize()
-            for _ in range(15):
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                go()
-                end.record()
-                end.synchronize()
-                samples.append(start.elapsed_time(end) / 1e3)
-        return statistics.median(samples)
+            return statistics.median(event_timed_calls(go, 15, cuda_event))
 
     def empty_call(self) -> float:
         return 0.0  # the marginal timing above has no fixed part to subtract
