@@ -12,7 +12,7 @@ import pytest
 import graphsub
 from graphsub.backends import get_target
 from graphsub.ir import GraphBuilder
-from graphsub.budget import measure_reserve
+from graphsub.budget import StageClock, measure_reserve
 from graphsub.optimizer import optimize_model
 from graphsub.report.optimize import OptimizeReport, verdict
 from graphsub.report.words import stopped
@@ -233,7 +233,7 @@ def test_the_fuzzers_candidate_that_onnxruntime_breaks_is_dropped_with_a_note():
     selection = measure_and_choose(
         get_target("ort-cpu", threads=1), graph, original,
         [(Candidate(graphsub.load(candidate), 0.5, ()), candidate)], feeds,
-        deadline=time.perf_counter() + 10, measure_seconds=0.2)
+        StageClock.lasting(10), measure_seconds=0.2)
     assert selection.mismatch is None  # never blamed on graphsub
     if ort_breaks_it:
         assert "onnxruntime optimizer bug" in selection.notes[0]
@@ -294,7 +294,7 @@ def test_on_a_loaded_machine_a_byte_copy_of_the_original_is_never_faster():
     feeds = random_feeds(graph_input_specs(graph))
     with busy_processes(2):
         selection = measure_and_choose(get_target("ort-cpu", threads=1), graph, data,
-                                       candidates, feeds, time.perf_counter() + 6,
+                                       candidates, feeds, StageClock.lasting(6),
                                        measure_seconds=0.5)
     assert selection.chosen is None and selection.outcome != "faster", selection.outcome
     assert selection.candidates[0].screening  # it was timed, not dropped
@@ -313,7 +313,7 @@ def test_on_a_loaded_machine_a_faster_candidate_is_kept_with_an_interval_above_o
     with busy_processes(2):
         selection = measure_and_choose(target, graph, data, candidates,
                                        random_feeds(graph_input_specs(graph)),
-                                       time.perf_counter() + 8, measure_seconds=0.5)
+                                       StageClock.lasting(8), measure_seconds=0.5)
     assert selection.outcome == "faster" and selection.chosen == 0, selection.notes
     c = selection.confirmation()
     assert c["low"] > 1 and c["decision"] == "faster" and c["rounds"] >= fewest_rounds(0.95)
@@ -361,7 +361,7 @@ def test_an_undecided_confirmation_spends_the_time_left_then_keeps_the_original(
     graph, data, candidates = byte_copy_candidate()
     start = time.perf_counter()
     selection = measure_and_choose(StandIns(), graph, data, candidates,
-                                   random_feeds(graph_input_specs(graph)), start + 4,
+                                   random_feeds(graph_input_specs(graph)), StageClock.lasting(4),
                                    measure_seconds=0.5)
     assert selection.outcome == outcome and selection.chosen is None
     c = selection.confirmation()

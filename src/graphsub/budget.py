@@ -48,6 +48,12 @@ class StageClock:
     end: float | None
     kept_back: float = 0.0
 
+    @classmethod
+    def lasting(cls, seconds: float, name: str = "measure") -> StageClock:
+        """A clock of `seconds` from now (for a stage run on its own, outside a Budget)."""
+        now = time.perf_counter()
+        return cls(name, now, now + seconds)
+
     @property
     def deadline(self) -> float | None:
         return None if self.end is None else self.end - self.kept_back

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from graphsub.backends import Target
+from graphsub.budget import StageClock
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.report.optimize import CandidateReport
@@ -142,13 +143,20 @@ def timing_options(run_seconds: float) -> dict[str, float]:
     return {"block": 1, "warmup": 0, "pause": 0.0}
 
 
+def verification_seconds(prepare_s: float, run_s: float) -> float:
+    """What verifying a chosen candidate takes: two sessions built, and both models run on
+    two sets of inputs in onnxruntime and on the target (a bound with room to spare; the
+    measuring stage keeps it back from its own time)."""
+    return 3 * prepare_s + 8 * run_s
+
+
 def measure_and_choose(device: Target, graph: Graph, original: bytes,
                        candidates: Sequence[tuple[Candidate, bytes]],
-                       feeds: Mapping[str, np.ndarray], deadline: float,
+                       feeds: Mapping[str, np.ndarray], clock: StageClock,
                        measure_seconds: float = 3.0, tolerance: Tolerance = SAME_FUNCTION,
                        say: Callable[[str], None] = lambda message: None) -> Selection:
-    """Time the original and `candidates` (best predicted first) on `device` until
-    `deadline` (time.perf_counter() seconds), keeping time for verification, and choose.
+    """Time the original and `candidates` (best predicted first) on `device` within the
+    clock's time, keeping back what verification will take (graphsub.budget), and choose.
     The screening times at least `measure_seconds` of runs when its share of the time
     allows; a head-to-head confirmation looks after its first block of rounds and goes on
     while undecided."""
@@ -167,11 +175,10 @@ def measure_and_choose(device: Target, graph: Graph, original: bytes,
         raise GraphsubError(f"{device.name} cannot run the original model: "
                             f"{_first_line(exc)}") from None
     selection = Selection("not-run", candidates=reports, original_run_s=original_s)
+    clock.keep_back(verification_seconds(prepare_s, original_s))
     ready: list[tuple[int, Runnable, float]] = []
     for i, (cand, data) in enumerate(candidates):
-        # Verification later builds two onnxruntime sessions and runs both models a few
-        # times (on the target too when it is not onnxruntime): keep that much time back.
-        if time.perf_counter() + 3 * prepare_s + 8 * original_s > deadline:
+        if clock.expired():
             reports[i].note = "not timed: no time left"
             selection.notes.append(f"candidate {i}: not timed, the time limit was reached")
             continue
@@ -195,20 +202,21 @@ def measure_and_choose(device: Target, graph: Graph, original: bytes,
         if all(r.note.startswith("not timed") for r in reports):
             selection.outcome = "no-time"
         return selection
-    return _screen_and_confirm(selection, original_run, ready, feeds, deadline, prepare_s,
-                               measure_seconds, device, say)
+    slowest = max([original_s] + [s for _, _, s in ready])
+    clock.keep_back(verification_seconds(prepare_s, slowest))
+    return _screen_and_confirm(selection, original_run, ready, feeds, clock, measure_seconds,
+                               device, say)
 
 
 def _screen_and_confirm(selection: Selection, original_run: Runnable,
                         ready: list[tuple[int, Runnable, float]], feeds: Mapping[str, np.ndarray],
-                        deadline: float, prepare_s: float, measure_seconds: float,
-                        device: Target, say: Callable[[str], None]) -> Selection:
+                        clock: StageClock, measure_seconds: float, device: Target,
+                        say: Callable[[str], None]) -> Selection:
     slowest = max([selection.original_run_s] + [s for _, _, s in ready])
-    reserve = 2 * prepare_s + 4 * (selection.original_run_s + slowest)
     options = timing_options(slowest)
     runnables = [original_run] + [r for _, r, _ in ready]
     try:
-        available = deadline - time.perf_counter() - reserve
+        available = clock.remaining()
         one_round = sum(s for s in [selection.original_run_s] + [s for _, _, s in ready])
         one_round *= options["block"] + (1 if options["pause"] else 0)
         if available < 2 * one_round:
@@ -221,7 +229,7 @@ def _screen_and_confirm(selection: Selection, original_run: Runnable,
             return selection
         for attempt, k in enumerate(contenders):
             index, runnable, _ = ready[k]
-            confirm_budget = deadline - time.perf_counter() - reserve
+            confirm_budget = clock.remaining()
             if attempt and confirm_budget < fewest_rounds(confidence(1, True)) * one_round:
                 break  # no time for the runner-up: the first attempt's verdict stands
             say(f"confirming the {'fastest' if not attempt else 'runner-up'} candidate head "

@@ -42,7 +42,7 @@ def measure(run: Run, clock: StageClock) -> None:
     fastest confirmed head to head (graphsub.selection)."""
     specs = graph_input_specs(run.graph)
     run.selection = measure_and_choose(run.target, run.graph, run.original_bytes, run.exported,
-                                       random_feeds(specs), clock.deadline,
+                                       random_feeds(specs), clock,
                                        run.settings.measure_seconds, say=run.say)
     run.notes += run.selection.notes
 
