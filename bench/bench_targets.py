@@ -104,8 +104,8 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
                                measure_seconds=args.seconds)
     row.update(search_s=rep.search["seconds"], total_s=time.perf_counter() - t0,
                rules=rep.rules_used, kept_original=rep.kept_original,
-               confirmed_ratio=rep.speedup, predicted_ms=rep.predicted_cost_before * 1e3,
-               predicted_after_ms=rep.predicted_cost_after * 1e3, device=rep.device)
+               confirmed_ratio=rep.speedup, predicted_ms=rep.predicted_ms_before,
+               predicted_after_ms=rep.predicted_ms_after, device=rep.device)
     best = graph if rep.kept_original else graphsub.load(data)
 
     def programs(g):

@@ -55,7 +55,7 @@ def test_optimize_an_onnx_file_with_json_output(tmp_path):
                             "--cost", "analytic"], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
-    assert data["predicted_cost_after"] <= data["predicted_cost_before"]
+    assert data["predicted_ms_after"] <= data["predicted_ms_before"]
     assert out.exists()
 
 

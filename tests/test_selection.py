@@ -97,8 +97,8 @@ ALTERNATING = [1.3, 0.8] * 15
 def report_for(outcome: str, confirmation: dict | None = None,
                costs: tuple[float, ...] = (0.9, 0.95), stopped_by: str = "time") -> OptimizeReport:
     return OptimizeReport(
-        model="m", settings={}, target="ort-cpu", device={}, predicted_cost_before=1.0,
-        predicted_cost_after=1.0, latency_before_ms=2.0, latency_after_ms=2.0, speedup=1.0,
+        model="m", settings={}, target="ort-cpu", device={}, predicted_ms_before=1.0,
+        predicted_ms_after=1.0, latency_before_ms=2.0, latency_after_ms=2.0, speedup=1.0,
         kept_original=outcome != "faster", trace=[], rules_used={},
         search={"seconds": 3.2, "explored": 41, "stopped_by": stopped_by},
         candidates=[CandidateReport(cost, 2.0 / r, ["r"], screening=decide(
@@ -268,7 +268,7 @@ def test_when_the_fastest_fails_its_confirmation_the_runner_up_gets_one(monkeypa
     selection = sel._screen_and_confirm(
         Selection("not-run", candidates=[CandidateReport(1.0, None, []) for _ in range(3)],
                   original_run_s=0.001),
-        _Closable(), ready, {}, time.perf_counter() + 60, 0.0, 1.0, get_target("ort-cpu"),
+        _Closable(), ready, {}, StageClock.lasting(60), 1.0, get_target("ort-cpu"),
         lambda message: None)
     assert selection.chosen == chosen
     assert [c["candidate"] for c in selection.timings["confirms"]] == [2, 1]

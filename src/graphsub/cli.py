@@ -630,7 +630,7 @@ def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
                         f"({escape(rep.device['name'])})", title_justify="left")
     for col in ("", "before", "after", "change"):
         table.add_column(col, justify="right" if col else "left")
-    pb, pa = rep.predicted_cost_before * 1e3, rep.predicted_cost_after * 1e3
+    pb, pa = rep.predicted_ms_before, rep.predicted_ms_after
     if not math.isnan(pb):  # NaN: interrupted before the input graph was priced
         table.add_row(f"predicted cost ({rep.settings['cost']}, ms)", f"{pb:.3f}", f"{pa:.3f}",
                       f"{pb / pa:.3f}x" if pa else "")

@@ -44,7 +44,12 @@ class AlgorithmRun:
         return self.initial_cost / self.final_cost if self.final_cost else float("inf")
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "improvement": self.improvement}
+        """As a report holds it: costs in ms."""
+        data = asdict(self)
+        data["initial_ms"], data["final_ms"] = data.pop("initial_cost") * 1e3, \
+            data.pop("final_cost") * 1e3
+        data["progress"] = [(s, None if c is None else c * 1e3) for s, c in self.progress]
+        return {**data, "improvement": self.improvement}
 
 
 def check_algorithms(algorithms: Sequence[str]) -> None:

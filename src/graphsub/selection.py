@@ -160,7 +160,8 @@ def measure_and_choose(device: Target, graph: Graph, original: bytes,
     The screening times at least `measure_seconds` of runs when its share of the time
     allows; a head-to-head confirmation looks after its first block of rounds and goes on
     while undecided."""
-    reports = [CandidateReport(c.cost, None, [s.rule for s in c.trace]) for c, _ in candidates]
+    reports = [CandidateReport(c.cost * 1e3, None, [s.rule for s in c.trace])
+               for c, _ in candidates]
     if not candidates:
         return Selection("no-cheaper-graph")
     say(f"timing the original and {len(candidates)} candidate(s) on {device.name}")

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from graphsub.cli import app
-from graphsub.report.files import render_html
+from graphsub.report.files import load_report, render_html
 from graphsub.report.html import _distinct_looks
 from graphsub.report.optimize import OptimizeReport
 
@@ -91,9 +91,9 @@ def test_report_data_matches_the_run(optimize_run):
     assert sum(r > 1 for r in ratios) / len(ratios) == pytest.approx(c["wins"])
     # the time per operator type adds up to the predicted costs of the graphs it describes
     op = report.op_times
-    assert sum(op["original"].values()) == pytest.approx(report.predicted_cost_before, rel=1e-9)
+    assert sum(op["original"].values()) == pytest.approx(report.predicted_ms_before, rel=1e-9)
     featured = report.candidates[op["candidate_index"]]
-    assert sum(op["candidate"].values()) == pytest.approx(featured.predicted_cost, rel=1e-9)
+    assert sum(op["candidate"].values()) == pytest.approx(featured.predicted_ms, rel=1e-9)
     # the rewrites drawn are the featured candidate's, in order
     ev = report.rewrites
     assert ev["candidate"] == op["candidate_index"] and ev["stepwise"]
@@ -101,7 +101,7 @@ def test_report_data_matches_the_run(optimize_run):
     assert set(ev["rules"]) == set(featured.rules)
     # the search's progress starts at the input's cost and never rises
     costs = [cost for _, cost in report.search["progress"]]
-    assert costs[0] == pytest.approx(report.predicted_cost_before)
+    assert costs[0] == pytest.approx(report.predicted_ms_before)
     assert costs == sorted(costs, reverse=True)
     # each timed candidate's first outputs were compared with the original's
     assert all(o["ok"] for c in report.candidates if c.measured_ms is not None for o in c.check)
@@ -155,19 +155,20 @@ def test_optimize_writes_html_or_json_by_suffix(tmp_path):
 
 
 def test_compare_page_has_ocggs_figures(tmp_path):
+    # SRU under the analytic cost: every algorithm finds its cheaper graph within a second
     out = tmp_path / "compare.html"
-    r = runner.invoke(app, ["compare", "resnet_blocks:n=2", "--algorithms", "greedy,pruning",
+    r = runner.invoke(app, ["compare", "sru", "--algorithms", "greedy,pruning",
                             "--time-limit", "2", "--report", str(out)], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     parsed = check_self_contained(out.read_text())
     assert parsed.figures == ["plot-search", "plot-final-cost"]
     data_out = tmp_path / "compare.json"
-    r = runner.invoke(app, ["compare", "resnet_blocks:n=2", "--algorithms", "greedy",
+    r = runner.invoke(app, ["compare", "sru", "--algorithms", "greedy",
                             "--time-limit", "2", "--report", str(data_out)])
     data = json.loads(data_out.read_text())
     run = data["runs"][0]
-    assert run["progress"][0][1] == pytest.approx(run["initial_cost"])
-    assert run["progress"][-1][1] == pytest.approx(run["final_cost"])
+    assert run["progress"][0][1] == pytest.approx(run["initial_ms"])
+    assert run["progress"][-1][1] == pytest.approx(run["final_ms"])
     assert parse(render_html(data)).figures == ["plot-search", "plot-final-cost"]
 
 
@@ -239,3 +240,70 @@ def test_a_section_that_cannot_be_drawn_costs_only_itself(optimize_run):
     parsed = check_self_contained(page)
     assert "The latency section could not be drawn" in page
     assert "plot-latency" not in parsed.figures and "plot-op-times" in parsed.figures
+
+
+def _numbers_named(data, suffix=""):
+    """Every (key path, value) of a report's data whose key ends with `suffix`."""
+    out = []
+
+    def walk(value, path):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{path}.{k}")
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{path}[{i}]")
+        elif isinstance(value, (int, float)) and path.endswith(suffix):
+            out.append((path, value))
+
+    walk(data, "")
+    return out
+
+
+def test_the_json_report_gives_predicted_costs_and_latencies_in_one_unit(optimize_run):
+    _, report = optimize_run
+    data = json.loads(json.dumps(report.as_dict(), default=str))
+    assert not [path for path, _ in _numbers_named(data) if path.endswith("_cost")]
+    # predicted and measured figures are both in ms: the same order of magnitude
+    assert 0.001 < data["predicted_ms_before"] < 1000 and 0.001 < data["latency_before_ms"]
+    assert sum(data["op_times"]["original"].values()) == pytest.approx(
+        data["predicted_ms_before"])
+    assert data["search"]["progress"][0][1] == pytest.approx(data["predicted_ms_before"])
+
+
+def test_a_report_saved_with_costs_in_seconds_reads_back_in_ms(optimize_run, tmp_path):
+    _, report = optimize_run
+    data = json.loads(json.dumps(report.as_dict(), default=str))
+    old = dict(data, predicted_cost_before=data["predicted_ms_before"] / 1e3,
+               predicted_cost_after=data["predicted_ms_after"] / 1e3)
+    del old["predicted_ms_before"], old["predicted_ms_after"]
+    old["candidates"] = [{**{k: v for k, v in c.items() if k != "predicted_ms"},
+                          "predicted_cost": c["predicted_ms"] / 1e3} for c in data["candidates"]]
+    old["search"] = {**data["search"],
+                     "progress": [(s, c / 1e3) for s, c in data["search"]["progress"]]}
+    old["op_times"] = {**data["op_times"], "original": {
+        k: v / 1e3 for k, v in data["op_times"]["original"].items()},
+        "candidate": {k: v / 1e3 for k, v in (data["op_times"]["candidate"] or {}).items()}}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    back = OptimizeReport.from_dict(load_report(tmp_path / "old.json"))
+    assert back.predicted_ms_before == pytest.approx(data["predicted_ms_before"])
+    assert [c.predicted_ms for c in back.candidates] == pytest.approx(
+        [c["predicted_ms"] for c in data["candidates"]])
+    assert sum(back.op_times["original"].values()) == pytest.approx(data["predicted_ms_before"])
+
+
+def test_a_compare_where_nothing_improved_says_so_without_an_empty_chart():
+    run = {"algorithm": "greedy", "split": None, "initial_ms": 2.0, "final_ms": 2.0,
+           "seconds": 1.0, "explored": 3, "generated": 0, "matches_computed": 0,
+           "matches_reused": 0, "stopped_by": "exhausted", "rules_used": {},
+           "progress": [(0.0, 2.0)], "improvement": 1.0}
+    data = {"model": "m", "target": "ort-cpu", "cost": "analytic", "time_limit": 1, "k": 10,
+            "split": None, "runs": [run, {**run, "algorithm": "dpp"}]}
+    page = render_html(data)
+    parsed = check_self_contained(page)
+    assert "plot-final-cost" not in parsed.figures and "No bars to draw" in page
+    assert 'class="verdict kept"' in page and "No algorithm found" in page
+    improved = {**data, "runs": [run, {**run, "algorithm": "dpp", "final_ms": 1.5,
+                                       "progress": [(0.0, 2.0), (0.5, 1.5)]}]}
+    page = render_html(improved)
+    assert 'class="verdict good"' in page and "plot-final-cost" in parse(page).figures

@@ -42,7 +42,7 @@ class KernelChoice:
 
     def as_dict(self) -> dict[str, Any]:
         return {"kernel": self.kernel, "kind": self.kind, "replaced": self.replaced,
-                "total_cost": self.cost, "count": self.count}
+                "total_ms": self.cost * 1e3, "count": self.count}
 
 
 @dataclass
@@ -63,7 +63,7 @@ class FissionOutcome:
         return {"split": self.split, "primitives": self.primitives,
                 "candidates": self.candidates, "status": o.status,
                 "solve_seconds": round(o.solve_seconds, 3), "cut_rounds": o.cut_rounds,
-                "predicted_cost": self.cost,
+                "predicted_ms": self.cost * 1e3,
                 "kernels": [c.as_dict() for c in self.chosen if c.kind != "primitive"],
                 "seconds": round(self.seconds, 3)}
 

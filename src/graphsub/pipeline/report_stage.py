@@ -25,8 +25,8 @@ def report(run: Run, clock: StageClock) -> None:
         model=run.label, settings={**run.settings.as_dict(), "threads": run.threads,
                                    "rules": len(run.rules)},
         target=run.target.name, device=run.target.device().as_dict(),
-        predicted_cost_before=result.initial_cost,
-        predicted_cost_after=chosen.cost if chosen is not None else result.initial_cost,
+        predicted_ms_before=ms(result.initial_cost),
+        predicted_ms_after=ms(chosen.cost if chosen is not None else result.initial_cost),
         latency_before_ms=selection.before_ms, latency_after_ms=selection.after_ms,
         speedup=(selection.confirm.speedup if chosen is not None and selection.confirm
                  else (1.0 if selection.before_ms else None)),
@@ -41,7 +41,7 @@ def report(run: Run, clock: StageClock) -> None:
         nodes_after=len(chosen.graph) if chosen is not None else len(run.graph),
         outcome=selection.outcome, notes=run.cost_model.notes() + run.notes,
         fission=_fission_report(run), timings=selection.timings, versions=versions())
-    rep.search["progress"] = run.progress_points
+    rep.search["progress"] = [(s, ms(cost)) for s, cost in run.progress_points]
     if run.settings.evidence:
         _evidence(rep, run)
     rep.verdict = verdict(rep, selection, run.interrupted)
@@ -53,6 +53,11 @@ def _fission_report(run: Run) -> dict[str, Any]:
         return {}
     kept = run.chosen is not None and any(s.rule == FISSION_STEP for s in run.chosen.trace)
     return {**run.fission.as_dict(), "kept": kept}
+
+
+def ms(seconds: float | None) -> float | None:
+    """A predicted cost (seconds, the cost models' unit) in the report's unit."""
+    return None if seconds is None else seconds * 1e3
 
 
 def _featured(run: Run, selection: Selection) -> int | None:
@@ -76,15 +81,19 @@ def _evidence(rep: OptimizeReport, run: Run) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            rep.op_times = {"unit": unit, "original": op_times(run.graph, run.cost_model),
-                            "candidate": None, "candidate_index": index}
+            rep.op_times = {"unit": unit, "candidate": None, "candidate_index": index,
+                            "original": _in_ms(op_times(run.graph, run.cost_model))}
             if index is not None:
                 candidate = run.exported[index][0]
-                rep.op_times["candidate"] = op_times(candidate.graph, run.cost_model)
+                rep.op_times["candidate"] = _in_ms(op_times(candidate.graph, run.cost_model))
                 rep.rewrites = rewrite_evidence(run.graph, candidate, run.rules, index)
     except Exception as exc:  # noqa: BLE001 (the report's figures never end a run)
         rep.notes.append(f"the report's rewrite and operator-time figures could not be "
                          f"made ({type(exc).__name__}: {exc})")
+
+
+def _in_ms(times: dict[str, float]) -> dict[str, float]:
+    return {op: seconds * 1e3 for op, seconds in times.items()}
 
 
 REPORT = Stage("report", report)

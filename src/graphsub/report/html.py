@@ -82,8 +82,9 @@ def _ms(value: float | None, digits: int = 3) -> str:
     return "" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
 
 
-def _cost_ms(seconds: float | None) -> str:
-    return "" if seconds is None or not math.isfinite(seconds) else f"{seconds * 1e3:.4f}"
+def _cost_ms(value: float | None) -> str:
+    """A predicted cost, ms (more digits than a latency: predictions of small graphs)."""
+    return "" if value is None or not math.isfinite(value) else f"{value:.4f}"
 
 
 # ---- optimize ------------------------------------------------------------------------------
@@ -168,12 +169,12 @@ def _where_time_goes(r: Mapping[str, Any]) -> list[str]:
     screen = (r.get("timings") or {}).get("screen") or {}
     original_ms = _median(screen["original"]) if screen.get("original") \
         else r.get("latency_before_ms")
-    points = [("original", r["predicted_cost_before"] * 1e3, original_ms)]
+    points = [("original", r["predicted_ms_before"], original_ms)]
     for i, cand in enumerate(r.get("candidates", [])):
         rounds = screen.get(f"candidate {i}")  # like the original's: the rounds' median
         measured_ms = _median(rounds) if rounds else cand.get("measured_ms")
         if measured_ms is not None:
-            points.append((f"candidate {i}", cand["predicted_cost"] * 1e3, measured_ms))
+            points.append((f"candidate {i}", cand["predicted_ms"], measured_ms))
     measured = [(label, p, m) for label, p, m in points if m is not None and math.isfinite(p)]
     if len(measured) >= 2:
         out.append(_figure(
@@ -299,7 +300,7 @@ def _fission(r: Mapping[str, Any]) -> list[str]:
     if kernels:
         rows = [(esc(k["kernel"]), esc(k["kind"]), k["count"],
                  esc(", ".join(f"{n} {op}" for op, n in k["replaced"].items())),
-                 _cost_ms(k["total_cost"])) for k in kernels]
+                 _cost_ms(k["total_ms"])) for k in kernels]
         out.append(_table(["kernel", "kind", "count", "replaces (primitives)",
                            "predicted ms"], rows, numeric=(2, 4)))
     else:
@@ -318,13 +319,13 @@ def _candidates(r: Mapping[str, Any]) -> list[str]:
     def screened(label: str, fallback: float | None) -> str:
         return _ms(_median(screen[label]) if screen.get(label) else fallback)
 
-    rows = [("original", _cost_ms(r["predicted_cost_before"]), screened("original", None),
+    rows = [("original", _cost_ms(r["predicted_ms_before"]), screened("original", None),
              "", "", "")]
     for i, c in enumerate(cands):
         rules = ", ".join(dict.fromkeys(c["rules"])) or \
             "(none: the original graph as graphsub writes it)"
         rows.append((f"candidate {i}" + (" <b>kept</b>" if i == chosen else ""),
-                     _cost_ms(c["predicted_cost"]), screened(f"candidate {i}", c["measured_ms"]),
+                     _cost_ms(c["predicted_ms"]), screened(f"candidate {i}", c["measured_ms"]),
                      esc(describe(c["screening"])) if c.get("screening") else "",
                      esc(f"{len(c['rules'])}: {rules}"), esc(c.get("note", ""))))
     return ["<h2>Candidates</h2>",
@@ -407,10 +408,12 @@ def compare_html(data: Mapping[str, Any]) -> str:
     """The page for `graphsub compare`: OCGGS's figures for one model, cost against search
     time per algorithm and the final costs side by side."""
     runs = data["runs"]
-    initial = runs[0]["initial_cost"] if runs else float("nan")
-    best = min((r["final_cost"] for r in runs), default=float("nan"))
+    initial = runs[0]["initial_ms"] if runs else float("nan")
+    best = min((r["final_ms"] for r in runs), default=float("nan"))
+    improved = best < initial
     body = [f"<h1>graphsub compare: {esc(data['model'])}</h1>",
-            f'<p class="verdict good" id="verdict">{esc(_compare_verdict(runs))}</p>',
+            f'<p class="verdict {"good" if improved else "kept"}" id="verdict">'
+            f"{esc(_compare_verdict(runs))}</p>",
             _facts([("target", esc(data["target"])),
                     ("cost model", esc(data["cost"])),
                     ("time limit", f"{data['time_limit']:g} s per algorithm"),
@@ -429,13 +432,15 @@ def compare_html(data: Mapping[str, Any]) -> str:
                     "where it stopped.")),
             "<h2>Final cost</h2>",
             _figure("final-cost", plots.final_cost_bars(
-                {r["algorithm"]: r["final_cost"] for r in runs}, initial),
+                {r["algorithm"]: r["final_ms"] for r in runs}, initial),
                 esc("How much cheaper each algorithm's best graph is predicted to be than the "
-                    "original, with its predicted cost.")),
+                    "original, with its predicted cost.")) if improved else
+            '<p class="muted">No bars to draw: every algorithm ended where it started, at '
+            f"{_cost_ms(initial)} ms.</p>",
             _table(["algorithm", "cost ms", "/best", "gain", "seconds", "expanded",
                     "generated", "stopped by"],
-                   [(esc(r["algorithm"]), _cost_ms(r["final_cost"]),
-                     f"{r['final_cost'] / best:.3f}" if best else "",
+                   [(esc(r["algorithm"]), _cost_ms(r["final_ms"]),
+                     f"{r['final_ms'] / best:.3f}" if best else "",
                      f"{r['improvement']:.3f}x", f"{r['seconds']:.2f}", r["explored"],
                      r["generated"], esc(r["stopped_by"])) for r in runs],
                    numeric=(1, 2, 3, 4, 5, 6))]
@@ -445,12 +450,12 @@ def compare_html(data: Mapping[str, Any]) -> str:
 def _compare_verdict(runs: Sequence[Mapping[str, Any]]) -> str:
     if not runs:
         return "No algorithm ran."
-    best = min(r["final_cost"] for r in runs)
-    if best >= runs[0]["initial_cost"]:
+    best = min(r["final_ms"] for r in runs)
+    if best >= runs[0]["initial_ms"]:
         return (f"No algorithm found a graph predicted cheaper than the original in "
                 f"{max(r['seconds'] for r in runs):.1f} s.")
-    gain = runs[0]["initial_cost"] / best if best else float("inf")
-    reached = {r["algorithm"]: _reached(r) for r in runs if r["final_cost"] == best}
+    gain = runs[0]["initial_ms"] / best if best else float("inf")
+    reached = {r["algorithm"]: _reached(r) for r in runs if r["final_ms"] == best}
     first = min(reached, key=lambda name: reached[name])
     return (f"{', '.join(reached)} found the cheapest graph ({gain:.3f}x cheaper than the "
             f"original, predicted); {first} got there first, after {reached[first]:.1f} s.")
@@ -458,6 +463,6 @@ def _compare_verdict(runs: Sequence[Mapping[str, Any]]) -> str:
 
 def _reached(run: Mapping[str, Any]) -> float:
     """When a run first had its final cost (its whole time when it recorded no progress)."""
-    final = run["final_cost"]
+    final = run["final_ms"]
     return next((s for s, c in run.get("progress") or [] if c is not None and c <= final),
                 run["seconds"])

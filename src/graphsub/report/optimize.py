@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class CandidateReport:
-    predicted_cost: float
+    #: Its predicted cost, ms.
+    predicted_ms: float
     measured_ms: float | None
     rules: list[str]
     note: str = ""
@@ -30,14 +31,17 @@ class CandidateReport:
 
 @dataclass
 class OptimizeReport:
-    """Everything `graphsub optimize` found out, as written to --report."""
+    """Everything `graphsub optimize` found out, as written to --report. Every duration is
+    in milliseconds (its key ends in _ms, or its field says so), but `seconds`, the wall time
+    each stage of the run took."""
 
     model: str
     settings: dict[str, Any]
     target: str
     device: dict[str, Any]
-    predicted_cost_before: float
-    predicted_cost_after: float
+    #: Predicted costs (ms) of the original and of what is written.
+    predicted_ms_before: float
+    predicted_ms_after: float
     latency_before_ms: float | None
     latency_after_ms: float | None
     speedup: float | None
@@ -76,7 +80,7 @@ class OptimizeReport:
     #: "confirms" (each head-to-head attempt: candidate, before_ms, after_ms, and its
     #: HeadToHead.as_dict(): speedup, interval, decision, contention).
     timings: dict[str, Any] = field(default_factory=dict)
-    #: Predicted time per operator type of the original and of the candidate the report
+    #: Predicted time per operator type, ms, of the original and of the candidate the report
     #: features (the one kept, else the one confirmed or timed fastest, else the best
     #: predicted): unit, original, candidate, candidate_index.
     op_times: dict[str, Any] = field(default_factory=dict)
@@ -92,6 +96,9 @@ class OptimizeReport:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> OptimizeReport:
         """A report read back from its JSON (keys this version does not know are ignored)."""
+        from graphsub.report.files import upgrade
+
+        data = upgrade(data)
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         cand_fields = {f.name for f in fields(CandidateReport)}
@@ -138,9 +145,9 @@ def verdict(report: OptimizeReport, selection: Selection, interrupted: bool = Fa
     """What happened, in words a user can act on, with the figures behind it: every ratio
     with its interval."""
     search = report.search
-    before = report.predicted_cost_before
+    before = report.predicted_ms_before
     cands = [c for c in report.candidates if c.measured_ms is not None] or report.candidates
-    cheapest = predicted(min((c.predicted_cost for c in cands), default=before), before)
+    cheapest = predicted(min((c.predicted_ms for c in cands), default=before), before)
     target = report.target
     prefix = f"The search was interrupted after {search['seconds']:.1f} s. " if interrupted else ""
     outcome = selection.outcome
@@ -178,9 +185,9 @@ def _confirmed(outcome: str, c: Mapping[str, Any], report: OptimizeReport, targe
                 f"the median head-to-head round, faster in {c['wins']:.0%} of the rounds, and "
                 f"matches it on random inputs.{busy}")
     index = c.get("candidate")
-    cost = (report.candidates[index].predicted_cost if index is not None
-            else report.predicted_cost_after)
-    who = f"The fastest candidate ({predicted(cost, report.predicted_cost_before)})"
+    cost = (report.candidates[index].predicted_ms if index is not None
+            else report.predicted_ms_after)
+    who = f"The fastest candidate ({predicted(cost, report.predicted_ms_before)})"
     gain = f"the {c['required']:.3f}x that {c['min_gain']:.0%} less latency needs"
     if outcome == "not-confirmed":
         return (f"{who} measured {measured} against the original on {target} head to head: "

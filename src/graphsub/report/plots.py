@@ -46,10 +46,6 @@ def to_svg(fig: Any) -> str:
     return text[text.index("<svg"):]
 
 
-def _ms(seconds: float) -> float:
-    return seconds * 1e3
-
-
 def _boxes(ax: Any, data: Sequence[Sequence[float]], labels: Sequence[str],
            colours: Sequence[str]) -> None:
     box = ax.boxplot(data, tick_labels=labels, patch_artist=True, widths=0.55)
@@ -96,9 +92,9 @@ def op_time_bars(before: Mapping[str, float], after: Mapping[str, float] | None,
     shown, rest = ops[:TOP_OPS], ops[TOP_OPS:]
 
     def values(times: Mapping[str, float]) -> list[float]:
-        out = [_ms(times.get(op, 0.0)) for op in shown]
+        out = [times.get(op, 0.0) for op in shown]
         if rest:
-            out.append(_ms(sum(times.get(op, 0.0) for op in rest)))
+            out.append(sum(times.get(op, 0.0) for op in rest))
         return out
 
     labels = shown + (["other"] if rest else [])
@@ -107,10 +103,10 @@ def op_time_bars(before: Mapping[str, float], after: Mapping[str, float] | None,
     y = range(len(labels))
     height = 0.4 if after is not None else 0.7
     ax.barh([i - (height / 2 if after is not None else 0) for i in y], values(before),
-            height=height, color=ORIGINAL, label=f"original ({sum(before.values()) * 1e3:.3f} ms)")
+            height=height, color=ORIGINAL, label=f"original ({sum(before.values()):.3f} ms)")
     if after is not None:
         ax.barh([i + height / 2 for i in y], values(after), height=height, color=CANDIDATE,
-                label=f"{after_label} ({sum(after.values()) * 1e3:.3f} ms)")
+                label=f"{after_label} ({sum(after.values()):.3f} ms)")
     ax.set_yticks(list(y), labels)
     ax.invert_yaxis()
     ax.set_xlabel(f"predicted time per operator type (ms, {unit})")
@@ -151,16 +147,16 @@ def predicted_vs_measured(points: Sequence[tuple[str, float, float]]) -> str:
 
 def search_progress(runs: Mapping[str, Sequence[Sequence[float]]], title: str = "") -> str:
     """Best predicted cost against search time, one step line per algorithm; each run is a
-    list of (seconds, best cost) points."""
+    list of (seconds, best cost in ms) points."""
     fig = _figure(7.0, 3.6)
     ax = fig.subplots()
     for name, points in runs.items():
         pts = [(s, c) for s, c in points if c is not None and math.isfinite(c)]
         if not pts:
             continue
-        ax.step([s for s, _ in pts], [_ms(c) for _, c in pts], where="post", label=name,
+        ax.step([s for s, _ in pts], [c for _, c in pts], where="post", label=name,
                 linewidth=1.6)
-        ax.plot([pts[-1][0]], [_ms(pts[-1][1])], "o", color=ax.lines[-1].get_color())
+        ax.plot([pts[-1][0]], [pts[-1][1]], "o", color=ax.lines[-1].get_color())
     ax.set_xlabel("search time (s)")
     ax.set_ylabel("best predicted cost (ms)")
     if title:
@@ -173,7 +169,7 @@ def search_progress(runs: Mapping[str, Sequence[Sequence[float]]], title: str = 
 
 def final_cost_bars(costs: Mapping[str, float], initial: float) -> str:
     """Each algorithm's predicted cost reduction from the original (bars from zero, so that
-    small differences are not blown up), its final cost written on the bar."""
+    small differences are not blown up), its final cost (ms) written on the bar."""
     fig = _figure(1.8 + 0.9 * len(costs), 3.4)
     ax = fig.subplots()
     names = list(costs)
@@ -181,7 +177,7 @@ def final_cost_bars(costs: Mapping[str, float], initial: float) -> str:
     best = max(gains)
     bars = ax.bar(names, gains, color=[CANDIDATE if g == best else "#9ecae1" for g in gains])
     for bar, name in zip(bars, names):
-        ax.annotate(f"{_ms(costs[name]):.3f} ms", (bar.get_x() + bar.get_width() / 2,
+        ax.annotate(f"{costs[name]:.3f} ms", (bar.get_x() + bar.get_width() / 2,
                                                     bar.get_height()),
                     textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
     ax.set_ylabel("predicted cost reduction (%)")
