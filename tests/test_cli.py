@@ -68,6 +68,17 @@ def test_zoo_list_and_export(models):
     assert r.exit_code == 2 and "bad parameter" in r.stderr
 
 
+def test_zoo_list_shows_every_name_whole_at_80_columns():
+    from graphsub import zoo
+
+    r = runner.invoke(app, ["zoo", "list"], env={"COLUMNS": "80"}, terminal_width=80)
+    assert r.exit_code == 0
+    first_cells = {line.split("│")[1].strip() for line in r.stdout.splitlines()
+                   if line.startswith("│") and line.split("│")[1].strip()}
+    assert set(zoo.names()) <= first_cells, set(zoo.names()) - first_cells
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+
+
 def test_check_exit_status_tells_equivalence(models):
     r = invoke("check", models["a"], models["a"], "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["equivalent"] is True

@@ -209,11 +209,13 @@ def zoo_list(as_json: JsonOpt = False) -> None:
                     "params": m.params} for m in models])
         return
     table = Table(title="graphsub zoo", title_justify="left")
-    for col in ("name", "parameters", "source", "description"):
-        table.add_column(col)
+    # the name is what a user types: never cut; the description wraps instead
+    table.add_column("name", no_wrap=True, min_width=max(len(m.name) for m in models))
+    table.add_column("parameters", overflow="fold", max_width=22)
+    table.add_column("description", ratio=1)
     for m in models:
         params = ", ".join(f"{k}={v}" for k, v in m.params.items())
-        table.add_row(m.name, params, m.source, m.description)
+        table.add_row(m.name, params, f"{m.description} [dim]({escape(m.source)})[/]")
     out.print(table)
     out.print("Build with parameters as NAME:key=value, e.g. resnet_blocks:n=8")
 
