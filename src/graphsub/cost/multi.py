@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from graphsub.cost.base import FREE_OPS, CostModel, OpSignature
+from graphsub.cost.base import CostModel, OpSignature
 from graphsub.ir.graph import Graph
 from graphsub.ops import get_op
 
@@ -63,4 +63,4 @@ class MultiObjectiveCostModel(CostModel):
         return super().graph_cost(graph) + self.weights.memory * memory
 
 
-__all__ = ["FREE_OPS", "MultiObjectiveCostModel", "Weights"]
+__all__ = ["MultiObjectiveCostModel", "Weights"]

@@ -191,10 +191,14 @@ class OpDef:
     #: Binary and commutative: rules match it with operands in either order, and the
     #: structural hash does not depend on their order.
     commutative: bool = False
-    #: Whether the output can be the input's memory without a kernel: "alias" (the same
-    #: bytes read as another shape: reshape and its kin, free on every target), "strided" (a
-    #: view with other strides: transpose, split, slice; free where a target hands operators
-    #: strided inputs, torch) or "" (a kernel computes it).
+    #: Whether the output is the input's memory: "alias" (the same bytes read as another
+    #: shape: reshape and its kin), "strided" (the same bytes with other strides: transpose,
+    #: split, slice) or "" (a kernel computes it). A view moves no data (an alias of a
+    #: contiguous input, a strided view where operators read strided inputs); whether it
+    #: also runs without a kernel is the target's to say (`Target.free_views`;
+    #: `cost.base.costs_nothing` answers for a node): torch runs both kinds as torch views,
+    #: onnxruntime launches a kernel for each, of which the analytic model charges an
+    #: alias's launch alone and a strided view's as a copy.
     view: str = ""
     #: The operator in torch (see `TorchLowering`); None: the torch targets cannot run it.
     torch: LowerFn | None = None
