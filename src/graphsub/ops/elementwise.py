@@ -402,13 +402,16 @@ def _import_clip(ctx, node):
 
 @onnx_importer("Cast")
 def _import_cast(ctx, node):
+    """A cast to a type graphsub does not model (strings, float8) stays an opaque node: the
+    importer returns None for an element type onnx does not know, and `ctx.add` raises
+    OpAttributeError, which the import catches, for one graphsub does not support."""
     from onnx import helper
 
-    to = helper.tensor_dtype_to_np_dtype(ctx.attr(node, "to"))
     try:
-        return ctx.add("cast", ctx.inputs(node), to=str(to))
-    except Exception:
+        to = helper.tensor_dtype_to_np_dtype(ctx.attr(node, "to"))
+    except KeyError:  # an element type code this onnx does not know
         return None
+    return ctx.add("cast", ctx.inputs(node), to=str(to))
 
 
 # ---- ATen import (torch.compile) -----------------------------------------------------------

@@ -17,10 +17,6 @@ from graphsub.ops.base import (AXES_TRIES, AXIS_TRIES, AtenBuilder, AtenCall, At
                                same_dtype)
 
 
-def _no_flops(attrs: Attrs, ins: Types, outs: Types) -> int:
-    return 0
-
-
 def _torch_reshape(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
     """Every alias operator in torch: a reshape to the output's shape, a view whenever the
     strides allow one."""
