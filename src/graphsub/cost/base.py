@@ -18,10 +18,11 @@ from graphsub.ir.graph import Graph
 from graphsub.ir.incremental import GraphDelta
 from graphsub.ir.hashing import attrs_key
 from graphsub.ir.types import Attrs, Constant, TensorType
-from graphsub.ops import get_op
+from graphsub.ops import all_ops, get_op
+from graphsub.ops.base import Category
 
 #: Graph inputs and weights: nothing computes them.
-SOURCES = frozenset({"input", "weight"})
+SOURCES = frozenset(name for name, op in all_ops().items() if op.category is Category.SOURCE)
 
 
 def runs_as_view(op: str, free_views: frozenset[str]) -> bool:

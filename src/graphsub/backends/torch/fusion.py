@@ -5,12 +5,12 @@ this); each fusion computes what its operators compute, up to the rounding of th
 
 - **Linear layers** on the CPU: a product with a constant matrix, with the bias added, a
   following activation (an operator with a `post_op`: GELU, ReLU, tanh, sigmoid) or a
-  residual sum, becomes one oneDNN
-  call (`mkldnn::_linear_pointwise`, what inductor's CPU freezing calls), with the matrix
-  stored transposed once. Traced by torch.compile the call is plain aten ops again, for
-  inductor to lower its own way (see `_linear`). On AMD processors MKL's sgemm, which
-  `torch.matmul` and eager `nn.Linear` call, runs at half oneDNN's speed; and each operator left out is a pass over
-  the output and a parallel region less.
+  residual sum, becomes one oneDNN call (`mkldnn::_linear_pointwise`, what inductor's CPU
+  freezing calls), with the matrix stored transposed once. Traced by torch.compile the call
+  is plain aten ops again, for inductor to lower its own way (see `_linear`). On AMD
+  processors MKL's sgemm, which `torch.matmul` and eager `nn.Linear` call, runs at half
+  oneDNN's speed; and each operator left out is a pass over the output and a parallel region
+  less.
 - **Attention**: softmax(q k^T * s [+ mask]) v, as exporters decompose
   `scaled_dot_product_attention` (a scalar on q and on k^T, the scores, an additive mask, the
   softmax with the NaN guard `Where(IsNaN(p), 0, p)`, imported as guarded_softmax, the
@@ -43,7 +43,6 @@ from graphsub.ops import get_op
 
 #: Products smaller than this (m * k * n) stay torch.matmul: oneDNN's call costs ~15 us more.
 LINEAR_MIN_WORK = 1 << 21
-
 
 
 @dataclass(frozen=True)
