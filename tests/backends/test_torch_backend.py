@@ -196,6 +196,11 @@ def one_case_per_operator():
             y = b.cast(b.cast(x4, to="int32"), to="float32")
         elif op == "clip":
             y = b.clip(x4, min=-0.5, max=0.25)
+        elif op == "rotary_embedding":  # 4 of 6 rotated in pairs, caches gathered by position
+            caches = [b.uniform_weight((8, 2), -1.0, 1.0) for _ in range(2)]
+            positions = b.weight(np.arange(12, dtype=np.int64).reshape(2, 6) % 8)
+            y = b.rotary_embedding(x4, *caches, positions, interleaved=True,
+                                   rotary_embedding_dim=4)
         elif op in ("sqrt", "log", "reciprocal"):
             y = b.op(op, b.sigmoid(x4))
         else:

@@ -129,7 +129,7 @@ def test_the_search_around_the_cuts_recovers_a_match_that_spans_two_parts(monkey
     first_chain = [n for n in order if n not in matmuls[1:]][:8]  # relu, matmul, 6 tanh
     parts = [first_chain, [n for n in order if n not in first_chain]]
     monkeypatch.setattr(split_module, "split_graph", lambda graph, threshold, matches: parts)
-    views_free = AnalyticCostModel("a100", frozenset({"split", "transpose", "reshape"}))  # torch
+    views_free = AnalyticCostModel("a100", frozenset({"alias", "strided"}))  # torch
     alone = backtracking_search(g, RULES, views_free, Limits(time=10))
     assert alone.rules_used()["merge-matmuls-shared-input"] == 1  # it pays, unsplit
     result = splitting(BACKTRACKING, threshold=10, executor="serial")(g, RULES, views_free,

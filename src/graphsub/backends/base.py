@@ -84,13 +84,12 @@ class Target(ABC):
     #: What the target runs, in a line (`graphsub info --targets`).
     description: str = ""
     capabilities: Capabilities
-    #: Ops that run as views here (no kernel, no data moved): free in the analytic model.
-    free_ops: frozenset[str] = frozenset()
-    #: Ops whose outputs are views with their input's layout: a layout change flows through.
-    view_ops: frozenset[str] = frozenset()
-    #: Whether operators can be handed views (non-contiguous inputs, see `input_layouts`), so
-    #: that an operator's price depends on its inputs' layouts.
-    passes_views: bool = False
+    #: The kinds of view (`OpDef.view`: "alias", "strided") this target runs without a
+    #: kernel, handing the view itself to the operators that read it: what is free here
+    #: (`cost.base.costs_nothing`). With "strided", operators read non-contiguous inputs, so an
+    #: operator's price depends on its inputs' strides (`input_layouts`), which travel through
+    #: views.
+    free_views: frozenset[str] = frozenset()
     #: The analytic device profile that approximates this target.
     analytic_profile: str = "cpu"
     #: Whether a code generator compiles groups of primitives into one kernel here (the

@@ -25,7 +25,7 @@ def make_cost_model(name: str, target: Target | None = None,
                     device: str | None = None) -> CostModel:
     """A cost model by name: `measured` (timed on the target) or `analytic` (a roofline for
     the profile named by `device`, by default the one that approximates the target, with the
-    target's views free)."""
+    views the target runs without a kernel free)."""
     if name == "measured":
         if target is None:
             raise GraphsubError("the measured cost model times operators on a target: give one "
@@ -34,7 +34,7 @@ def make_cost_model(name: str, target: Target | None = None,
     if name == "analytic":
         if target is None:
             return AnalyticCostModel(device or "cpu")
-        return AnalyticCostModel(device or target.analytic_profile, target.free_ops)
+        return AnalyticCostModel(device or target.analytic_profile, target.free_views)
     raise GraphsubError(f"unknown cost model {name!r}; use measured or analytic")
 
 

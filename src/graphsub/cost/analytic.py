@@ -1,19 +1,19 @@
 """Analytic cost: a roofline per operator plus a fixed launch overhead, for named devices.
 
 time = max(FLOPs / peak FLOP/s, bytes moved / memory bandwidth) + launch overhead. It needs no
-measurement and is what to use when optimizing for a device other than this machine.
+measurement and is what to use when optimizing for a device other than this machine. It prices
+kernels: a view the target runs without one costs nothing (`costs_nothing` with the target's
+`free_views`), and an alias it runs as a kernel moves no data, so it costs the launch alone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphsub.cost.base import CostModel, OpSignature
+from graphsub.cost.base import CostModel, OpSignature, costs_nothing
 from graphsub.errors import GraphsubError
-from graphsub.ops import get_op, view_ops
-
-#: Ops that every target runs as metadata changes, without moving data.
-ALIAS_OPS = view_ops("alias")
+from graphsub.ops import get_op
+from graphsub.ops.base import VIEW_KINDS
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,16 @@ class AnalyticCostModel(CostModel):
     parallel_safe = True
 
     def __init__(self, profile: str | DeviceProfile = "cpu",
-                 free_ops: frozenset[str] = frozenset()) -> None:
-        """`free_ops` are the ops the target runs as views (no kernel at all): torch's
-        transpose, reshape and split, for instance; elsewhere they cost a launch."""
+                 free_views: frozenset[str] = frozenset()) -> None:
+        """`free_views` are the kinds of view the target runs without a kernel
+        (`Target.free_views`: "alias" and "strided" on torch), which cost nothing here."""
         super().__init__()
-        self.free_ops = free_ops
+        unknown = sorted(set(free_views) - set(VIEW_KINDS))
+        if unknown:
+            raise GraphsubError(f"free_views takes kinds of view ({', '.join(VIEW_KINDS)}), not "
+                                f"{', '.join(unknown)}: name the kinds the target runs without "
+                                "a kernel")
+        self.free_views = frozenset(free_views)
         if isinstance(profile, str):
             if profile not in PROFILES:
                 raise GraphsubError(f"unknown device profile {profile!r}; known: {', '.join(PROFILES)}")
@@ -52,11 +57,11 @@ class AnalyticCostModel(CostModel):
 
     def op_cost(self, sig: OpSignature) -> float:
         p = self.profile
-        if sig.op in self.free_ops:
+        if costs_nothing(sig.op, False, self.free_views):
             return 0.0
-        if sig.op in ALIAS_OPS:
-            return p.launch_overhead
         opdef = get_op(sig.op)
+        if opdef.view == "alias":
+            return p.launch_overhead
         flops = opdef.flops(sig.attrs, sig.inputs, sig.outputs)
         moved = opdef.bytes(sig.attrs, sig.inputs, sig.outputs)
         return max(flops / p.peak_flops, moved / p.bandwidth) + p.launch_overhead

@@ -1,8 +1,10 @@
 """The cost-model protocol and the memoization every cost model shares.
 
 A cost model prices one operator application by its *signature* (op, attributes, input types
-and which inputs are constants); a graph costs the sum over its computing nodes. Graph inputs
-and weight-only nodes cost nothing: weight-only nodes are folded at export (TASO 7.3).
+and which inputs are constants); a graph costs the sum over its computing nodes. What costs
+nothing is one notion, `costs_nothing`: graph inputs, weights and weight-only nodes (folded at
+export: TASO 7.3) everywhere, and the views a target runs without a kernel (`Target.free_views`)
+wherever kernels are what is priced.
 """
 
 from __future__ import annotations
@@ -16,15 +18,28 @@ from graphsub.ir.graph import Graph
 from graphsub.ir.incremental import GraphDelta
 from graphsub.ir.hashing import attrs_key
 from graphsub.ir.types import Attrs, Constant, TensorType
+from graphsub.ops import all_ops, get_op
+from graphsub.ops.base import Category
 
-FREE_OPS = frozenset({"input", "weight"})
+#: Graph inputs and weights: nothing computes them.
+SOURCES = frozenset(name for name, op in all_ops().items() if op.category is Category.SOURCE)
 
 
-def costs_nothing(op: str, weight_only: bool) -> bool:
-    """Whether a node is free, wherever it is priced (a graph, a dry-run rewrite, an e-graph):
-    sources cost nothing, and so do nodes computed from weights alone, which export folds
-    into initializers."""
-    return weight_only or op in FREE_OPS
+def runs_as_view(op: str, free_views: frozenset[str]) -> bool:
+    """Whether a target whose `free_views` are these runs `op` as a view of its input, with no
+    kernel: the operator is a view (`OpDef.view`) of a kind the target runs free."""
+    return bool(free_views) and get_op(op).view in free_views
+
+
+def costs_nothing(op: str, weight_only: bool, free_views: frozenset[str] = frozenset()) -> bool:
+    """Whether a node costs nothing, wherever it is priced (a graph, a dry-run rewrite, an
+    e-graph): sources; nodes computed from weights alone, which export folds into
+    initializers; and, given the target's `free_views`, the views it runs without a kernel.
+    Callers that price through a `CostModel` leave `free_views` out: the model's signature
+    prices those views (the analytic model charges them nothing; the measured one times them,
+    since on torch's CPU target making a view costs as much host time as a small kernel)."""
+    return weight_only or op in SOURCES or runs_as_view(op, free_views)
+
 #: An opaque operator's constant inputs of at most this many elements are part of its
 #: signature: they are shapes, indices and axes, which decide what it computes (and whether a
 #: one-operator model of it runs at all: an Expand fed a made-up shape is invalid).
@@ -142,8 +157,9 @@ class CostModel(ABC):
     def node_cost(self, graph: Graph, nid: int) -> float:
         return self._priced_node(graph, nid)
 
-    #: Ops whose output strides follow their input's (views), through which a change of
-    #: layout travels to readers further down; only read when `layouts` is set.
+    #: Ops whose output strides follow their input's (the views the target runs as views),
+    #: through which a change of layout travels to readers further down; only read when
+    #: `layouts` is set.
     layout_ops: frozenset[str] = frozenset()
 
     def graph_cost(self, graph: Graph) -> float:

@@ -21,6 +21,7 @@ from graphsub.cache import cache_dir
 from graphsub.cost.analytic import AnalyticCostModel
 from graphsub.cost.base import CostModel, OpSignature
 from graphsub.ir.graph import Graph
+from graphsub.ops import view_ops
 
 if TYPE_CHECKING:
     from graphsub.backends.base import Target
@@ -106,8 +107,10 @@ class CostCache:
 
 class MeasuredCostModel(CostModel):
     """Operator costs measured on a target (onnxruntime's CPU provider by default), cached
-    persistently per device. On targets where operators read views (torch), an operator's
-    signature includes its inputs' strides, so layouts are priced as they run.
+    persistently per device. On targets where operators read views (torch, which runs strided
+    views without a kernel: `Target.free_views`), an operator's signature includes its inputs'
+    strides, so layouts are priced as they run. A view is timed like any operator: on torch's
+    CPU target making one costs the host about as much as a small kernel.
 
     Whether weights are priced cold (read from memory) or hot (from the caches) follows the
     model: a model whose weights exceed the device's last-level cache reads every weight from
@@ -130,8 +133,9 @@ class MeasuredCostModel(CostModel):
         super().__init__()
         self.cold_weights = cold_weights
         self.target = target
-        self.layouts = target.input_layouts if target.passes_views else None
-        self.layout_ops = target.view_ops
+        # Operators read strided inputs where strided views run without a kernel.
+        self.layouts = target.input_layouts if "strided" in target.free_views else None
+        self.layout_ops = view_ops(*target.free_views)
         context = f"v{CACHE_VERSION}|{target.device().key()}"
         self.cache = CostCache(cache_dir() / "op_costs.sqlite", context) if cache else None
         target.cache = self.cache
@@ -141,7 +145,7 @@ class MeasuredCostModel(CostModel):
         #: Past this time.perf_counter() value, operators not in the cache are not timed.
         self.deadline: float | None = None
         self.late = 0  # signatures priced analytically because the deadline had passed
-        self._fallback = AnalyticCostModel(target.analytic_profile, target.free_ops)
+        self._fallback = AnalyticCostModel(target.analytic_profile, target.free_views)
 
     def decide_weights(self, graph: Graph) -> None:
         if self.cold_weights is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from graphsub.cost.base import FREE_OPS, CostModel, OpSignature, costs_nothing, node_signature
+from graphsub.cost.base import CostModel, OpSignature, costs_nothing, node_signature
 from graphsub.ir.graph import Graph
 from graphsub.ops import get_op
 
@@ -120,5 +120,5 @@ def launch_count(graph: Graph) -> int:
     return len(_computing(graph))
 
 
-__all__ = ["FREE_OPS", "MultiObjectiveCostModel", "Weights", "flop_count", "launch_count",
+__all__ = ["MultiObjectiveCostModel", "Weights", "flop_count", "launch_count",
            "peak_memory"]

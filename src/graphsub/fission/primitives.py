@@ -1,65 +1,30 @@
-"""The fission paper's four categories of primitives, and the fission pass itself.
+"""The fission pass, and the fission paper's categories of primitives it reads.
 
 A primitive has one degree of parallelism and one data access pattern, so that it runs as one
-kernel (fission paper, section 2.1; Korch, section 3). The category decides what a generated
-kernel may hold (graphsub.fission.candidates): elementwise, reduce/broadcast and layout
-primitives fuse into one loop nest; a linear primitive (a matmul, a convolution) is a library
-call of its own.
+kernel (fission paper, section 2.1; Korch, section 3). Each operator's category is part of its
+definition (`OpDef.category`, `ops.base.Category`); it decides what a generated kernel may hold
+(graphsub.fission.candidates): elementwise, reduce/broadcast and layout primitives fuse into
+one loop nest; a linear primitive (a matmul, a convolution) is a library call of its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 
 from graphsub.ir.graph import Graph, Value
-from graphsub.ops import all_ops
+from graphsub.ops import get_op
+from graphsub.ops.base import Category
 from graphsub.rules import LIBRARY, Rule, apply_match, find_matches, load_rules
 from graphsub.rules.applier import Rejection
 
 _HERE = Path(__file__).parent
 
 
-class Category(StrEnum):
-    ELEMENTWISE = "elementwise"
-    REDUCE = "reduce"         #: reductions and broadcasts
-    LAYOUT = "layout"         #: moves data without arithmetic
-    LINEAR = "linear"         #: matmul, convolution: linear in every input
-    COARSE = "coarse"         #: an operator fission splits into the four above
-    SOURCE = "source"         #: graph inputs and weights: no kernel
-    #: a kernel of its own, which fission does not split: an operator graphsub does not model,
-    #: or softmax with its NaN guard (no primitive tests for NaN)
-    OPAQUE = "opaque"
-    GENERATED = "generated"   #: a generated kernel (`fused`): fission puts its body back
-
-
-_CATEGORIES: dict[str, Category] = {
-    **dict.fromkeys(("add", "sub", "mul", "div", "pow", "neg", "exp", "log", "sqrt", "erf",
-                     "tanh", "sigmoid", "relu", "leaky_relu", "clip", "reciprocal", "smul",
-                     "cast", "identity", "dropout"), Category.ELEMENTWISE),
-    **dict.fromkeys(("reduce_sum", "reduce_mean", "reduce_max", "max_pool2d", "avg_pool2d",
-                     "global_avg_pool"), Category.REDUCE),
-    **dict.fromkeys(("transpose", "reshape", "flatten", "squeeze", "unsqueeze", "concat",
-                     "split", "slice", "pad", "enlarge"), Category.LAYOUT),
-    **dict.fromkeys(("matmul", "conv2d"), Category.LINEAR),
-    **dict.fromkeys(("softmax", "log_softmax", "layer_norm", "rms_norm", "batch_norm", "gelu",
-                     "attention"), Category.COARSE),
-    **dict.fromkeys(("input", "weight"), Category.SOURCE),
-    "opaque": Category.OPAQUE,
-    "guarded_softmax": Category.OPAQUE,
-    "fused": Category.GENERATED,
-}
-
-
 def category(op: str) -> Category:
-    """The category of a graphsub operator (every registered one has one)."""
-    try:
-        return _CATEGORIES[op]
-    except KeyError:
-        known = ", ".join(sorted(all_ops()))
-        raise KeyError(f"operator {op!r} has no fission category; operators: {known}") from None
+    """The category of a graphsub operator (raises OpAttributeError for an unknown one)."""
+    return get_op(op).category
 
 
 @lru_cache(maxsize=None)

@@ -890,6 +890,41 @@ def _rms_norm(b: _Builder) -> None:
     b.one("RMSNormalization", [x, b.weight(tuple(normalized), low=0.5, high=1.5)], **attrs)
 
 
+def _rotary_embedding(b: _Builder) -> None:
+    """ONNX RotaryEmbedding (opset 23) as Llama-style exports write it: heads of 4-D
+    (batch, heads, sequence, head) or 3-D values with num_heads, all or part of each head
+    rotated in halves or interleaved pairs, by caches of cosines and sines per token or
+    gathered by position ids (from caches of at least as many positions as tokens, which
+    onnxruntime's kernel wants)."""
+    x = b.pick(lambda n: len(b.shape(n)) in (3, 4) and b.shape(n)[-1] % 2 == 0,
+               lambda: b.input((b.dim(1, 2), b.dim(1, 3), b.dim(1, 6), 2 * b.dim(1, 4))))
+    shape = b.shape(x)
+    attrs: dict[str, object] = {}
+    if len(shape) == 4:
+        batch, seq, head = shape[0], shape[2], shape[3]
+    else:
+        batch, seq, hidden = shape
+        heads = b.pick_from([n for n in range(1, hidden + 1)
+                             if hidden % n == 0 and hidden // n % 2 == 0])
+        attrs["num_heads"], head = heads, hidden // heads
+    rotary = head
+    if b.chance(0.3):
+        rotary = 2 * b.dim(1, head // 2)
+        attrs["rotary_embedding_dim"] = rotary
+    if b.chance(0.4):
+        attrs["interleaved"] = 1
+    ids: list[str] = []
+    if b.chance(0.6):
+        positions = b.dim(seq, seq + 8)
+        cache_shape: Shape = (positions, rotary // 2)
+        ids.append(b.constant(b.rng.integers(0, positions, (batch, seq)).astype(np.int64), "p"))
+    else:
+        cache_shape = (batch, seq, rotary // 2)
+    angles = b.rng.uniform(-math.pi, math.pi, cache_shape)
+    caches = [b.constant(f(angles).astype(np.float32), "r") for f in (np.cos, np.sin)]
+    b.one("RotaryEmbedding", [x, *caches, *ids], **attrs)
+
+
 def _pool(op: str) -> Callable[[_Builder], None]:
     def build(b: _Builder) -> None:
         x = b.pick_image()
@@ -1244,4 +1279,5 @@ def _builders(opset: int) -> dict[str, tuple[float, Builder]]:
     if opset >= 23:
         table["RMSNormalization"] = (1.5, _rms_norm)
         table["Attention"] = (1.5, _attention_node)
+        table["RotaryEmbedding"] = (1, _rotary_embedding)
     return table

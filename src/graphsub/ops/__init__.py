@@ -1,7 +1,7 @@
 """The operator registry: every graphsub operator, defined once (see ops.base.OpDef)."""
 
 from graphsub.ops import (attention, conv, elementwise, fused, linalg, norm,  # noqa: F401
-                          opaque, pool, reduce, shape, source)
+                          opaque, pool, reduce, rotary, shape, source)
 from graphsub.ops.base import (AttrSpec, OpDef, all_ops, aten_importers, get_op,
                                importable_onnx_ops, importer_for, register, view_ops)
 

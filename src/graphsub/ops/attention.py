@@ -22,8 +22,8 @@ import numpy as np
 
 from graphsub.errors import ShapeError
 from graphsub.ir.types import Attrs, TensorType
-from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, OpDef, TorchFn, TorchLowering,
-                               Types, aten_importer, onnx_importer, register)
+from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, TorchFn,
+                               TorchLowering, Types, aten_importer, onnx_importer, register)
 
 
 def _check(attrs: Attrs, ins: Types) -> None:
@@ -207,7 +207,7 @@ def _flops(attrs: Attrs, ins: Types, outs: Types) -> int:
 
 
 register(OpDef(
-    name="attention", inputs=(3, 4), torch=_torch,
+    name="attention", inputs=(3, 4), torch=_torch, category=Category.COARSE,
     attrs=(AttrSpec("scale", None, float), AttrSpec("causal", False, bool)),
     infer=_infer, evaluate=_evaluate, export=_export, canonicalize=_canon, flops=_flops,
     doc="softmax(q k^T * scale (masked)) v, grouped-query heads allowed (ONNX Attention, "

@@ -1,7 +1,9 @@
 """The operator definition type and the registry every other part of graphsub reads.
 
 One `OpDef` holds everything that must agree about an operator: its attributes, shape
-inference, numpy reference semantics, ONNX export, cost counts and torch lowering. Imports are
+inference, numpy reference semantics, ONNX export, cost counts, whether it is a view, torch
+lowering, fission category, what the numerical rule check draws for it and whether a library
+product fuses it as an activation. Imports are
 keyed by the *foreign* operator instead (one ONNX op or ATen op may become several graphsub
 ops, as Gemm and silu do), so ONNX and ATen importers have registries of their own, filled by
 the same family modules, beside the OpDefs they produce. docs/operators.md says how to add one.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
     from graphsub.onnx_io.importer import ImportContext
 
 Types = tuple[TensorType, ...]
+Shape = tuple[int, ...]
 InferFn = Callable[[Attrs, Types], Types]
 EvalFn = Callable[[Attrs, Sequence[np.ndarray]], tuple[np.ndarray, ...]]
 ExportFn = Callable[["ExportContext", Attrs, list[str], list[str], Types], None]
@@ -78,13 +82,80 @@ class _Required:
 REQUIRED: Any = _Required()
 
 
+#: Values of an attribute from the input shapes and the attributes drawn before it (a split's
+#: sizes from its input's dimension along its axis).
+TriesFn = Callable[[Sequence[Shape], Mapping[str, Any]], tuple[Any, ...]]
+
+
 @dataclass(frozen=True)
 class AttrSpec:
-    """One attribute: its default (or REQUIRED) and a converter to its canonical form."""
+    """One attribute: its default (or REQUIRED) and a converter to its canonical form.
+
+    `tries` are the values the numerical rule check (rules/check.py) draws one of, uniformly,
+    where a rule leaves the attribute open: a tuple, or a function of the input shapes that
+    gives them; none (the default) leaves the attribute at its default. A rule holds for every
+    value, so the tries are the values that tell a wrong rule: several axes, both padding
+    modes, strides of 1 and 2."""
 
     name: str
     default: Any = REQUIRED
     convert: Callable[[Any], Any] | None = None
+    tries: tuple[Any, ...] | TriesFn = ()
+
+    def tried(self, in_shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The values to try for inputs of `in_shapes` (`attrs`: those drawn already)."""
+        return self.tries(in_shapes, attrs) if callable(self.tries) else self.tries
+
+
+class Category(StrEnum):
+    """The fission paper's categories of primitives (section 2.1; Korch, section 3), and the
+    operators that are not one: a primitive has one degree of parallelism and one data access
+    pattern, so it runs as one kernel. The category decides what a generated kernel may hold
+    (graphsub.fission.candidates): elementwise, reduce/broadcast and layout primitives fuse
+    into one loop nest; a linear primitive is a library call of its own."""
+
+    ELEMENTWISE = "elementwise"
+    REDUCE = "reduce"         #: reductions and broadcasts
+    LAYOUT = "layout"         #: moves data without arithmetic
+    LINEAR = "linear"         #: matmul, convolution: linear in every input
+    COARSE = "coarse"         #: an operator fission splits into the four above (fission.rules)
+    SOURCE = "source"         #: graph inputs and weights: no kernel
+    #: a kernel of its own, which fission does not split: an operator graphsub does not model,
+    #: softmax with its NaN guard (no primitive tests for NaN), or one no fission rule
+    #: expresses (a rotary embedding's gather by position)
+    OPAQUE = "opaque"
+    GENERATED = "generated"   #: a generated kernel (`fused`): fission puts its body back
+
+
+#: The shapes the numerical rule check draws an operand from where its operator's `Role` names
+#: none: every rank from scalars to 4-D images, sizes that broadcast against each other.
+ANY_SHAPES: tuple[Shape, ...] = ((4, 4), (1, 4, 6, 6), (4,), (1, 8, 6, 6), (4, 6), (1, 4, 1, 1),
+                                 (), (1, 4), (2, 4, 4))
+
+
+@dataclass(frozen=True)
+class Role:
+    """What the numerical rule check draws for one input of the operator where a rule has a
+    variable: the shapes it may take (a convolution's weights are 4-D, a norm's scale is a
+    vector) and whether its values must be positive for the operator to be defined (a
+    logarithm's input, a divisor)."""
+
+    shapes: tuple[Shape, ...] = ANY_SHAPES
+    positive: bool = False
+
+
+def _no_algorithm(attrs: Attrs) -> str:
+    return ""
+
+
+@dataclass(frozen=True)
+class PostOp:
+    """An activation that a library's matrix product applies to its result within the same
+    call (oneDNN's post-ops: backends/torch/fusion.py): the post-op's name, and its algorithm
+    for the node's attributes (GELU's tanh approximation)."""
+
+    name: str
+    algorithm: Callable[[Attrs], str] = _no_algorithm
 
 
 def _zero(attrs: Attrs, ins: Types, outs: Types) -> int:
@@ -93,6 +164,10 @@ def _zero(attrs: Attrs, ins: Types, outs: Types) -> int:
 
 def _bytes_moved(attrs: Attrs, ins: Types, outs: Types) -> int:
     return sum(t.nbytes for t in ins) + sum(t.nbytes for t in outs)
+
+
+#: The kinds of view an operator can be (`OpDef.view`).
+VIEW_KINDS = ("alias", "strided")
 
 
 @dataclass(frozen=True)
@@ -104,6 +179,9 @@ class OpDef:
     infer: InferFn
     evaluate: EvalFn
     export: ExportFn
+    #: What fission does with it: splits it (coarse), keeps it as a primitive of a category,
+    #: or leaves it a kernel of its own.
+    category: Category
     attrs: tuple[AttrSpec, ...] = ()
     flops: CountFn = _zero
     bytes: CountFn = _bytes_moved
@@ -113,18 +191,34 @@ class OpDef:
     #: Binary and commutative: rules match it with operands in either order, and the
     #: structural hash does not depend on their order.
     commutative: bool = False
-    #: Whether the output can be the input's memory without a kernel: "alias" (the same
-    #: bytes read as another shape: reshape and its kin, free on every target), "strided" (a
-    #: view with other strides: transpose, split, slice; free where a target hands operators
-    #: strided inputs, torch) or "" (a kernel computes it).
+    #: Whether the output is the input's memory: "alias" (the same bytes read as another
+    #: shape: reshape and its kin), "strided" (the same bytes with other strides: transpose,
+    #: split, slice) or "" (a kernel computes it). A view moves no data (an alias of a
+    #: contiguous input, a strided view where operators read strided inputs); whether it
+    #: also runs without a kernel is the target's to say (`Target.free_views`;
+    #: `cost.base.costs_nothing` answers for a node): torch runs both kinds as torch views,
+    #: onnxruntime launches a kernel for each, of which the analytic model charges an
+    #: alias's launch alone and a strided view's as a copy.
     view: str = ""
     #: The operator in torch (see `TorchLowering`); None: the torch targets cannot run it.
     torch: LowerFn | None = None
+    #: What the numerical rule check draws for each input (`Role`), by position; inputs past
+    #: the end take `Role()`.
+    roles: tuple[Role, ...] = ()
+    #: Set for an activation a library's matrix product applies in the same call.
+    post_op: PostOp | None = None
     doc: str = ""
     _spec_by_name: dict[str, AttrSpec] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.view not in ("", *VIEW_KINDS):
+            raise ValueError(f"operator {self.name!r}: view {self.view!r} is not one of "
+                             f"{', '.join(VIEW_KINDS)} or empty")
         object.__setattr__(self, "_spec_by_name", {a.name: a for a in self.attrs})
+
+    def role(self, position: int) -> Role:
+        """What the rule check draws for the input at `position`."""
+        return self.roles[position] if position < len(self.roles) else Role()
 
     def attr_spec(self, name: str) -> AttrSpec | None:
         return self._spec_by_name.get(name)
@@ -287,6 +381,12 @@ def importable_onnx_ops() -> list[str]:
 
 
 # ---- shared converters and checks used by the family modules -------------------------------
+
+#: What the rule check tries for an axis and a tuple of axes (`AttrSpec.tries`): both ends,
+#: counted from either side, and all axes.
+AXIS_TRIES = (1, 0, -1)
+AXES_TRIES = ((-1,), (0,), (1,), None)
+
 
 def ints(value: Any) -> tuple[int, ...]:
     if isinstance(value, (int, np.integer)):

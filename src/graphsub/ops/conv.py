@@ -3,7 +3,7 @@ enlarge operator, plus the padding arithmetic that pooling shares."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -11,13 +11,22 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from graphsub.errors import ConversionError, ShapeError
 from graphsub.ir.types import Attrs, TensorType
-from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, OpDef, TorchFn, TorchLowering,
-                               Types, aten_importer, choice, ints, onnx_importer, pair, register,
-                               same_dtype)
-from graphsub.ops.elementwise import (ACTIVATIONS, apply_activation, emit_with_activation,
-                                      torch_activation)
+from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, Role, Shape,
+                               TorchFn, TorchLowering, Types, aten_importer, choice, ints,
+                               onnx_importer, pair, register, same_dtype)
+from graphsub.ops.elementwise import (ACTIVATION_TRIES, ACTIVATIONS, apply_activation,
+                                      emit_with_activation, torch_activation)
 
 Pads = tuple[int, int, int, int]  # top, left, bottom, right (ONNX order is t, l, b, r too)
+
+#: What the rule check tries for the strides and padding of convolutions and pools.
+STRIDE_TRIES = ((1, 1), (2, 2))
+PADDING_TRIES = ("same", "valid")
+#: Images the rule check draws for a convolution's input (4 or 8 channels), and kernels for
+#: them: square and not, 1x1, grouped (4 input channels of 2 or 1), widening and narrowing.
+_IMAGES = Role(shapes=((1, 4, 6, 6), (1, 8, 6, 6)))
+_KERNELS = Role(shapes=((4, 4, 3, 3), (4, 4, 1, 1), (8, 4, 3, 3), (4, 4, 1, 3), (4, 4, 3, 1),
+                        (4, 2, 3, 3), (4, 1, 3, 3), (8, 8, 3, 3), (4, 8, 1, 1), (8, 4, 1, 1)))
 
 
 def padding_attr(value: Any) -> str | Pads:
@@ -206,10 +215,12 @@ def _conv_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torc
 
 
 register(OpDef(
-    name="conv2d", inputs=(2, 3), torch=_conv_torch,
-    attrs=(AttrSpec("stride", (1, 1), pair), AttrSpec("padding", "same", padding_attr),
+    name="conv2d", inputs=(2, 3), torch=_conv_torch, category=Category.LINEAR,
+    roles=(_IMAGES, _KERNELS, Role(shapes=((4,), (8,)))),
+    attrs=(AttrSpec("stride", (1, 1), pair, tries=STRIDE_TRIES),
+           AttrSpec("padding", "same", padding_attr, tries=PADDING_TRIES),
            AttrSpec("dilation", (1, 1), pair),
-           AttrSpec("activation", "none", choice(*ACTIVATIONS))),
+           AttrSpec("activation", "none", choice(*ACTIVATIONS), tries=ACTIVATION_TRIES)),
     infer=_conv_infer, evaluate=_conv_eval, export=_conv_export, flops=_conv_flops,
     canonicalize=_conv_canon,
     doc="NCHW convolution; the group count is input channels / weight input channels, as in "
@@ -305,8 +316,16 @@ def _enlarge_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> T
     return lambda w: (t.F.pad(w, (pw, pw, ph, ph)),)
 
 
+def _larger_kernel(in_shapes: Sequence[Shape],
+                   attrs: Mapping[str, Any]) -> tuple[tuple[int, int], ...]:
+    """For the rule check: a kernel two larger than the largest side of the one enlarged."""
+    k = max(in_shapes[0][2:]) + 2
+    return ((k, k),)
+
+
 register(OpDef(
-    name="enlarge", inputs=(1, 1), attrs=(AttrSpec("kernel", convert=pair),),
+    name="enlarge", inputs=(1, 1), category=Category.LAYOUT, roles=(_KERNELS,),
+    attrs=(AttrSpec("kernel", convert=pair, tries=_larger_kernel),),
     infer=_enlarge_infer, evaluate=_enlarge_eval, export=_enlarge_export, torch=_enlarge_torch,
     doc="Zero-pad a convolution kernel to a larger size, centred (TASO), so that convolutions "
         "with different kernels can merge. A SAME convolution with the enlarged kernel computes "

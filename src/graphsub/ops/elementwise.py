@@ -10,11 +10,14 @@ from scipy import special
 
 from graphsub.errors import ConversionError, ShapeError
 from graphsub.ir.types import SUPPORTED_DTYPES, Attrs, TensorType
-from graphsub.ops.base import (AtenBuilder, AtenCall, AtenImportFn, AttrSpec, LowerFn, OpDef,
-                               TorchFn, TorchLowering, Types, aten_importer, broadcast, choice,
-                               f32, is_float, onnx_importer, register, same_dtype)
+from graphsub.ops.base import (ANY_SHAPES, AtenBuilder, AtenCall, AtenImportFn, AttrSpec,
+                               Category, LowerFn, OpDef, PostOp, Role, TorchFn, TorchLowering,
+                               Types, aten_importer, broadcast, choice, f32, is_float,
+                               onnx_importer, register, same_dtype)
 
 ACTIVATIONS = ("none", "relu", "sigmoid", "tanh")
+#: What the rule check tries for a fused activation attribute.
+ACTIVATION_TRIES = ("none", "relu", "sigmoid")
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -124,10 +127,16 @@ def _float_only(name: str) -> Callable[[Attrs, Types], Types]:
     return infer
 
 
+#: The input of an operator defined for positive values only, as the rule check draws it.
+_POSITIVE = Role(positive=True)
+
+
 def _unary(name: str, onnx_type: str, fn: Callable[[np.ndarray], np.ndarray], flops: int,
-           float_only: bool = True, view: str = "", torch: LowerFn | None = None) -> OpDef:
+           float_only: bool = True, view: str = "", torch: LowerFn | None = None,
+           roles: tuple[Role, ...] = (), post_op: PostOp | None = None) -> OpDef:
     return register(OpDef(
         name=name, inputs=(1, 1), view=view, torch=torch or torch_function(name),
+        category=Category.ELEMENTWISE, roles=roles, post_op=post_op,
         infer=_float_only(name) if float_only else _same_type,
         evaluate=lambda attrs, xs: (np.asarray(fn(xs[0])).astype(xs[0].dtype),),
         export=lambda ctx, attrs, ins, outs, types: ctx.emit(onnx_type, ins, outs),
@@ -136,20 +145,22 @@ def _unary(name: str, onnx_type: str, fn: Callable[[np.ndarray], np.ndarray], fl
     ))
 
 
-RELU = _unary("relu", "Relu", lambda x: np.maximum(x, 0), 1, float_only=False)
-SIGMOID = _unary("sigmoid", "Sigmoid", _sigmoid, 4)
-TANH = _unary("tanh", "Tanh", np.tanh, 4)
+RELU = _unary("relu", "Relu", lambda x: np.maximum(x, 0), 1, float_only=False,
+               post_op=PostOp("relu"))
+SIGMOID = _unary("sigmoid", "Sigmoid", _sigmoid, 4, post_op=PostOp("sigmoid"))
+TANH = _unary("tanh", "Tanh", np.tanh, 4, post_op=PostOp("tanh"))
 ERF = _unary("erf", "Erf", special.erf, 4)
 EXP = _unary("exp", "Exp", np.exp, 1)
-LOG = _unary("log", "Log", np.log, 1)
-SQRT = _unary("sqrt", "Sqrt", np.sqrt, 1)
+LOG = _unary("log", "Log", np.log, 1, roles=(_POSITIVE,))
+SQRT = _unary("sqrt", "Sqrt", np.sqrt, 1, roles=(_POSITIVE,))
 NEG = _unary("neg", "Neg", np.negative, 1, float_only=False)
-RECIPROCAL = _unary("reciprocal", "Reciprocal", np.reciprocal, 1)
+RECIPROCAL = _unary("reciprocal", "Reciprocal", np.reciprocal, 1, roles=(_POSITIVE,))
 IDENTITY = _unary("identity", "Identity", lambda x: x, 0, float_only=False, view="alias",
                   torch=_torch_identity)
 
 register(OpDef(
     name="dropout", inputs=(1, 1), view="alias", attrs=(AttrSpec("ratio", 0.5, f32),),
+    category=Category.ELEMENTWISE,
     infer=_same_type, evaluate=lambda attrs, xs: (xs[0],), torch=_torch_identity,
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("Identity", ins, outs),
     doc="Dropout at inference: the identity. Kept so imported graphs stay faithful; exported "
@@ -161,10 +172,14 @@ def _torch_gelu(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torc
     return lambda x: (t.F.gelu(x, approximate=approximate),)
 
 
+def _gelu_algorithm(attrs: Attrs) -> str:
+    return "tanh" if attrs["approximate"] == "tanh" else "none"
+
+
 register(OpDef(
     name="gelu", inputs=(1, 1), attrs=(AttrSpec("approximate", "none", choice("none", "tanh")),),
     infer=_float_only("gelu"), evaluate=_gelu, export=_export_gelu, flops=_per_element(8),
-    torch=_torch_gelu,
+    torch=_torch_gelu, category=Category.COARSE, post_op=PostOp("gelu", _gelu_algorithm),
     doc="Gaussian error linear unit; exported as ONNX Gelu from opset 20, else as primitives.",
 ))
 
@@ -175,6 +190,7 @@ def _torch_leaky_relu(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -
 
 register(OpDef(
     name="leaky_relu", inputs=(1, 1), attrs=(AttrSpec("alpha", 0.01, f32),),
+    category=Category.ELEMENTWISE,
     infer=_float_only("leaky_relu"), torch=_torch_leaky_relu,
     evaluate=lambda attrs, xs: (np.where(xs[0] >= 0, xs[0], xs[0] * np.float32(attrs["alpha"]))
                                 .astype(xs[0].dtype),),
@@ -219,7 +235,7 @@ def _torch_clip(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torc
 
 
 register(OpDef(
-    name="clip", inputs=(1, 1),
+    name="clip", inputs=(1, 1), category=Category.ELEMENTWISE,
     attrs=(AttrSpec("min", None, _optional_float), AttrSpec("max", None, _optional_float)),
     infer=_same_type, evaluate=_eval_clip, export=_export_clip, flops=_per_element(2),
     torch=_torch_clip,
@@ -247,6 +263,7 @@ def _torch_cast(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torc
 
 register(OpDef(
     name="cast", inputs=(1, 1), attrs=(AttrSpec("to", "float32", _dtype_name),),
+    category=Category.ELEMENTWISE,
     infer=lambda attrs, ins: (TensorType(ins[0].shape, attrs["to"]),),
     evaluate=lambda attrs, xs: (xs[0].astype(attrs["to"]),),
     export=_export_cast, torch=_torch_cast,
@@ -276,9 +293,11 @@ def _torch_div(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torch
 
 
 def _binary(name: str, onnx_type: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
-            doc: str, commutative: bool = False, torch: LowerFn | None = None) -> OpDef:
+            doc: str, commutative: bool = False, torch: LowerFn | None = None,
+            roles: tuple[Role, ...] = ()) -> OpDef:
     return register(OpDef(
         name=name, inputs=(2, 2), infer=_binary_infer(name), torch=torch or torch_function(name),
+        category=Category.ELEMENTWISE, roles=roles,
         evaluate=lambda attrs, xs: (np.asarray(fn(xs[0], xs[1])).astype(xs[0].dtype),),
         export=lambda ctx, attrs, ins, outs, types: ctx.emit(onnx_type, ins, outs),
         flops=_per_element(1), doc=doc, commutative=commutative,
@@ -289,7 +308,10 @@ ADD = _binary("add", "Add", np.add, "Element-wise sum with numpy broadcasting.",
 SUB = _binary("sub", "Sub", np.subtract, "Element-wise difference with broadcasting.")
 MUL = _binary("mul", "Mul", np.multiply, "Element-wise product with broadcasting.", True)
 DIV = _binary("div", "Div", _int_safe_div, "Element-wise quotient with broadcasting.",
-              torch=_torch_div)
+              torch=_torch_div,
+              # A divisor is positive, and may be a row scaling (one value per row) or the
+              # reduction of a row (a column of ones).
+              roles=(Role(), Role(shapes=ANY_SHAPES + ((4, 1), (2, 4, 1)), positive=True)))
 POW = _binary("pow", "Pow", np.power, "Element-wise power with broadcasting.")
 
 
@@ -301,7 +323,8 @@ def _smul_infer(attrs: Attrs, ins: Types) -> Types:
 
 
 register(OpDef(
-    name="smul", inputs=(2, 2), infer=_smul_infer,
+    name="smul", inputs=(2, 2), infer=_smul_infer, category=Category.ELEMENTWISE,
+    roles=(Role(), Role(shapes=((),))),
     evaluate=lambda attrs, xs: ((xs[0] * xs[1]).astype(xs[0].dtype),),
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("Mul", ins, outs),
     flops=_per_element(1), torch=torch_function("mul"),
@@ -379,13 +402,16 @@ def _import_clip(ctx, node):
 
 @onnx_importer("Cast")
 def _import_cast(ctx, node):
+    """A cast to a type graphsub does not model (strings, float8) stays an opaque node: the
+    importer returns None for an element type onnx does not know, and `ctx.add` raises
+    OpAttributeError, which the import catches, for one graphsub does not support."""
     from onnx import helper
 
-    to = helper.tensor_dtype_to_np_dtype(ctx.attr(node, "to"))
     try:
-        return ctx.add("cast", ctx.inputs(node), to=str(to))
-    except Exception:
+        to = helper.tensor_dtype_to_np_dtype(ctx.attr(node, "to"))
+    except KeyError:  # an element type code this onnx does not know
         return None
+    return ctx.add("cast", ctx.inputs(node), to=str(to))
 
 
 # ---- ATen import (torch.compile) -----------------------------------------------------------

@@ -23,7 +23,8 @@ import numpy as np
 
 from graphsub.errors import ShapeError
 from graphsub.ir.types import Attrs, TensorType
-from graphsub.ops.base import AttrSpec, OpDef, TorchFn, TorchLowering, Types, get_op, register
+from graphsub.ops.base import (AttrSpec, Category, OpDef, TorchFn, TorchLowering, Types, get_op,
+                               register)
 
 Ref = tuple
 Body = tuple[tuple[tuple[str, Attrs, tuple[Ref, ...]], ...], tuple[Ref, ...]]
@@ -129,6 +130,7 @@ def body_of(nodes: Sequence[tuple[str, Attrs, Sequence[Ref]]], outputs: Sequence
 
 register(OpDef(
     name="fused", inputs=(1, None), attrs=(AttrSpec("body", convert=tuple),),
+    category=Category.GENERATED,
     infer=_infer, evaluate=_evaluate, export=_export, torch=_torch, flops=_flops,
     doc="A group of primitives compiled as one generated kernel (graphsub.fission); exported "
         "as the primitives.",

@@ -8,11 +8,17 @@ import numpy as np
 
 from graphsub.errors import ShapeError
 from graphsub.ir.types import Attrs, TensorType
-from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, OpDef, TorchFn, TorchLowering,
-                               Types, aten_importer, choice, onnx_importer, register,
-                               same_dtype)
-from graphsub.ops.elementwise import (ACTIVATIONS, apply_activation, emit_with_activation,
-                                      torch_activation)
+from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, Role, TorchFn,
+                               TorchLowering, Types, aten_importer, choice, onnx_importer,
+                               register, same_dtype)
+from graphsub.ops.elementwise import (ACTIVATION_TRIES, ACTIVATIONS, apply_activation,
+                                      emit_with_activation, torch_activation)
+
+#: What the rule check draws for a product's operands: vectors, matrices, batches, and batches
+#: that broadcast against a matrix or each other; on the right also columns, whose products
+#: are the reductions of rows.
+_OPERANDS = ((4,), (6,), (4, 4), (4, 6), (6, 4), (2, 4, 4), (1, 4, 6), (2, 6, 4))
+_ROLES = (Role(shapes=_OPERANDS), Role(shapes=_OPERANDS + ((4, 1), (2, 4, 1))))
 
 
 def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -54,8 +60,8 @@ def _torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
 
 
 register(OpDef(
-    name="matmul", inputs=(2, 2), torch=_torch,
-    attrs=(AttrSpec("activation", "none", choice(*ACTIVATIONS)),),
+    name="matmul", inputs=(2, 2), torch=_torch, category=Category.LINEAR, roles=_ROLES,
+    attrs=(AttrSpec("activation", "none", choice(*ACTIVATIONS), tries=ACTIVATION_TRIES),),
     infer=_infer,
     evaluate=lambda attrs, xs: (apply_activation(attrs["activation"],
                                                  np.matmul(xs[0], xs[1]).astype(xs[0].dtype)),),

@@ -14,9 +14,14 @@ import numpy as np
 
 from graphsub.errors import ConversionError, ShapeError
 from graphsub.ir.types import Attrs, TensorType
-from graphsub.ops.base import (AtenBuilder, AtenCall, AtenImportFn, AttrSpec, LowerFn, OpDef,
-                               TorchFn, TorchLowering, Types, aten_importer, f32, norm_axis,
-                               onnx_importer, register)
+from graphsub.ops.base import (AXIS_TRIES, AtenBuilder, AtenCall, AtenImportFn, AttrSpec,
+                               Category, LowerFn, OpDef, Role, TorchFn, TorchLowering, Types,
+                               aten_importer, f32, norm_axis, onnx_importer, register)
+
+
+#: A normalization's axis, and its scale and bias where the rule check draws them: vectors.
+_AXIS = AttrSpec("axis", -1, int, tries=AXIS_TRIES)
+_VECTOR = Role(shapes=((4,), (6,)))
 
 
 def _axis_canon(op: str):
@@ -70,7 +75,7 @@ _SOFTMAXES = {
 
 for _name, (_onnx_type, _evaluate, _doc) in _SOFTMAXES.items():
     register(OpDef(
-        name=_name, inputs=(1, 1), attrs=(AttrSpec("axis", -1, int),),
+        name=_name, inputs=(1, 1), attrs=(_AXIS,), category=Category.COARSE,
         infer=_float_same(_name), evaluate=_evaluate, torch=_along_axis(_name),
         export=lambda ctx, attrs, ins, outs, types, onnx_type=_onnx_type: ctx.emit(
             onnx_type, ins, outs, axis=attrs["axis"]),
@@ -107,7 +112,7 @@ def _torch_guarded_softmax(t: TorchLowering, attrs: Attrs, ins: Types, outs: Typ
 
 
 register(OpDef(
-    name="guarded_softmax", inputs=(1, 1), attrs=(AttrSpec("axis", -1, int),),
+    name="guarded_softmax", inputs=(1, 1), attrs=(_AXIS,), category=Category.OPAQUE,
     infer=_float_same("guarded_softmax"), evaluate=_guarded_softmax,
     torch=_torch_guarded_softmax, export=_export_guarded_softmax,
     canonicalize=_axis_canon("guarded_softmax"),
@@ -215,8 +220,8 @@ def _ln_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchF
 
 
 register(OpDef(
-    name="layer_norm", inputs=(2, 3),
-    attrs=(AttrSpec("axis", -1, int), AttrSpec("epsilon", 1e-5, f32)),
+    name="layer_norm", inputs=(2, 3), category=Category.COARSE, roles=(Role(), _VECTOR, _VECTOR),
+    attrs=(_AXIS, AttrSpec("epsilon", 1e-5, f32)),
     infer=_normalized_infer("layer_norm"), evaluate=_ln_eval, export=_ln_export, torch=_ln_torch,
     canonicalize=_axis_canon("layer_norm"),
     flops=lambda attrs, ins, outs: 8 * ins[0].numel,
@@ -257,8 +262,8 @@ def _rms_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torch
 
 
 register(OpDef(
-    name="rms_norm", inputs=(2, 2),
-    attrs=(AttrSpec("axis", -1, int), AttrSpec("epsilon", 1e-5, f32)),
+    name="rms_norm", inputs=(2, 2), category=Category.COARSE, roles=(Role(), _VECTOR),
+    attrs=(_AXIS, AttrSpec("epsilon", 1e-5, f32)),
     infer=_normalized_infer("rms_norm"), evaluate=_rms_eval, export=_rms_export, torch=_rms_torch,
     canonicalize=_axis_canon("rms_norm"),
     flops=lambda attrs, ins, outs: 4 * ins[0].numel,
@@ -303,6 +308,10 @@ def _bn_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchF
 
 register(OpDef(
     name="batch_norm", inputs=(5, 5), attrs=(AttrSpec("epsilon", 1e-5, f32),),
+    category=Category.COARSE,
+    # Per-channel vectors, positive variances.
+    roles=(Role(shapes=((1, 4, 6, 6), (1, 8, 6, 6))), *[Role(shapes=((4,), (8,)))] * 3,
+           Role(shapes=((4,), (8,)), positive=True)),
     infer=_bn_infer, evaluate=_bn_eval, torch=_bn_torch,
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("BatchNormalization", ins, outs,
                                                          epsilon=attrs["epsilon"]),

@@ -13,7 +13,7 @@ import numpy as np
 
 from graphsub.errors import GraphsubError, NoLoweringError
 from graphsub.ir.types import Attrs
-from graphsub.ops.base import (AttrSpec, OpDef, TorchFn, TorchLowering, Types, is_float,
+from graphsub.ops.base import (AttrSpec, Category, OpDef, TorchFn, TorchLowering, Types, is_float,
                                register)
 
 
@@ -136,7 +136,7 @@ def _torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
 
 
 register(OpDef(
-    name="opaque", inputs=(0, None), torch=_torch,
+    name="opaque", inputs=(0, None), torch=_torch, category=Category.OPAQUE,
     attrs=(AttrSpec("onnx_node", convert=bytes), AttrSpec("opsets", convert=tuple),
            AttrSpec("output_types", convert=tuple), AttrSpec("input_slots", convert=tuple),
            AttrSpec("op_type", convert=str)),

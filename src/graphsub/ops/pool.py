@@ -10,10 +10,12 @@ import numpy as np
 
 from graphsub.errors import ShapeError
 from graphsub.ir.types import Attrs, TensorType
-from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, OpDef, TorchFn, TorchLowering,
-                               Types, aten_importer, is_float, onnx_importer, pair, register)
-from graphsub.ops.conv import (Pads, canonical_padding, onnx_pads, pad_nchw, padding_attr,
-                               resolve_pads, symmetric_pads, window_out, windows)
+from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, Role, TorchFn,
+                               TorchLowering, Types, aten_importer, is_float, onnx_importer, pair,
+                               register)
+from graphsub.ops.conv import (PADDING_TRIES, STRIDE_TRIES, Pads, canonical_padding, onnx_pads,
+                               pad_nchw, padding_attr, resolve_pads, symmetric_pads, window_out,
+                               windows)
 
 
 def _pool_geometry(attrs: Attrs, x: TensorType, op: str):
@@ -133,19 +135,22 @@ def _gap_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torch
     return lambda x: (mean(x, dim=dims, keepdim=True),)
 
 
-_POOL_ATTRS = (AttrSpec("kernel", convert=pair), AttrSpec("stride", None, pair),
-               AttrSpec("padding", "valid", padding_attr))
+_POOL_ATTRS = (AttrSpec("kernel", convert=pair, tries=((3, 3), (2, 2))),
+               AttrSpec("stride", None, pair, tries=STRIDE_TRIES),
+               AttrSpec("padding", "valid", padding_attr, tries=PADDING_TRIES))
+#: What the rule check pools: an image.
+_IMAGE = (Role(shapes=((1, 4, 6, 6),)),)
 
 register(OpDef(
-    name="max_pool2d", inputs=(1, 1), attrs=_POOL_ATTRS,
+    name="max_pool2d", inputs=(1, 1), attrs=_POOL_ATTRS, category=Category.REDUCE, roles=_IMAGE,
     infer=_pool_infer("max_pool2d"), evaluate=_max_eval, export=_pool_export("MaxPool"),
     flops=_pool_flops, canonicalize=_pool_canon, torch=_max_torch,
     doc="Max pooling; padding never wins the max. Stride defaults to the kernel size.",
 ))
 
 register(OpDef(
-    name="avg_pool2d", inputs=(1, 1),
-    attrs=_POOL_ATTRS + (AttrSpec("count_include_pad", False, bool),),
+    name="avg_pool2d", inputs=(1, 1), category=Category.REDUCE, roles=_IMAGE,
+    attrs=_POOL_ATTRS + (AttrSpec("count_include_pad", False, bool, tries=(True, False)),),
     infer=_pool_infer("avg_pool2d"), evaluate=_avg_eval, export=_pool_export("AveragePool"),
     flops=_pool_flops, canonicalize=_pool_canon, torch=_avg_torch,
     doc="Average pooling; padded cells count only with count_include_pad.",
@@ -161,6 +166,7 @@ def _gap_infer(attrs: Attrs, ins: Types) -> Types:
 
 register(OpDef(
     name="global_avg_pool", inputs=(1, 1), infer=_gap_infer, torch=_gap_torch,
+    category=Category.REDUCE, roles=_IMAGE,
     evaluate=lambda attrs, xs: (xs[0].mean(axis=tuple(range(2, xs[0].ndim)), keepdims=True,
                                            dtype=np.float64).astype(xs[0].dtype),),
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("GlobalAveragePool", ins, outs),

@@ -9,9 +9,9 @@ import numpy as np
 
 from graphsub.ir.types import Attrs, TensorType
 from graphsub.errors import ConversionError
-from graphsub.ops.base import (AtenBuilder, AtenCall, AtenImportFn, AttrSpec, LowerFn, OpDef,
-                               TorchFn, TorchLowering, Types, aten_importer, ints, is_float,
-                               norm_axis, onnx_importer, register)
+from graphsub.ops.base import (AXES_TRIES, AtenBuilder, AtenCall, AtenImportFn, AttrSpec,
+                               Category, LowerFn, OpDef, TorchFn, TorchLowering, Types,
+                               aten_importer, ints, is_float, norm_axis, onnx_importer, register)
 
 
 def _canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
@@ -66,7 +66,9 @@ def _torch(kind: str) -> LowerFn:
 def _reduce(name: str, onnx_type: str, fn: Callable[..., np.ndarray], axes_input_from: int) -> None:
     register(OpDef(
         name=name, inputs=(1, 1), torch=_torch(name.removeprefix("reduce_")),
-        attrs=(AttrSpec("axes", None, ints), AttrSpec("keepdims", True, bool)),
+        category=Category.REDUCE,
+        attrs=(AttrSpec("axes", None, ints, tries=AXES_TRIES),
+               AttrSpec("keepdims", True, bool, tries=(True, False))),
         infer=_infer,
         evaluate=lambda attrs, xs: (np.asarray(fn(xs[0], axis=attrs["axes"],
                                                   keepdims=attrs["keepdims"]))

@@ -4,20 +4,17 @@ slice and pad. Shape-valued attributes are concrete (ONNX shape inputs are folde
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from graphsub.errors import ShapeError
 from graphsub.ir.types import Attrs, TensorType
-from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, OpDef, TorchFn, TorchLowering,
-                               Types, aten_importer, choice, f32, ints, is_float, norm_axis,
-                               onnx_importer, register, same_dtype)
-
-
-def _no_flops(attrs: Attrs, ins: Types, outs: Types) -> int:
-    return 0
+from graphsub.ops.base import (AXES_TRIES, AXIS_TRIES, AtenBuilder, AtenCall, AttrSpec, Category,
+                               OpDef, Shape, TorchFn, TorchLowering, Types, aten_importer, choice,
+                               f32, ints, is_float, norm_axis, onnx_importer, register,
+                               same_dtype)
 
 
 def _torch_reshape(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
@@ -56,7 +53,8 @@ def _concat_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> To
 
 
 register(OpDef(
-    name="concat", inputs=(1, None), attrs=(AttrSpec("axis", convert=int),),
+    name="concat", inputs=(1, None), attrs=(AttrSpec("axis", convert=int, tries=AXIS_TRIES),),
+    category=Category.LAYOUT,
     infer=_concat_infer, torch=_concat_torch,
     evaluate=lambda attrs, xs: (np.concatenate(xs, axis=attrs["axis"]),),
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("Concat", ins, outs,
@@ -95,9 +93,16 @@ def _split_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Tor
     return split
 
 
+def _halves(in_shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> tuple[tuple[int, ...]]:
+    """For the rule check: the split axis cut in two halves (one part where it is shorter)."""
+    n = in_shapes[0][attrs.get("axis", 0)] if in_shapes[0] else 0
+    return ((n // 2, n - n // 2) if n >= 2 else (n,),)
+
+
 register(OpDef(
-    name="split", inputs=(1, 1), view="strided", torch=_split_torch,
-    attrs=(AttrSpec("axis", convert=int), AttrSpec("sizes", convert=ints)),
+    name="split", inputs=(1, 1), view="strided", torch=_split_torch, category=Category.LAYOUT,
+    attrs=(AttrSpec("axis", convert=int, tries=AXIS_TRIES),
+           AttrSpec("sizes", convert=ints, tries=_halves)),
     infer=_split_infer, evaluate=_split_eval, export=_split_export,
     canonicalize=lambda v, ins: _axis_canon(v, ins, "split"),
     doc="Split into len(sizes) outputs along one axis, with explicit sizes.",
@@ -142,8 +147,14 @@ def _transpose_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) ->
     return lambda x: (x.permute(perm),)
 
 
+def _reversal(in_shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> tuple[tuple[int, ...]]:
+    """For the rule check: the axes reversed, a permutation of every rank."""
+    return (tuple(reversed(range(len(in_shapes[0])))),)
+
+
 register(OpDef(
-    name="transpose", inputs=(1, 1), view="strided", attrs=(AttrSpec("perm", convert=ints),),
+    name="transpose", inputs=(1, 1), view="strided", category=Category.LAYOUT,
+    attrs=(AttrSpec("perm", convert=ints, tries=_reversal),),
     infer=_transpose_infer, torch=_transpose_torch,
     evaluate=lambda attrs, xs: (np.asarray(np.transpose(xs[0], attrs["perm"]), order="C"),),
     export=lambda ctx, attrs, ins, outs, types: (
@@ -175,8 +186,16 @@ def _export_reshape(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: T
     ctx.emit("Reshape", [ins[0], ctx.const(np.array(attrs["shape"], dtype=np.int64))], outs)
 
 
+def _reshapes(in_shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> tuple[Shape, ...]:
+    """For the rule check: flatten, or insert or drop a dimension of size 1 (what reshapes
+    around batch-1 models do), so that rules about unit reshapes have examples."""
+    shape = in_shapes[0]
+    return ((math.prod(shape),), (1,) + shape, tuple(d for d in shape if d != 1))
+
+
 register(OpDef(
-    name="reshape", inputs=(1, 1), view="alias", attrs=(AttrSpec("shape", convert=ints),),
+    name="reshape", inputs=(1, 1), view="alias", category=Category.LAYOUT,
+    attrs=(AttrSpec("shape", convert=ints, tries=_reshapes),),
     infer=_reshape_infer, torch=_torch_reshape,
     evaluate=lambda attrs, xs: (xs[0].reshape(attrs["shape"]),),
     export=_export_reshape,
@@ -219,7 +238,8 @@ def _flatten_canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
 
 
 register(OpDef(
-    name="flatten", inputs=(1, 1), view="alias", attrs=(AttrSpec("axis", 1, int),),
+    name="flatten", inputs=(1, 1), view="alias", category=Category.LAYOUT,
+    attrs=(AttrSpec("axis", 1, int, tries=AXIS_TRIES),),
     infer=_flatten_infer, torch=_torch_reshape,
     evaluate=lambda attrs, xs: (xs[0].reshape(_flatten_infer(
         attrs, (TensorType(xs[0].shape, str(xs[0].dtype)),))[0].shape),),
@@ -260,7 +280,8 @@ def _axes_export(onnx_type: str):
 
 
 register(OpDef(
-    name="squeeze", inputs=(1, 1), view="alias", attrs=(AttrSpec("axes", None, ints),),
+    name="squeeze", inputs=(1, 1), view="alias", category=Category.LAYOUT,
+    attrs=(AttrSpec("axes", None, ints, tries=AXES_TRIES),),
     infer=_squeeze_infer, torch=_torch_reshape,
     evaluate=lambda attrs, xs: (np.squeeze(xs[0], axis=attrs["axes"]),),
     export=_axes_export("Squeeze"), canonicalize=_squeeze_canon,
@@ -284,7 +305,8 @@ def _unsqueeze_infer(attrs: Attrs, ins: Types) -> Types:
 
 
 register(OpDef(
-    name="unsqueeze", inputs=(1, 1), view="alias", attrs=(AttrSpec("axes", convert=ints),),
+    name="unsqueeze", inputs=(1, 1), view="alias", category=Category.LAYOUT,
+    attrs=(AttrSpec("axes", convert=ints, tries=AXES_TRIES),),
     infer=_unsqueeze_infer, torch=_torch_reshape,
     evaluate=lambda attrs, xs: (np.expand_dims(xs[0], attrs["axes"]),),
     export=_axes_export("Unsqueeze"), canonicalize=_unsqueeze_canon,
@@ -402,9 +424,9 @@ def _slice_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Tor
 
 
 register(OpDef(
-    name="slice", inputs=(1, 1), view="strided", torch=_slice_torch,
+    name="slice", inputs=(1, 1), view="strided", torch=_slice_torch, category=Category.LAYOUT,
     attrs=(AttrSpec("starts", convert=ints), AttrSpec("ends", convert=ints),
-           AttrSpec("axes", None, ints), AttrSpec("steps", None, ints)),
+           AttrSpec("axes", None, ints, tries=AXES_TRIES), AttrSpec("steps", None, ints)),
     infer=_slice_infer,
     evaluate=lambda attrs, xs: (np.asarray(xs[0][_slices(attrs, xs[0].ndim)], order="C"),),
     export=_slice_export, canonicalize=_slice_canon,
@@ -492,7 +514,7 @@ def _pad_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torch
 
 
 register(OpDef(
-    name="pad", inputs=(1, 1), torch=_pad_torch,
+    name="pad", inputs=(1, 1), torch=_pad_torch, category=Category.LAYOUT,
     attrs=(AttrSpec("pads", convert=ints), AttrSpec("mode", "constant",
                                                     choice("constant", "reflect", "edge")),
            AttrSpec("value", 0.0, f32)),

@@ -8,7 +8,7 @@ import numpy as np
 
 from graphsub.errors import GraphsubError
 from graphsub.ir.types import Attrs, Constant, TensorType
-from graphsub.ops.base import AttrSpec, OpDef, Types, ints, register
+from graphsub.ops.base import AttrSpec, Category, OpDef, Types, ints, register
 
 
 def _no_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
@@ -28,7 +28,7 @@ def _zero_bytes(attrs: Attrs, ins: Types, outs: Types) -> int:
 
 
 register(OpDef(
-    name="input", inputs=(0, 0),
+    name="input", inputs=(0, 0), category=Category.SOURCE,
     attrs=(AttrSpec("name", convert=str), AttrSpec("shape", convert=ints),
            AttrSpec("dtype", "float32", str)),
     infer=lambda attrs, ins: (TensorType(attrs["shape"], attrs["dtype"]),),
@@ -38,6 +38,7 @@ register(OpDef(
 
 register(OpDef(
     name="weight", inputs=(0, 0), attrs=(AttrSpec("value", convert=_constant),),
+    category=Category.SOURCE,
     infer=lambda attrs, ins: (attrs["value"].type,),
     evaluate=lambda attrs, xs: (attrs["value"].array,),
     export=_no_export, bytes=_zero_bytes,

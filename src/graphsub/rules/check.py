@@ -13,6 +13,10 @@ is a vector (numpy's matmul turns a 1-D operand into a row or a column depending
 and the types of both sides agree, so only an example of that shape tells the rule is wrong.
 So the checker draws examples for every combination of operand ranks the roles accept
 (where there are not too many), and then random ones.
+
+What to draw is the operators' knowledge, in their definitions: the shapes each input's role
+takes and whether it must be positive (`OpDef.roles`), and the values to try for attributes a
+rule leaves open (`AttrSpec.tries`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from graphsub.errors import GraphsubError
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
 from graphsub.ops import get_op
+from graphsub.ops.base import ANY_SHAPES, Role, Shape
 from graphsub.rules.applier import BuildingHost, Rejection, apply_match
 from graphsub.rules.ast import (AVar, Call, Expr, ListExpr, Lit, OpTerm, Rule, Term, Var,
                                 term_vars)
@@ -48,43 +53,10 @@ class RuleCheckError(GraphsubError):
     """A rule's two sides disagree numerically, or it cannot be tested."""
 
 
-_CONV_W = [(4, 4, 3, 3), (4, 4, 1, 1), (8, 4, 3, 3), (4, 4, 1, 3), (4, 4, 3, 1), (4, 2, 3, 3),
-           (4, 1, 3, 3), (8, 8, 3, 3), (4, 8, 1, 1), (8, 4, 1, 1)]
-_DEFAULT_SHAPES = [(4, 4), (1, 4, 6, 6), (4,), (1, 8, 6, 6), (4, 6), (1, 4, 1, 1), (), (1, 4),
-                   (2, 4, 4)]
-_ROLE_SHAPES: dict[tuple[str, int], list[tuple[int, ...]]] = {
-    ("conv2d", 0): [(1, 4, 6, 6), (1, 8, 6, 6)],
-    ("conv2d", 1): _CONV_W,
-    ("conv2d", 2): [(4,), (8,)],
-    ("enlarge", 0): _CONV_W,
-    # Vectors, matrices, batches, and batches that broadcast against a matrix or each other.
-    ("matmul", 0): [(4,), (6,), (4, 4), (4, 6), (6, 4), (2, 4, 4), (1, 4, 6), (2, 6, 4)],
-    ("matmul", 1): [(4,), (6,), (4, 4), (4, 6), (6, 4), (2, 4, 4), (1, 4, 6), (2, 6, 4), (4, 1),
-                    (2, 4, 1)],
-    ("smul", 1): [()],
-    # Row scalings (one value per row) and reductions of a row (a column of ones).
-    ("div", 1): _DEFAULT_SHAPES + [(4, 1), (2, 4, 1)],
-    ("layer_norm", 1): [(4,), (6,)],
-    ("layer_norm", 2): [(4,), (6,)],
-    ("rms_norm", 1): [(4,), (6,)],
-    ("avg_pool2d", 0): [(1, 4, 6, 6)],
-    ("max_pool2d", 0): [(1, 4, 6, 6)],
-    ("global_avg_pool", 0): [(1, 4, 6, 6)],
-    **{("batch_norm", i): [(4,), (8,)] for i in range(1, 5)},
-    ("batch_norm", 0): [(1, 4, 6, 6), (1, 8, 6, 6)],
-}
 #: Rules whose variables' ranks combine in more ways than this are checked by random draws.
 MAX_RANK_PLANS = 256
 #: Draws per combination of ranks, until one fits the source.
 PLAN_ATTEMPTS = 6
-#: Roles whose inputs must be positive for the op to be defined.
-_POSITIVE = {("batch_norm", 4), ("sqrt", 0), ("log", 0), ("div", 1), ("reciprocal", 0)}
-_ATTR_CHOICES: dict[str, list[Any]] = {
-    "stride": [(1, 1), (2, 2)], "padding": ["same", "valid"], "activation": ["none", "relu", "sigmoid"],
-    "axis": [1, 0, -1], "count_include_pad": [True, False], "keepdims": [True, False],
-    "kernel": [(3, 3), (2, 2)],
-    "axes": [(-1,), (0,), (1,), None],
-}
 
 
 def _roles(rule: Rule) -> dict[str, tuple[str, int]]:
@@ -141,7 +113,7 @@ def _positive_vars(rule: Rule) -> set[str]:
                 found.add(t.name)
         elif isinstance(t, OpTerm):
             for i, a in enumerate(t.args):
-                walk(a, positive or (t.op, i) in _POSITIVE)
+                walk(a, positive or _role((t.op, i)).positive)
 
     for source in rule.sources:
         walk(source, False)
@@ -179,30 +151,26 @@ class _Example:
     feeds: dict[str, np.ndarray]
 
 
-def _default_attr(op: str, key: str, in_shapes: list[tuple[int, ...]], attrs: dict[str, Any],
+def _default_attr(op: str, key: str, in_shapes: list[Shape], attrs: dict[str, Any],
                   rng: np.random.Generator) -> Any:
-    """A value for an attribute the source leaves open."""
-    if key == "sizes" and in_shapes:
-        n = in_shapes[0][attrs.get("axis", 0)] if in_shapes[0] else 0
-        return (n // 2, n - n // 2) if n >= 2 else (n,)
-    if key == "perm" and in_shapes:
-        return tuple(reversed(range(len(in_shapes[0]))))
-    if key == "shape" and in_shapes:
-        # Flatten, or insert or drop a dimension of size 1 (what reshapes around batch-1
-        # models do), so that rules about unit reshapes have examples.
-        shape = in_shapes[0]
-        choices = [(math.prod(shape),), (1,) + shape, tuple(d for d in shape if d != 1)]
-        return choices[rng.integers(len(choices))]
-    if key == "kernel" and op == "enlarge" and in_shapes:
-        k = max(in_shapes[0][2:]) + 2
-        return (k, k)
-    if key in _ATTR_CHOICES:
-        return _ATTR_CHOICES[key][rng.integers(len(_ATTR_CHOICES[key]))]
-    return None
+    """A value for an attribute the source leaves open: one of the operator's tries for it
+    (`AttrSpec.tries`), drawn where there are several; None leaves it at its default."""
+    spec = get_op(op).attr_spec(key)
+    values = spec.tried(in_shapes, attrs) if spec is not None else ()
+    if len(values) > 1:
+        return values[rng.integers(len(values))]
+    return values[0] if values else None
 
 
-def _role_shapes(role: tuple[str, int]) -> list[tuple[int, ...]]:
-    return _ROLE_SHAPES.get(role, _DEFAULT_SHAPES)
+def _role(role: tuple[str, int]) -> Role:
+    """The operator's role for the input at a position (`Role()` for a variable that is a
+    whole source, which no operator reads)."""
+    op, position = role
+    return get_op(op).role(position) if op else Role()
+
+
+def _role_shapes(role: tuple[str, int]) -> tuple[Shape, ...]:
+    return _role(role).shapes
 
 
 def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] | None = None,
@@ -252,7 +220,7 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
             choices = used  # rules often need equal shapes: reuse one already drawn
         shape = choices[rng.integers(len(choices))]
         data = rng.standard_normal(shape).astype(np.float32)
-        if role in _POSITIVE or name in scalars or name in positive:
+        if name in scalars or name in positive:  # a positive role puts name in positive
             data = np.abs(data) + np.float32(0.5)
         if name in constants:
             fill = constants[name]
@@ -344,7 +312,7 @@ def _rank_plans(rule: Rule, rng: np.random.Generator) -> list[dict[str, int] | N
     if math.prod(len({len(s) for s in _role_shapes(roles[n])}) for n in names) > MAX_RANK_PLANS:
         # Too many: plan the ranks of operands with roles of their own (matmul's), and leave
         # the others (element-wise operands) to the draw.
-        names = [n for n in names if roles[n] in _ROLE_SHAPES]
+        names = [n for n in names if _role_shapes(roles[n]) != ANY_SHAPES]
     options = [sorted({len(s) for s in _role_shapes(roles[n])}) for n in names]
     if not names or math.prod(len(o) for o in options) > MAX_RANK_PLANS:
         return [None]

@@ -7,10 +7,10 @@ or a GPU (optionally captured in CUDA graphs), and the `torch-cpu` / `torch-cuda
     program.module                       # the torch.fx.GraphModule (hand it to inductor)
 """
 
-from graphsub.backends.torch.lowering import VIEW_OPS, lowered_ops
+from graphsub.backends.torch.lowering import lowered_ops
 from graphsub.backends.torch.program import CudaGraphReplay, TorchProgram, TorchRunnable
 from graphsub.backends.torch.target import TorchCpuTarget, TorchCudaTarget, TorchTarget
 from graphsub.errors import NoLoweringError
 
-__all__ = ["VIEW_OPS", "CudaGraphReplay", "NoLoweringError", "TorchCpuTarget",
+__all__ = ["CudaGraphReplay", "NoLoweringError", "TorchCpuTarget",
            "TorchCudaTarget", "TorchProgram", "TorchRunnable", "TorchTarget", "lowered_ops"]

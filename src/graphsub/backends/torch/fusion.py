@@ -4,12 +4,13 @@ operators one by one. The graph is unchanged (the search and the exported model 
 this); each fusion computes what its operators compute, up to the rounding of the kernel.
 
 - **Linear layers** on the CPU: a product with a constant matrix, with the bias added, a
-  following activation (GELU, ReLU, tanh, sigmoid) or a residual sum, becomes one oneDNN
-  call (`mkldnn::_linear_pointwise`, what inductor's CPU freezing calls), with the matrix
-  stored transposed once. Traced by torch.compile the call is plain aten ops again, for
-  inductor to lower its own way (see `_linear`). On AMD processors MKL's sgemm, which
-  `torch.matmul` and eager `nn.Linear` call, runs at half oneDNN's speed; and each operator left out is a pass over
-  the output and a parallel region less.
+  following activation (an operator with a `post_op`: GELU, ReLU, tanh, sigmoid) or a
+  residual sum, becomes one oneDNN call (`mkldnn::_linear_pointwise`, what inductor's CPU
+  freezing calls), with the matrix stored transposed once. Traced by torch.compile the call
+  is plain aten ops again, for inductor to lower its own way (see `_linear`). On AMD
+  processors MKL's sgemm, which `torch.matmul` and eager `nn.Linear` call, runs at half
+  oneDNN's speed; and each operator left out is a pass over the output and a parallel region
+  less.
 - **Attention**: softmax(q k^T * s [+ mask]) v, as exporters decompose
   `scaled_dot_product_attention` (a scalar on q and on k^T, the scores, an additive mask, the
   softmax with the NaN guard `Where(IsNaN(p), 0, p)`, imported as guarded_softmax, the
@@ -37,12 +38,11 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import is_fake
 
 from graphsub.ir.graph import Graph, Value
+from graphsub.ir.types import EMPTY_ATTRS, Attrs
+from graphsub.ops import get_op
 
 #: Products smaller than this (m * k * n) stay torch.matmul: oneDNN's call costs ~15 us more.
 LINEAR_MIN_WORK = 1 << 21
-
-#: graphsub unary ops and matmul activations -> oneDNN post-op (attr, algorithm).
-_ACTIVATIONS = {"relu": ("relu", ""), "tanh": ("tanh", ""), "sigmoid": ("sigmoid", "")}
 
 
 @dataclass(frozen=True)
@@ -217,8 +217,8 @@ class _Finder:
             return None
         absorbed: set[int] = set()
         root, bias, post, other = nid, None, ("none", ""), None
-        if mm.attrs["activation"] != "none":
-            post = _ACTIVATIONS[mm.attrs["activation"]]
+        if mm.attrs["activation"] != "none":  # the name of an operator with a post-op
+            post = _post_op(mm.attrs["activation"], EMPTY_ATTRS)
         else:
             nxt = self._next(root)
             if nxt is not None and self.g[nxt[0]].op == "add":
@@ -229,13 +229,9 @@ class _Finder:
             nxt = self._next(root)
             if nxt is not None:
                 user = self.g[nxt[0]]
-                if user.op == "gelu":
+                if get_op(user.op).post_op is not None:
                     absorbed.add(root)
-                    root, post = nxt[0], ("gelu", "tanh" if user.attrs["approximate"] == "tanh"
-                                          else "none")
-                elif user.op in _ACTIVATIONS:
-                    absorbed.add(root)
-                    root, post = nxt[0], _ACTIVATIONS[user.op]
+                    root, post = nxt[0], _post_op(user.op, user.attrs)
                 elif user.op == "add":
                     r = user.inputs[1 - nxt[1]]
                     tr = self.g.type_of(r)
@@ -260,6 +256,13 @@ class _Finder:
                 or (c.ndim and c.shape[-1] != n_out)):
             return None
         return np.ascontiguousarray(c.reshape(n_out))
+
+
+def _post_op(op: str, attrs: Attrs) -> tuple[str, str]:
+    """oneDNN's (post-op, algorithm) for an activation operator with these attributes."""
+    post = get_op(op).post_op
+    assert post is not None, f"{op} is not an activation a product fuses"
+    return post.name, post.algorithm(attrs)
 
 
 # ---- the calls -----------------------------------------------------------------------------

@@ -22,14 +22,10 @@ import torch.nn.functional as F
 
 from graphsub.errors import NoLoweringError
 from graphsub.ir.types import Attrs, TensorType
-from graphsub.ops import all_ops, get_op, view_ops
+from graphsub.ops import all_ops, get_op
 from graphsub.ops.base import TorchFn
 
 Types = tuple[TensorType, ...]
-
-#: Ops lowered to views of their input (no kernel): torch takes strided views too (slices
-#: only when every step is positive).
-VIEW_OPS = view_ops("alias", "strided")
 
 _DTYPES = {
     "float32": torch.float32, "float16": torch.float16, "float64": torch.float64,

@@ -22,9 +22,9 @@ import torch
 from graphsub.backends.base import (Capabilities, DeviceInfo, Target, TargetUnavailableError,
                                    cold_replicas, signature_graph)
 from graphsub.backends.torch import fusion
-from graphsub.backends.torch.lowering import VIEW_OPS, LowerContext, lower, torch_dtype
+from graphsub.backends.torch.lowering import LowerContext, lower, torch_dtype
 from graphsub.backends.torch.program import TorchProgram, TorchRunnable, cuda_event, to_tensor
-from graphsub.cost.base import OpSignature
+from graphsub.cost.base import OpSignature, costs_nothing, runs_as_view
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Node, Value
 from graphsub.runtime.timing import event_timed_calls, median_call_time
@@ -34,9 +34,9 @@ Strides = tuple[int, ...]
 
 class TorchTarget(Target):
     device_type = "cpu"
-    free_ops = VIEW_OPS
-    view_ops = VIEW_OPS
-    passes_views = True
+    #: Both kinds are lowered to torch views (a slice with a negative step and a reshape of
+    #: strides no view can express copy: `_is_view` tells them apart where it matters).
+    free_views = frozenset({"alias", "strided"})
     generates_kernels = True  # inductor
     capabilities = Capabilities(runs="torch")
     #: cuDNN's fused convolution + bias + relu where the device has it (the GPU target
@@ -90,7 +90,7 @@ class TorchTarget(Target):
         views make non-contiguous values; they are followed up to the tensor they view, and
         their strides computed by running the lowering on a meta tensor (no data)."""
         producer = graph[value.node]
-        if producer.op not in VIEW_OPS or value.node in graph.weight_only():
+        if not runs_as_view(producer.op, self.free_views) or value.node in graph.weight_only():
             return None
         source = producer.inputs[0]
         in_strides = self.strides_of(graph, source)
@@ -222,7 +222,8 @@ class TorchCudaTarget(TorchTarget):
 
     def time_op(self, sig: OpSignature, cold_weights: bool = False) -> float:
         program, inputs = self._signature_program(sig)
-        if self.cuda_graphs and sig.op in VIEW_OPS and _is_view(program, inputs):
+        if (self.cuda_graphs and costs_nothing(sig.op, False, self.free_views)
+                and _is_view(program, inputs)):
             return 0.0  # no kernel: nothing to replay
         if cold_weights:
             r = cold_replicas(sig, self.cache_bytes())
