@@ -88,8 +88,8 @@ def _repeat_kv(b: GraphBuilder, x: Value, c: _Shared) -> Value:
     Expand, each key/value head read by `groups` query heads. Expand is an ONNX op graphsub
     does not model: an opaque node, exactly what importing the export gives (kept, evaluated
     by onnxruntime, exported unchanged)."""
-    expanded = TensorType(tuple(int(n) for n in b.node(c.repeat_shape.node).attrs["value"].array),
-                          b.type_of(x).dtype)
+    shape = tuple(b.node(c.repeat_shape.node).attrs["value"].array.tolist())
+    expanded = TensorType(shape, b.type_of(x).dtype)
     node = onnx.helper.make_node("Expand", ["input", "shape"], ["output"], name="repeat_kv")
     return b.opaque(b.unsqueeze(x, axes=(2,)), c.repeat_shape,
                     onnx_node=node.SerializeToString(), opsets=(("", DEFAULT_OPSET),),
