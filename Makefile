@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-DEMO_MODEL ?= nasrnn
+DEMO_MODEL ?= llama
 DEMO_ARGS ?=
 # How the demo installs graphsub: editable in a checkout; CI uses a plain `pip install .`.
 DEMO_INSTALL ?= -e .

@@ -32,7 +32,8 @@ class ZooModel:
 
 _MODELS: dict[str, ZooModel] = {}
 _MODULES = ("graphsub.zoo.cnn", "graphsub.zoo.inception", "graphsub.zoo.nasnet",
-            "graphsub.zoo.sequence", "graphsub.zoo.light", "graphsub.zoo.fission")
+            "graphsub.zoo.sequence", "graphsub.zoo.decoder", "graphsub.zoo.light",
+            "graphsub.zoo.fission")
 _loaded = False
 
 
