@@ -132,14 +132,20 @@ def _round_ms(timing: Timing) -> list[float]:
 
 
 def timing_options(run_seconds: float) -> dict[str, float]:
-    """Rounds for a model whose run takes `run_seconds`: blocks of five runs with a pause and
-    an untimed run before each for fast models (see time_runnables), single runs without
-    either once a run takes long enough that the pause and the spinning threads do not
-    matter and five runs would not fit a round."""
+    """Rounds for a model whose run takes `run_seconds`: blocks of five runs for fast models,
+    fewer as runs get longer, each block after a pause and an untimed run (see
+    time_runnables: onnxruntime's threads spin after a run and steal the cores from the next
+    model's); single runs without either only once a run takes a second, where the pause and
+    the spinning threads no longer matter. Between 0.1 and 1 s the pause still does: a 30 ms
+    decoder measured at 150-290 ms on a loaded 2-core machine, timed without it, spread by
+    +-24% from round to round and its speedup was pulled from 1.48x to 1.14x; with it, +-8%
+    (bench/RESULTS.md, issue 26)."""
     if run_seconds < 0.01:
         return {"block": 5, "warmup": 3, "pause": 0.02}
     if run_seconds < 0.1:
         return {"block": 2, "warmup": 1, "pause": 0.02}
+    if run_seconds < 1.0:
+        return {"block": 1, "warmup": 1, "pause": 0.02}
     return {"block": 1, "warmup": 0, "pause": 0.0}
 
 
