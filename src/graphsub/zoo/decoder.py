@@ -33,7 +33,7 @@ from graphsub.ir.graph import Graph, Value
 from graphsub.ir.types import TensorType
 from graphsub.onnx_io import DEFAULT_OPSET
 from graphsub.zoo import register
-from graphsub.zoo.sequence import _dense, _scalar
+from graphsub.zoo.blocks import dense, scalar
 
 #: Llama's defaults: RMSNorm epsilon and the rotary base (rope_theta).
 EPSILON = 1e-6
@@ -101,23 +101,23 @@ def _attention(b: GraphBuilder, x: Value, heads: int, kv_heads: int, c: _Shared)
     of scaled_dot_product_attention (see the module docstring)."""
     _, seq, hidden = b.shape(x)
     d = hidden // heads
-    q = _rotate(b, _heads(b, _dense(b, x, hidden), heads), c)
-    k = _rotate(b, _heads(b, _dense(b, x, kv_heads * d), kv_heads), c)
-    v = _heads(b, _dense(b, x, kv_heads * d), kv_heads)
+    q = _rotate(b, _heads(b, dense(b, x, hidden), heads), c)
+    k = _rotate(b, _heads(b, dense(b, x, kv_heads * d), kv_heads), c)
+    v = _heads(b, dense(b, x, kv_heads * d), kv_heads)
     keys = b.reshape(_repeat_kv(b, k, c), shape=(heads, seq, d))
     k_t = b.reshape(b.transpose(keys, perm=(0, 2, 1)), shape=(1, heads, d, seq))
     values = b.reshape(_repeat_kv(b, v, c), shape=(1, heads, seq, d))
     scores = b.matmul(b.smul(q, c.root_scale), b.smul(k_t, c.root_scale))
     probs = b.guarded_softmax(b.add(scores, c.mask), axis=3)
     context = b.transpose(b.matmul(probs, values), perm=(0, 2, 1, 3))
-    return _dense(b, b.reshape(context, shape=(1, seq, hidden)), hidden)
+    return dense(b, b.reshape(context, shape=(1, seq, hidden)), hidden)
 
 
 def _mlp(b: GraphBuilder, x: Value, inner: int) -> Value:
     """LlamaMLP: down(silu(gate(x)) * up(x)), silu exported as x * Sigmoid(x)."""
-    gate = _dense(b, x, inner)
-    up = _dense(b, x, inner)
-    return _dense(b, b.mul(b.mul(gate, b.sigmoid(gate)), up), b.shape(x)[-1])
+    gate = dense(b, x, inner)
+    up = dense(b, x, inner)
+    return dense(b, b.mul(b.mul(gate, b.sigmoid(gate)), up), b.shape(x)[-1])
 
 
 def _rotary_tables(seq: int, d: int) -> tuple[np.ndarray, np.ndarray]:
@@ -138,11 +138,11 @@ def _causal_mask(seq: int) -> np.ndarray:
 
 def _shared(b: GraphBuilder, seq: int, heads: int, kv_heads: int, d: int) -> _Shared:
     cos, sin = _rotary_tables(seq, d)
-    return _Shared(two=_scalar(b, 2.0), eps=_scalar(b, EPSILON),
+    return _Shared(two=scalar(b, 2.0), eps=scalar(b, EPSILON),
                    cos=b.unsqueeze(b.weight(cos), axes=(1,)),
                    sin=b.unsqueeze(b.weight(sin), axes=(1,)),
                    mask=b.weight(_causal_mask(seq)),
-                   root_scale=_scalar(b, math.sqrt(1.0 / math.sqrt(d))),
+                   root_scale=scalar(b, math.sqrt(1.0 / math.sqrt(d))),
                    repeat_shape=b.weight(np.array((1, kv_heads, heads // kv_heads, seq, d),
                                                   dtype=np.int64)))
 

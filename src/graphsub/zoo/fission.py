@@ -16,7 +16,7 @@ import numpy as np
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
 from graphsub.zoo import register
-from graphsub.zoo.sequence import _dense, _layer_norm, _normal_weight, _scalar, _split_heads
+from graphsub.zoo.blocks import dense, layer_norm, normal_weight, scalar, split_heads
 
 
 @register("softmax_subgraph", "softmax(Q K^T / sqrt d) V per head: the fission paper's softmax "
@@ -30,7 +30,7 @@ def softmax_subgraph(heads: int = 12, seq: int = 128, head_dim: int = 64, seed: 
     q = b.input("q", (heads, seq, head_dim))
     k_t = b.input("k_t", (heads, head_dim, seq))
     v = b.input("v", (heads, seq, head_dim))
-    scores = b.smul(b.matmul(q, k_t), _scalar(b, 1.0 / math.sqrt(head_dim)))
+    scores = b.smul(b.matmul(q, k_t), scalar(b, 1.0 / math.sqrt(head_dim)))
     b.output(b.matmul(b.softmax(scores, axis=-1), v), "output")
     return b.build()
 
@@ -46,13 +46,13 @@ def linear_attention(seq: int = 1024, hidden: int = 256, heads: int = 4, seed: i
     an output projection follows."""
     b = GraphBuilder(seed)
     x = b.input("input", (seq, hidden))
-    q = _split_heads(b, _dense(b, x, hidden, bias=True), heads, (1, 0, 2))    # (h, s, d)
-    k_t = _split_heads(b, _dense(b, x, hidden, bias=True), heads, (1, 2, 0))  # (h, d, s)
-    v = _split_heads(b, _dense(b, x, hidden, bias=True), heads, (1, 0, 2))    # (h, s, d)
+    q = split_heads(b, dense(b, x, hidden, bias=True), heads, (1, 0, 2))    # (h, s, d)
+    k_t = split_heads(b, dense(b, x, hidden, bias=True), heads, (1, 2, 0))  # (h, d, s)
+    v = split_heads(b, dense(b, x, hidden, bias=True), heads, (1, 0, 2))    # (h, s, d)
     summary = b.matmul(b.softmax(k_t, axis=-1), v)                             # (h, d, d)
     context = b.matmul(b.softmax(q, axis=-1), summary)                         # (h, s, d)
     merged = b.reshape(b.transpose(context, perm=(1, 0, 2)), shape=(seq, hidden))
-    b.output(_dense(b, merged, hidden, bias=True), "output")
+    b.output(dense(b, merged, hidden, bias=True), "output")
     return b.build()
 
 
@@ -81,7 +81,7 @@ def _conv(b: GraphBuilder, x: Value, out: int, kernel: int, stride: int, groups:
     c = b.shape(x)[1]
     fan_in = (c // groups) * kernel * kernel
     pad = kernel // 2
-    return b.conv2d(x, _normal_weight(b, (out, c // groups, kernel, kernel), fan_in),
+    return b.conv2d(x, normal_weight(b, (out, c // groups, kernel, kernel), fan_in),
                     b.uniform_weight((out,), -0.1, 0.1), stride=stride,
                     padding=(pad, pad, pad, pad))
 
@@ -93,29 +93,29 @@ def _efficient_attention(b: GraphBuilder, x: Value, h: int, w: int, heads: int,
     matrix is (H*W) x (H*W / reduction^2)."""
     n, c = b.shape(x)
     head_dim = c // heads
-    q = _split_heads(b, _dense(b, x, c, bias=True), heads, (1, 0, 2))
+    q = split_heads(b, dense(b, x, c, bias=True), heads, (1, 0, 2))
     kv = x
     if reduction > 1:
         reduced = b.conv2d(_image(b, x, h, w),
-                           _normal_weight(b, (c, c, reduction, reduction), c * reduction ** 2),
+                           normal_weight(b, (c, c, reduction, reduction), c * reduction ** 2),
                            b.uniform_weight((c,), -0.1, 0.1), stride=reduction,
                            padding="valid")
-        kv = _layer_norm(b, _tokens(b, reduced), 1e-5)
-    k_t = _split_heads(b, _dense(b, kv, c, bias=True), heads, (1, 2, 0))
-    v = _split_heads(b, _dense(b, kv, c, bias=True), heads, (1, 0, 2))
-    scores = b.smul(b.matmul(q, k_t), _scalar(b, 1.0 / math.sqrt(head_dim)))
+        kv = layer_norm(b, _tokens(b, reduced), 1e-5)
+    k_t = split_heads(b, dense(b, kv, c, bias=True), heads, (1, 2, 0))
+    v = split_heads(b, dense(b, kv, c, bias=True), heads, (1, 0, 2))
+    scores = b.smul(b.matmul(q, k_t), scalar(b, 1.0 / math.sqrt(head_dim)))
     context = b.matmul(b.softmax(scores, axis=-1), v)
     merged = b.reshape(b.transpose(context, perm=(1, 0, 2)), shape=(n, c))
-    return _dense(b, merged, c, bias=True)
+    return dense(b, merged, c, bias=True)
 
 
 def _mix_ffn(b: GraphBuilder, x: Value, h: int, w: int) -> Value:
     """Segformer's Mix-FFN: dense to 4C, a 3x3 depthwise convolution (the positional
     information), GELU, dense back to C."""
     c = b.shape(x)[-1]
-    inner = _dense(b, x, 4 * c, bias=True)
+    inner = dense(b, x, 4 * c, bias=True)
     mixed = _tokens(b, _conv(b, _image(b, inner, h, w), 4 * c, 3, 1, groups=4 * c))
-    return _dense(b, b.gelu(mixed), c, bias=True)
+    return dense(b, b.gelu(mixed), c, bias=True)
 
 
 def _upsample(b: GraphBuilder, image: Value, factor: int) -> Value:
@@ -153,25 +153,25 @@ def segformer(image: int = 512, seed: int = 0) -> Graph:
     for width, blocks, heads, reduction, kernel, stride in _MIT_B0:
         x = _conv(b, x, width, kernel, stride)
         _, _, h, w = b.shape(x)
-        tokens = _layer_norm(b, _tokens(b, x), 1e-5)
+        tokens = layer_norm(b, _tokens(b, x), 1e-5)
         for _ in range(blocks):
-            tokens = b.add(tokens, _efficient_attention(b, _layer_norm(b, tokens, 1e-6), h, w,
+            tokens = b.add(tokens, _efficient_attention(b, layer_norm(b, tokens, 1e-6), h, w,
                                                         heads, reduction))
-            tokens = b.add(tokens, _mix_ffn(b, _layer_norm(b, tokens, 1e-6), h, w))
-        tokens = _layer_norm(b, tokens, 1e-6)
+            tokens = b.add(tokens, _mix_ffn(b, layer_norm(b, tokens, 1e-6), h, w))
+        tokens = layer_norm(b, tokens, 1e-6)
         x = _image(b, tokens, h, w)
         features.append((tokens, h))
     decoder, quarter = 256, image // 4
-    projected = [_upsample(b, _image(b, _dense(b, t, decoder, bias=True), h, h), quarter // h)
+    projected = [_upsample(b, _image(b, dense(b, t, decoder, bias=True), h, h), quarter // h)
                  for t, h in features]
     fused = b.conv2d(b.concat(*reversed(projected), axis=1),
-                     _normal_weight(b, (decoder, 4 * decoder, 1, 1), 4 * decoder),
+                     normal_weight(b, (decoder, 4 * decoder, 1, 1), 4 * decoder),
                      padding="valid")
     fused = b.relu(b.batch_norm(fused, b.uniform_weight((decoder,), 0.8, 1.2),
                                 b.uniform_weight((decoder,), -0.1, 0.1),
                                 b.uniform_weight((decoder,), -0.1, 0.1),
                                 b.uniform_weight((decoder,), 0.5, 1.5)))
-    logits = b.conv2d(fused, _normal_weight(b, (150, decoder, 1, 1), decoder),
+    logits = b.conv2d(fused, normal_weight(b, (150, decoder, 1, 1), decoder),
                       b.uniform_weight((150,), -0.1, 0.1), padding="valid")
     b.output(logits, "output")
     return b.build()

@@ -13,66 +13,13 @@ outputs are neither constant nor blown up.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
 from graphsub.zoo import register
-
-# ---- weights -------------------------------------------------------------------------------
-
-
-def _normal_weight(b: GraphBuilder, shape: Sequence[int], fan_in: int) -> Value:
-    """A weight with variance 1/fan_in (LeCun normal).
-
-    Unlike He initialization (variance 2/fan_in, right before a ReLU), this keeps a linear
-    map's output at the variance of its input, which is what attention logits, sigmoid and
-    tanh gates and the residual streams below need to stay in their useful range.
-    """
-    data = b.rng.standard_normal(tuple(shape), dtype=np.float32)
-    return b.weight(data * np.float32(1.0 / math.sqrt(fan_in)))
-
-
-def _scalar(b: GraphBuilder, value: float) -> Value:
-    """A 0-d float32 weight: the operand of `smul`, and the 1 in 1 - gate (it broadcasts)."""
-    return b.weight(np.array(value, dtype=np.float32))
-
-
-def _dense(b: GraphBuilder, x: Value, units: int, bias: bool = False) -> Value:
-    """x @ W (+ b) for x of shape (..., fan_in): one `matmul` node, plus one `add` for a bias.
-
-    Biases are small (uniform in +-0.1) but non-zero, so that a rewrite which drops or
-    misplaces one changes the output measurably.
-    """
-    fan_in = b.shape(x)[-1]
-    y = b.matmul(x, _normal_weight(b, (fan_in, units), fan_in))
-    if bias:
-        y = b.add(y, b.uniform_weight((units,), -0.1, 0.1))
-    return y
-
-
-def _layer_norm(b: GraphBuilder, x: Value, epsilon: float) -> Value:
-    """Layer normalization over the last axis, with a scale near 1 and a small shift (random
-    rather than 1 and 0, so that scale and shift are visibly part of the computation)."""
-    width = b.shape(x)[-1]
-    return b.layer_norm(x, b.uniform_weight((width,), 0.8, 1.2),
-                        b.uniform_weight((width,), -0.1, 0.1), axis=-1, epsilon=epsilon)
-
-
-# ---- transformer blocks --------------------------------------------------------------------
-
-
-def _split_heads(b: GraphBuilder, x: Value, heads: int, perm: tuple[int, int, int]) -> Value:
-    """(seq, hidden) -> (seq, heads, head_dim) -> transposed by `perm`.
-
-    perm (1, 0, 2) gives heads-first (heads, seq, head_dim) for queries and values; perm
-    (1, 2, 0) gives (heads, head_dim, seq), the transposed keys, in one transpose node.
-    """
-    seq, hidden = b.shape(x)
-    return b.transpose(b.reshape(x, shape=(seq, heads, hidden // heads)), perm=perm)
-
+from graphsub.zoo.blocks import dense, layer_norm, normal_weight, scalar, split_heads
 
 def _attention(b: GraphBuilder, x: Value, heads: int, bias: bool) -> Value:
     """Multi-head self-attention of x (seq, hidden): softmax(Q K^T / sqrt(d)) V per head,
@@ -87,33 +34,33 @@ def _attention(b: GraphBuilder, x: Value, heads: int, bias: bool) -> Value:
     if hidden % heads:
         raise ValueError(f"attention: hidden size {hidden} is not divisible by {heads} heads")
     head_dim = hidden // heads
-    q = _split_heads(b, _dense(b, x, hidden, bias), heads, (1, 0, 2))    # (h, s, d)
-    k_t = _split_heads(b, _dense(b, x, hidden, bias), heads, (1, 2, 0))  # (h, d, s)
-    v = _split_heads(b, _dense(b, x, hidden, bias), heads, (1, 0, 2))    # (h, s, d)
-    logits = b.smul(b.matmul(q, k_t), _scalar(b, 1.0 / math.sqrt(head_dim)))  # (h, s, s)
+    q = split_heads(b, dense(b, x, hidden, bias), heads, (1, 0, 2))    # (h, s, d)
+    k_t = split_heads(b, dense(b, x, hidden, bias), heads, (1, 2, 0))  # (h, d, s)
+    v = split_heads(b, dense(b, x, hidden, bias), heads, (1, 0, 2))    # (h, s, d)
+    logits = b.smul(b.matmul(q, k_t), scalar(b, 1.0 / math.sqrt(head_dim)))  # (h, s, s)
     context = b.matmul(b.softmax(logits, axis=-1), v)                         # (h, s, d)
     merged = b.reshape(b.transpose(context, perm=(1, 0, 2)), shape=(seq, hidden))
-    return _dense(b, merged, hidden, bias)
+    return dense(b, merged, hidden, bias)
 
 
 def _feed_forward(b: GraphBuilder, x: Value, inner: int, bias: bool) -> Value:
     """The position-wise MLP: hidden -> inner with (exact, erf) GELU -> hidden; two matmuls."""
     hidden = b.shape(x)[-1]
-    return _dense(b, b.gelu(_dense(b, x, inner, bias)), hidden, bias)
+    return dense(b, b.gelu(dense(b, x, inner, bias)), hidden, bias)
 
 
 def _post_norm_layer(b: GraphBuilder, x: Value, heads: int, epsilon: float) -> Value:
     """A BERT encoder layer: LN(x + attention(x)), then LN(x + FFN(x)), FFN inner 4 * hidden.
     No projection biases, as in TASO's example (its graph has weights only in matmuls)."""
     hidden = b.shape(x)[-1]
-    x = _layer_norm(b, b.add(x, _attention(b, x, heads, bias=False)), epsilon)
-    return _layer_norm(b, b.add(x, _feed_forward(b, x, 4 * hidden, bias=False)), epsilon)
+    x = layer_norm(b, b.add(x, _attention(b, x, heads, bias=False)), epsilon)
+    return layer_norm(b, b.add(x, _feed_forward(b, x, 4 * hidden, bias=False)), epsilon)
 
 
 def _pre_norm_layer(b: GraphBuilder, x: Value, heads: int, mlp: int, epsilon: float) -> Value:
     """A ViT encoder block: x + attention(LN(x)), then x + MLP(LN(x)), with biases as in ViT."""
-    x = b.add(x, _attention(b, _layer_norm(b, x, epsilon), heads, bias=True))
-    return b.add(x, _feed_forward(b, _layer_norm(b, x, epsilon), mlp, bias=True))
+    x = b.add(x, _attention(b, layer_norm(b, x, epsilon), heads, bias=True))
+    return b.add(x, _feed_forward(b, layer_norm(b, x, epsilon), mlp, bias=True))
 
 
 @register("bert", "BERT encoder (TASO): 8 post-norm layers, seq 64, hidden 1024, 16 heads",
@@ -151,7 +98,7 @@ def vit(layers: int = 12, seed: int = 0) -> Graph:
     b = GraphBuilder(seed)
     x = b.input("input", (1, 3, image, image))
     fan_in = 3 * patch * patch
-    x = b.conv2d(x, _normal_weight(b, (hidden, 3, patch, patch), fan_in),
+    x = b.conv2d(x, normal_weight(b, (hidden, 3, patch, patch), fan_in),
                  b.uniform_weight((hidden,), -0.1, 0.1), stride=patch, padding="valid")
     tokens = (image // patch) ** 2
     x = b.transpose(b.reshape(x, shape=(hidden, tokens)), perm=(1, 0))  # (196, 768)
@@ -161,8 +108,8 @@ def vit(layers: int = 12, seed: int = 0) -> Graph:
                           * np.float32(0.5)))
     for _ in range(layers):
         x = _pre_norm_layer(b, x, heads, mlp, epsilon=1e-6)
-    x = b.reduce_mean(_layer_norm(b, x, 1e-6), axes=(0,), keepdims=True)  # (1, 768)
-    b.output(_dense(b, x, classes, bias=True), "output")
+    x = b.reduce_mean(layer_norm(b, x, 1e-6), axes=(0,), keepdims=True)  # (1, 768)
+    b.output(dense(b, x, classes, bias=True), "output")
     return b.build()
 
 
@@ -178,7 +125,7 @@ def _step_inputs(b: GraphBuilder, steps: int, width: int) -> list[Value]:
 def _nas_combine(b: GraphBuilder, x: Value, h: Value, hidden: int) -> Value:
     """x @ W + h @ U: one gate pre-activation, two matmuls with fresh weights (TASO's
     combine())."""
-    return b.add(_dense(b, x, hidden), _dense(b, h, hidden))
+    return b.add(dense(b, x, hidden), dense(b, h, hidden))
 
 
 def _nas_cell(b: GraphBuilder, x: Value, h: Value, hidden: int) -> Value:
@@ -225,9 +172,9 @@ def _sru_cell(b: GraphBuilder, x: Value, c: Value, one: Value) -> tuple[Value, V
     The three matmuls read only x, which is what makes SRU parallel (and mergeable).
     """
     hidden = b.shape(c)[-1]
-    x_tilde = _dense(b, x, hidden)
-    f = b.sigmoid(_dense(b, x, hidden, bias=True))
-    r = b.sigmoid(_dense(b, x, hidden, bias=True))
+    x_tilde = dense(b, x, hidden)
+    f = b.sigmoid(dense(b, x, hidden, bias=True))
+    r = b.sigmoid(dense(b, x, hidden, bias=True))
     c = b.add(b.mul(f, c), b.mul(b.sub(one, f), x_tilde))
     h = b.add(b.mul(r, b.tanh(c)), b.mul(b.sub(one, r), x))
     return h, c
@@ -252,7 +199,7 @@ def sru(hidden: int = 1024, steps: int = 1, seed: int = 0) -> Graph:
     b = GraphBuilder(seed)
     xs = _step_inputs(b, steps, hidden)
     c = b.input("c0", (1, hidden))
-    one = _scalar(b, 1.0)
+    one = scalar(b, 1.0)
     hs = []
     for x in xs:
         h, c = _sru_cell(b, x, c, one)
