@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from graphsub.generate.enumerate import InputSpec
+from graphsub.generate.enumerate import GeneratorInput
 from graphsub.generate.opset import DEFAULT_OPS, OPS
 
 
 @dataclass(frozen=True)
 class Family:
     name: str
-    inputs: tuple[InputSpec, ...]
+    inputs: tuple[GeneratorInput, ...]
     ops: tuple[str, ...]  # the operators that apply to these tensors
 
 
@@ -35,35 +35,35 @@ EXTENSION_OPS = frozenset({"sub", "div", "exp", "reduce-sum"})
 
 
 def _matrix_family(ops: Sequence[str], variables: int) -> Family:
-    inputs = [InputSpec(f"x{i}", (2, 4)) for i in range(1, variables + 1)]
-    inputs += [InputSpec(f"w{i}", (4, 4)) for i in range(1, variables + 1)]
+    inputs = [GeneratorInput(f"x{i}", (2, 4)) for i in range(1, variables + 1)]
+    inputs += [GeneratorInput(f"w{i}", (4, 4)) for i in range(1, variables + 1)]
     if "smul" in ops:
-        inputs.append(InputSpec("s0", ()))
+        inputs.append(GeneratorInput("s0", ()))
     if "matmul" in ops:
-        inputs.append(InputSpec("I_matmul", (4, 4), "i-matmul", (("size", 4),)))
+        inputs.append(GeneratorInput("I_matmul", (4, 4), "i-matmul", (("size", 4),)))
     return Family("matrix", tuple(inputs),
                   tuple(o for o in ops if o in MATRIX_OPS | EXTENSION_OPS))
 
 
 def _image_family(ops: Sequence[str], variables: int) -> Family:
-    inputs = [InputSpec(f"i{i}", (2, 4, 5, 5)) for i in range(1, variables + 1)]
+    inputs = [GeneratorInput(f"i{i}", (2, 4, 5, 5)) for i in range(1, variables + 1)]
     for kh, kw in ((3, 3), (1, 3), (3, 1)):
         if (kh, kw) != (3, 3) and "enlarge" not in ops:
             continue  # 1x3 and 3x1 kernels serve the enlarge rules
-        inputs += [InputSpec(f"k{kh}{kw}_{i}", (4, 4, kh, kw), kernel=True)
+        inputs += [GeneratorInput(f"k{kh}{kw}_{i}", (4, 4, kh, kw), kernel=True)
                    for i in range(1, variables + 1)]
-    inputs.append(InputSpec("kdw", (4, 1, 3, 3), kernel=True))  # depthwise (grouped) kernel
+    inputs.append(GeneratorInput("kdw", (4, 1, 3, 3), kernel=True))  # depthwise (grouped) kernel
     if "smul" in ops:
-        inputs.append(InputSpec("s0", ()))
+        inputs.append(GeneratorInput("s0", ()))
     convs = {"conv", "conv-strided"} & set(ops)
     if convs and "avg-pool" in ops:
-        inputs.append(InputSpec("C_pool", (4, 1, 3, 3), "c-pool",
+        inputs.append(GeneratorInput("C_pool", (4, 1, 3, 3), "c-pool",
                                 (("channels", 4), ("kernel", (3, 3)))))
     if convs:
-        inputs.append(InputSpec("I_conv", (4, 4, 3, 3), "i-conv",
+        inputs.append(GeneratorInput("I_conv", (4, 4, 3, 3), "i-conv",
                                 (("channels", 4), ("kernel", (3, 3)))))
     if "ewmul" in ops:
-        inputs.append(InputSpec("I_ewmul", (2, 4, 5, 5), "i-ewmul", (("shape", (2, 4, 5, 5)),)))
+        inputs.append(GeneratorInput("I_ewmul", (2, 4, 5, 5), "i-ewmul", (("shape", (2, 4, 5, 5)),)))
     return Family("image", tuple(inputs), tuple(o for o in ops if o in IMAGE_OPS))
 
 

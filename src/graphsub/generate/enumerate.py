@@ -39,7 +39,7 @@ Sink = Callable[[bytes, Encoded], None]
 
 
 @dataclass(frozen=True)
-class InputSpec:
+class GeneratorInput:
     """An input tensor of the enumeration, or one of TASO's constant tensors (`constant` names
     the kind, `params` its parameters)."""
 
@@ -66,7 +66,7 @@ class GenGraph:
     nodes: tuple[GenNode, ...]
     outputs: tuple[int, ...]
     tensors: tuple[GenTensor, ...]
-    inputs: tuple[InputSpec, ...]
+    inputs: tuple[GeneratorInput, ...]
 
     @property
     def size(self) -> int:
@@ -99,13 +99,13 @@ def _combine(digests) -> bytes:
     return h.digest()
 
 
-def as_specs(inputs: Mapping[str, tuple[int, ...]] | Sequence[InputSpec]) -> tuple[InputSpec, ...]:
+def as_specs(inputs: Mapping[str, tuple[int, ...]] | Sequence[GeneratorInput]) -> tuple[GeneratorInput, ...]:
     if isinstance(inputs, Mapping):
-        return tuple(InputSpec(name, tuple(shape)) for name, shape in inputs.items())
+        return tuple(GeneratorInput(name, tuple(shape)) for name, shape in inputs.items())
     return tuple(inputs)
 
 
-def make_inputs(specs: Sequence[InputSpec], tests: int = 2, seed: int = 0) -> list[GenTensor]:
+def make_inputs(specs: Sequence[GeneratorInput], tests: int = 2, seed: int = 0) -> list[GenTensor]:
     """Input tensors: random residues for fingerprints and uniform [-1, 1] floats for tests;
     constants hold their fixed values."""
     rng = np.random.default_rng(seed)
@@ -163,7 +163,7 @@ class Enumerator:
     no longer become connected within N operators is not extended, and its last operator is
     not even evaluated."""
 
-    def __init__(self, inputs: Mapping[str, tuple[int, ...]] | Sequence[InputSpec], max_ops: int,
+    def __init__(self, inputs: Mapping[str, tuple[int, ...]] | Sequence[GeneratorInput], max_ops: int,
                  ops: Sequence[str] = DEFAULT_OPS, tests: int = 2, seed: int = 0,
                  batching: bool = True) -> None:
         unknown = set(ops) - set(OPS)
@@ -419,5 +419,5 @@ def _split(t: GenTensor, axis: int) -> list[GenTensor]:
     return parts
 
 
-__all__ = ["Encoded", "Enumeration", "Enumerator", "GenGraph", "GenNode", "InputSpec",
+__all__ = ["Encoded", "Enumeration", "Enumerator", "GenGraph", "GenNode", "GeneratorInput",
            "fingerprint", "hash1"]

@@ -15,11 +15,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from graphsub.generate.enumerate import Encoded, InputSpec
+from graphsub.generate.enumerate import Encoded, GeneratorInput
 from graphsub.generate.opset import OPS
 
 
-def variable_classes(specs: Sequence[InputSpec]) -> list[list[int]]:
+def variable_classes(specs: Sequence[GeneratorInput]) -> list[list[int]]:
     """Input ids grouped into interchangeable classes, each in order."""
     classes: dict[tuple, list[int]] = {}
     for i, s in enumerate(specs):

@@ -57,7 +57,7 @@ from graphsub.proofs.axioms import (
 
 Tensor = np.ndarray  # dtype object; each element a Z3 real expression
 Shape = tuple[int, ...]
-Kernel = tuple[int, int]
+KernelSize = tuple[int, int]
 
 RELU = z3.Function("relu", z3.RealSort(), z3.RealSort())
 _ZERO, _ONE = z3.RealVal(0), z3.RealVal(1)
@@ -190,7 +190,7 @@ def conv(stride: int, dilation: int, padding: int, activation: int, x: Tensor,
     return _activate(activation, _build((n, cout, out_h, out_w), element))
 
 
-def enlarge(kernel: Kernel, w: Tensor) -> Tensor:
+def enlarge(kernel: KernelSize, w: Tensor) -> Tensor:
     """Zero-pad an OIHW kernel spatially, centred, to `kernel`."""
     kh, kw = kernel
     if w.ndim != 4 or kh < w.shape[2] or kw < w.shape[3] or (kh - w.shape[2]) % 2 \
@@ -202,7 +202,7 @@ def enlarge(kernel: Kernel, w: Tensor) -> Tensor:
     return out
 
 
-def _pool_windows(kernel: Kernel, stride: int, padding: int,
+def _pool_windows(kernel: KernelSize, stride: int, padding: int,
                   x: Tensor) -> tuple[Shape, dict[tuple[int, ...], list[z3.ArithRef]]]:
     """The output shape of a pooling, and each output index's window cells inside the input."""
     if x.ndim != 4:
@@ -223,7 +223,7 @@ def _pool_windows(kernel: Kernel, stride: int, padding: int,
     return shape, windows
 
 
-def pool_avg(kernel: Kernel, stride: int, padding: int, x: Tensor,
+def pool_avg(kernel: KernelSize, stride: int, padding: int, x: Tensor,
              count_include_pad: bool) -> Tensor:
     """Average pooling; the divisor is the window size when padded cells count, else the
     number of input cells in the window (graphsub's default)."""
@@ -240,19 +240,19 @@ def _maximum(cells: list[z3.ArithRef]) -> z3.ArithRef:
     return best
 
 
-def pool_max(kernel: Kernel, stride: int, padding: int, x: Tensor) -> Tensor:
+def pool_max(kernel: KernelSize, stride: int, padding: int, x: Tensor) -> Tensor:
     """Max pooling over the input cells of each window (padding never wins)."""
     shape, windows = _pool_windows(kernel, stride, padding, x)
     return _build(shape, lambda idx: _maximum(windows[idx]))
 
 
-def c_pool(kernel: Kernel, channels: int) -> Tensor:
+def c_pool(kernel: KernelSize, channels: int) -> Tensor:
     """The depth-wise kernel whose convolution is average pooling with padded cells counted."""
     value = z3.Q(1, kernel[0] * kernel[1])
     return np.full((channels, 1) + kernel, value, dtype=object)
 
 
-def i_conv(kernel: Kernel, channels: int) -> Tensor:
+def i_conv(kernel: KernelSize, channels: int) -> Tensor:
     """The kernel whose stride-1 SAME convolution is the identity."""
     centre = ((kernel[0] - 1) // 2, (kernel[1] - 1) // 2)
     return _build((channels, channels) + kernel,
@@ -283,7 +283,7 @@ for average pooling's count_include_pad). Raises ShapeError where an operator is
 KERNEL_BASE = 1000  # the prover's integer encoding of a kernel (prover._kernel): kh * 1000 + kw
 
 
-def kernel_of(k: int) -> Kernel:
+def kernel_of(k: int) -> KernelSize:
     """The (height, width) a kernel parameter encodes."""
     return k // KERNEL_BASE, k % KERNEL_BASE
 

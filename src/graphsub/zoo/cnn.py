@@ -19,7 +19,7 @@ from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
 from graphsub.zoo import register
 
-Kernel = int | tuple[int, int]
+KernelSize = int | tuple[int, int]
 Padding = str | int | tuple[int, int, int, int]
 
 IMAGENET_INPUT = (1, 3, 224, 224)
@@ -32,7 +32,7 @@ RESIDUAL_DAMPING = 8
 
 # ---- layer helpers ----------------------------------------------------------------------------
 
-def _pair(k: Kernel) -> tuple[int, int]:
+def _pair(k: KernelSize) -> tuple[int, int]:
     return (k, k) if isinstance(k, int) else (int(k[0]), int(k[1]))
 
 
@@ -44,7 +44,7 @@ def init_weight(b: GraphBuilder, shape: Sequence[int], fan_in: int, relu: bool,
     return b.he_weight(shape, fan_in=fan_in * (1 if relu else 2) * damping)
 
 
-def conv(b: GraphBuilder, x: Value, cout: int, kernel: Kernel = 1, stride: int = 1,
+def conv(b: GraphBuilder, x: Value, cout: int, kernel: KernelSize = 1, stride: int = 1,
          padding: Padding = "same", activation: str = "relu", groups: int = 1,
          bias: bool = False, damping: int = 1, relu_follows: bool | None = None) -> Value:
     """One convolution with a fresh weight (and bias): the building block of every model here.
@@ -59,7 +59,7 @@ def conv(b: GraphBuilder, x: Value, cout: int, kernel: Kernel = 1, stride: int =
     return b.conv2d(*inputs, stride=stride, padding=padding, activation=activation)
 
 
-def sym_pad(kernel: Kernel) -> tuple[int, int, int, int]:
+def sym_pad(kernel: KernelSize) -> tuple[int, int, int, int]:
     """Symmetric padding of k//2 on each side, as PyTorch writes the standard models (SAME
     padding would put the odd pixel at the end on strided layers)."""
     kh, kw = _pair(kernel)
@@ -216,7 +216,7 @@ def squeezenet(seed: int = 0) -> Graph:
 
 # ---- MobileNetV2 ------------------------------------------------------------------------------
 
-def conv_bn(b: GraphBuilder, x: Value, cout: int, kernel: Kernel = 1, stride: int = 1,
+def conv_bn(b: GraphBuilder, x: Value, cout: int, kernel: KernelSize = 1, stride: int = 1,
             groups: int = 1, relu6: bool = True, damping: int = 1) -> Value:
     """MobileNetV2's unit: convolution without bias, batch norm, then ReLU6 as clip(0, 6)
     (or nothing, for the linear bottleneck projections)."""
