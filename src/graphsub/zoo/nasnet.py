@@ -14,13 +14,13 @@ from __future__ import annotations
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
 from graphsub.zoo import register
-from graphsub.zoo.cnn import IMAGENET_INPUT, Kernel, classifier, conv, finish, taso_stem
+from graphsub.zoo.cnn import IMAGENET_INPUT, KernelSize, classifier, conv, finish, taso_stem
 
 #: Variance damping of the convolutions that feed a cell (see `squeeze`).
 CELL_DAMPING = 2
 
 
-def separable(b: GraphBuilder, x: Value, channels: int, kernel: Kernel,
+def separable(b: GraphBuilder, x: Value, channels: int, kernel: KernelSize,
               stride: int = 1) -> Value:
     """Depthwise kxk convolution (groups = channels) then a 1x1 pointwise one, both linear.
     The pointwise weight is variance-damped by 2 because every separable branch is added to
