@@ -26,15 +26,11 @@ from graphsub.rules.ast import OpTerm, Rule, Term, term_ops, term_vars
 from graphsub.rules.expr import RuleError
 from graphsub.rules.matcher import (Candidate, Match, conditions_hold, match_node, no_bindings,
                                     symmetric_sources)
+from graphsub.search.run import DeadlineReached
 
 
 #: Multi-pattern combinations joined between two looks at the clock.
 DEADLINE_STRIDE = 256
-
-
-class DeadlineReached(Exception):
-    """A search ran past its deadline in the middle of matching: the e-graph is unchanged,
-    and the search stops (its time limit is a promise)."""
 
 
 class EGraphHost:
