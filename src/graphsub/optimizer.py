@@ -40,7 +40,7 @@ from graphsub.runtime.equivalence import (SAME_FUNCTION, Comparison, compare_mod
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import ALGORITHMS, Candidate, OptimizeResult, SearchStats
-from graphsub.search.result import ProgressFn, SearchProgress, Step, StopReason
+from graphsub.search.result import ProgressFn, SearchProgress, Step, StepKind, StopReason
 from graphsub.search.registry import Limits
 from graphsub.search.split import splitting
 from graphsub.selection import measure_and_choose
@@ -49,8 +49,6 @@ from graphsub.selection import measure_and_choose
 MEASURE_SHARE = 0.25
 #: The share of the search's time given to fission and orchestration, and its cap in seconds.
 FISSION_SHARE, FISSION_MAX_SECONDS = 0.2, 20.0
-#: The trace step of the candidate fission and orchestration make.
-FISSION_STEP = "fission and kernel orchestration"
 
 
 class VerificationError(GraphsubError):
@@ -425,7 +423,7 @@ def _fission_stage(run: _Run, graph: Graph, result: OptimizeResult, cost_model: 
     known = {c.graph.structural_hash() for c in result.candidates} | {graph.structural_hash()}
     if outcome.graph.structural_hash() not in known:
         candidate = Candidate(outcome.graph, outcome.cost,
-                              base.trace + (Step(FISSION_STEP, outcome.cost),))
+                              base.trace + (Step.of_kind(StepKind.FISSION, outcome.cost),))
         at = 0 if outcome.cost < base.cost else min(1, len(result.candidates))
         result.candidates.insert(min(at, max(measured - 1, 0)), candidate)
     return outcome
@@ -434,7 +432,7 @@ def _fission_stage(run: _Run, graph: Graph, result: OptimizeResult, cost_model: 
 def _fission_report(outcome: FissionOutcome | None, chosen: Candidate | None) -> dict[str, Any]:
     if outcome is None:
         return {}
-    kept = chosen is not None and any(s.rule == FISSION_STEP for s in chosen.trace)
+    kept = chosen is not None and any(s.kind == StepKind.FISSION for s in chosen.trace)
     return {**outcome.as_dict(), "kept": kept}
 
 
@@ -481,7 +479,7 @@ def _ort_fusion_stage(graph: Graph, result: OptimizeResult,
                          f"{exc}")
             continue
         if fused is not None:
-            step = Step(ort_fusions_module.STEP, candidate.cost)
+            step = Step.of_kind(StepKind.ORT_FUSIONS, candidate.cost)
             out.append((Candidate(candidate.graph, candidate.cost, (*candidate.trace, step)),
                         fused))
     if not out:

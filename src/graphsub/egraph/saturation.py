@@ -108,6 +108,7 @@ class EGraphSearch:
             seen.add(g.fingerprint())
             cost = cost_model.graph_cost(g)
             used = sorted({eg.origin[ep.enodes[n]] for n in result.choice.values()} - {-1})
+            # An extraction has no path through the input graph: its steps have no match.
             best.offer(g, cost, tuple(Step(runner.applied[i], cost) for i in used))
         result = self.run.result(initial_cost, StopReason.SATURATED)
         stats = result.stats

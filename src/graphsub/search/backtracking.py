@@ -88,7 +88,7 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
                         stats.pruned += 1
                         continue
                     new_cost = cost_model.graph_cost(new)
-                    best.offer(new, new_cost, trace + (Step(match.rule.name, new_cost),))
+                    best.offer(new, new_cost, trace + (Step.applying(match, new_cost),))
                 if new_cost < alpha * best.top.cost:
                     heapq.heappush(queue, (new_cost, next(counter), (g, match), trace))
                 else:
@@ -111,7 +111,7 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
             seen.add(fp)
             stats.explored += 1
             if not isinstance(entry, Graph):
-                trace = trace + (Step(entry[1].rule.name, cost),)
+                trace = trace + (Step.applying(entry[1], cost),)
             expand(g, trace)
             run.report(best.top.cost)
 

@@ -69,7 +69,7 @@ class SubstitutionSequence:
     children: list[SubstitutionSequence] | None = field(default=None, repr=False)
 
     def steps(self) -> tuple[Step, ...]:
-        return tuple(Step(s.match.rule.name, c) for s, c in zip(self.subs, self.costs))
+        return tuple(Step.applying(s.match, c) for s, c in zip(self.subs, self.costs))
 
 
 def initial_sequence(graph: Graph, cost: float) -> SubstitutionSequence:

@@ -344,7 +344,9 @@ def split_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
             current = cost_model.graph_cost(base)
             for i in range(len(cut)):
                 _, part_trace, _, before, after = done[i]
-                trace.extend(Step(step.rule, current + step.cost - before) for step in part_trace)
+                # A part's node ids are not the whole graph's: its steps cannot be replayed.
+                trace.extend(dataclasses.replace(step, cost=current + step.cost - before,
+                                                 match=None) for step in part_trace)
                 current += after - before
             return stitch(base, [(region, done[i][0]) for i, region in enumerate(cut)])
 
