@@ -101,11 +101,16 @@ class _Mcts:
 
     def blacklist_for(self, state: Runner, parent: TreeNode | None = None) -> set[int]:
         """Rules a source pattern of which does not occur: applying them changes nothing. A
-        child's e-graph holds its parent's, so only the parent's blacklist is checked again."""
+        child's e-graph holds its parent's, so only the parent's blacklist is checked again.
+        Hundreds of patterns looked for on a large e-graph take a second: the clock is read
+        as they go."""
+        deadline = self.run.deadline
         if parent is None:
-            return {a for a in range(self.n_rules) if not state.applicable(a)}
+            return {a for a in range(self.n_rules)
+                    if not state.applicable(a, deadline=deadline)}
         since, near = parent.state.egraph.version, {}
-        return {a for a in parent.blacklist if not state.applicable(a, since, near)}
+        return {a for a in parent.blacklist
+                if not state.applicable(a, since, near, deadline)}
 
     def select(self, root: TreeNode) -> TreeNode:
         node = root
@@ -131,7 +136,7 @@ class _Mcts:
             node.blacklist.add(action)
             self.trace.saturated_children += 1
             # Never visited again: it keeps its parent's state, not a clone to collect.
-            child = TreeNode(state, node.cost, action, node, saturated=True)
+            child = TreeNode(node.state, node.cost, action, node, saturated=True)
             node.children[action] = child
             return child
         child = TreeNode(state, self.search.extract_cost(state), action, node)
@@ -212,9 +217,10 @@ def mcts_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
     mcts = _Mcts(search, budget, max_depth, c, random.Random(options.seed))
     root = TreeNode(runner, search.extract_cost(runner))
     mcts.scale = root.cost if root.cost > 0 else 1.0
-    root.blacklist = mcts.blacklist_for(runner)
     decisions: list[str] = []
-    with run.stoppable():  # a DeadlineReached comes from a rule's matching, on a clone
+    # A DeadlineReached comes from looking for patterns, on a clone or before any change.
+    with run.stoppable():
+        root.blacklist = mcts.blacklist_for(runner)
         while True:
             if root.state.full:
                 run.stop(StopReason.NODE_LIMIT)

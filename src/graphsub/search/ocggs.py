@@ -135,10 +135,14 @@ class _Search:
                 yield from found
 
     def children(self, seq: SubstitutionSequence, ordered: bool) -> Iterator[SubstitutionSequence]:
-        """Every child sequence of `seq` (only those that stay ordered, if `ordered`)."""
+        """Every child sequence of `seq` (only those that stay ordered, if `ordered`); fewer
+        when the time limit strikes on the way (each child is a rewritten graph, built and
+        priced: a large graph's children take a while)."""
         self.stats.explored += 1
         last = seq.subs[-1] if seq.subs else None
         for match in self.matches(seq.graph):
+            if self.run.check_limits():
+                return
             self.stats.matches += 1
             sub = substitution(seq, match)
             if ordered and last is not None and not in_order(last, sub):
