@@ -152,6 +152,31 @@ def test_proof_status_says_proven_or_why_not():
     assert "identity" in proof_status(by_name["remove-identity"])
 
 
+def test_proofs_kept_per_process_stay_bounded_and_keep_the_recent_ones(monkeypatch):
+    from graphsub.proofs import prover
+    from graphsub.report import evidence
+
+    proved: list[str] = []
+
+    def prove(rule, timeout_ms):
+        proved.append(rule.name)
+        return True, ""
+
+    monkeypatch.setattr(prover, "prove", prove)
+    monkeypatch.setattr(evidence, "_PROOFS", type(evidence._PROOFS)())
+    monkeypatch.setattr(evidence, "PROOFS_KEPT", 3)
+    rules = builtin_rules()[:5]
+    for rule in rules[:3]:
+        proof_status(rule)
+    proof_status(rules[0])  # remembered, and now the most recently used
+    for rule in rules[3:]:
+        proof_status(rule)
+    assert proved == [r.name for r in rules]  # each proven once
+    assert len(evidence._PROOFS) == 3
+    proof_status(rules[0])
+    assert proved == [r.name for r in rules]  # still remembered
+
+
 @pytest.mark.parametrize("model", ["bert", "squeezenet"])
 def test_time_per_operator_type_adds_up_to_the_graph_cost(model):
     from graphsub import zoo

@@ -12,7 +12,7 @@ All of it is plain data (JSON), so a saved report can be rendered later.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -224,14 +224,22 @@ def proof_status(rule: Rule, timeout_ms: int = PROOF_MS) -> str:
     from graphsub.proofs.prover import prove
 
     key = (print_rule(rule), timeout_ms)
-    if key not in _PROOFS:
-        try:
-            ok, why = prove(rule, timeout_ms=timeout_ms)
-        except Exception as exc:  # noqa: BLE001 (a rule the prover cannot read is unproven)
-            ok, why = False, f"the prover could not read it ({exc})"
-        _PROOFS[key] = "proven" if ok else (why or "not proven")
+    if key in _PROOFS:
+        _PROOFS.move_to_end(key)
+        return _PROOFS[key]
+    try:
+        ok, why = prove(rule, timeout_ms=timeout_ms)
+    except Exception as exc:  # noqa: BLE001 (a rule the prover cannot read is unproven)
+        ok, why = False, f"the prover could not read it ({exc})"
+    _PROOFS[key] = "proven" if ok else (why or "not proven")
+    if len(_PROOFS) > PROOFS_KEPT:
+        _PROOFS.popitem(last=False)
     return _PROOFS[key]
 
 
-#: Proof outcomes by rule text, once per process (a notebook renders many reports).
-_PROOFS: dict[tuple[str, int], str] = {}
+#: Proof outcomes by rule text, once per process (a notebook renders many reports), the
+#: least recently used dropped past PROOFS_KEPT: five times the built-in rules and TASO's
+#: together (199), so that a process showing generated rule sets one after another does not
+#: keep every rule it ever showed.
+PROOFS_KEPT = 1000
+_PROOFS: OrderedDict[tuple[str, int], str] = OrderedDict()
