@@ -145,6 +145,42 @@ def test_matching_past_its_deadline_stops_before_changing_the_egraph():
     assert enc.egraph.version == version
 
 
+def test_looking_for_patterns_past_the_deadline_stops_there():
+    """MCTS checks hundreds of rules' patterns after each expansion; on a large e-graph that
+    takes seconds, so the look reads the clock as it goes."""
+    import time
+
+    from graphsub.search.run import DeadlineReached
+
+    _, _, runner = saturated("nasrnn", 3000, iterations=2)
+    late = time.perf_counter() - 1.0
+    occurring = next(i for i in range(len(RULES)) if runner.applicable(i))
+    with pytest.raises(DeadlineReached):
+        runner.applicable(occurring, deadline=late)
+    single = [i for i, r in enumerate(RULES) if len(r.sources) == 1]
+    version = runner.egraph.version
+    with pytest.raises(DeadlineReached):
+        runner.apply(runner.search(single, deadline=late))
+    assert runner.egraph.version == version
+
+
+def test_a_runners_clones_share_rule_states_until_they_search_and_stay_independent():
+    """A clone copies a rule's search state only when one side searches that rule (MCTS
+    clones runners by the hundred; copying every rule's state each time filled the heap),
+    and what either side then finds is what it would find alone."""
+    single = [i for i, r in enumerate(RULES) if len(r.sources) == 1]
+    runs = []
+    for clone_first in (False, True):
+        _, _, runner = saturated("nasrnn", 3000, iterations=1)
+        if clone_first:
+            clone = runner.clone()
+            assert all(a is b for a, b in zip(clone.indexes, runner.indexes))
+            clone.iterate(single)
+            assert clone.egraph.num_nodes > runner.egraph.num_nodes
+        runs.append((len(runner.search(single)), runner.egraph.num_nodes))
+    assert runs[0] == runs[1] and runs[0][0] > 0
+
+
 @pytest.mark.parametrize("search", [eqsat_search, mcts_search])
 def test_egraph_searches_stop_at_their_time_limit_with_a_valid_graph(search):
     graph = zoo.build("nasrnn")

@@ -97,7 +97,7 @@ def test_optimize_model_reports_the_kernels_chosen():
     assert all(k["replaced"] for k in f["kernels"])
     assert isinstance(f["kept"], bool)
     if f["kept"]:
-        assert any(s["rule"] == "fission and kernel orchestration" for s in report.trace)
+        assert any(s["kind"] == "fission" for s in report.trace)
     assert report.verification.get("equivalent") is True
     _, without = optimize_model(model, cost="analytic", time_limit=10, measure_seconds=0.5,
                                 fission=False)

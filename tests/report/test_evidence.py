@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+
 import pytest
 
 from graphsub.cost import make_cost_model
@@ -10,7 +13,7 @@ from graphsub.optimizer import optimize
 from graphsub.report.evidence import (change_view, graph_diff, op_times, proof_status, replay,
                                       rewrite_evidence)
 from graphsub.rules import builtin_rules, parse_rules
-from graphsub.search.result import Candidate, Step
+from graphsub.search.result import Candidate, Step, StepKind
 from tests.report.conftest import transposes_model
 
 
@@ -61,6 +64,63 @@ def test_replayed_rewrites_reach_the_candidate_one_step_per_rule_application():
         assert removed and len(removed) + len(added) <= 6, rule
 
 
+def _ids_and_edges(graph):
+    return {nid: (node.op, node.inputs) for nid, node in graph.nodes.items()}
+
+
+def test_a_replay_rebuilds_the_searchs_own_graphs_node_for_node():
+    """Each step is applied where the search applied it, so the replay ends at the
+    candidate's graph with the same node ids, not only an isomorphic one."""
+    graph = transposes_model()
+    rules = builtin_rules()
+    result = optimize(graph, rules, "backtracking", time_limit=5, cost="analytic", alpha=1.2)
+    for candidate in result.candidates:
+        steps = replay(graph, candidate, rules)
+        assert steps is not None
+        end = steps[-1][2] if steps else graph
+        assert _ids_and_edges(end) == _ids_and_edges(candidate.graph)
+        for step, (_, before, _) in zip(candidate.trace, steps):
+            assert set(step.match.nodes) <= before.nodes.keys()
+
+
+def test_a_trace_is_plain_json_with_each_steps_kind_and_match():
+    graph = transposes_model()
+    candidate = _best(graph, builtin_rules())
+    fission = Step.of_kind(StepKind.FISSION, candidate.cost)
+    saved = json.loads(json.dumps([asdict(s) for s in (*candidate.trace, fission)]))
+    for step, data in zip(candidate.trace, saved):
+        assert data["kind"] == "rule" and data["rule"] == step.rule
+        match = data["match"]
+        assert match["nodes"] == sorted(step.match.nodes) and match["nodes"]
+        assert match["roots"] and all(len(v) == 2 for v in match["roots"])
+        assert all(isinstance(n, int) and isinstance(i, int)
+                   for n, i in match["tensors"].values())
+    assert saved[-1] == {"rule": "fission and kernel orchestration",
+                         "cost": candidate.cost, "kind": "fission", "match": None}
+
+
+def test_steps_after_the_rules_are_named_and_the_rules_still_drawn_one_by_one():
+    graph = transposes_model()
+    rules = builtin_rules()
+    found = _best(graph, rules)
+    fused = Candidate(found.graph, found.cost,
+                      (*found.trace, Step.of_kind(StepKind.ORT_FUSIONS, found.cost)))
+    evidence = rewrite_evidence(graph, fused, rules, 0)
+    assert evidence["stepwise"] and len(evidence["steps"]) == len(found.trace)
+    assert evidence["other_steps"] == ["onnxruntime fusions (onnxscript)"]
+
+
+def test_an_egraph_extraction_has_no_path_and_is_drawn_as_one_change():
+    graph = transposes_model()
+    rules = builtin_rules()
+    result = optimize(graph, rules, "eqsat", time_limit=5, cost="analytic")
+    candidate = result.candidates[0]
+    assert candidate.trace and all(s.match is None for s in candidate.trace)
+    assert replay(graph, candidate, rules) is None
+    evidence = rewrite_evidence(graph, candidate, rules, 0)
+    assert evidence["stepwise"] is False and len(evidence["steps"]) == 1
+
+
 def test_rewrites_that_cannot_be_replayed_are_drawn_as_one_change():
     graph = transposes_model()
     rules = builtin_rules()
@@ -90,6 +150,31 @@ def test_proof_status_says_proven_or_why_not():
     by_name = {r.name: r for r in builtin_rules()}
     assert proof_status(by_name["matmul-assoc-left"]) == "proven"
     assert "identity" in proof_status(by_name["remove-identity"])
+
+
+def test_proofs_kept_per_process_stay_bounded_and_keep_the_recent_ones(monkeypatch):
+    from graphsub.proofs import prover
+    from graphsub.report import evidence
+
+    proved: list[str] = []
+
+    def prove(rule, timeout_ms):
+        proved.append(rule.name)
+        return True, ""
+
+    monkeypatch.setattr(prover, "prove", prove)
+    monkeypatch.setattr(evidence, "_PROOFS", type(evidence._PROOFS)())
+    monkeypatch.setattr(evidence, "PROOFS_KEPT", 3)
+    rules = builtin_rules()[:5]
+    for rule in rules[:3]:
+        proof_status(rule)
+    proof_status(rules[0])  # remembered, and now the most recently used
+    for rule in rules[3:]:
+        proof_status(rule)
+    assert proved == [r.name for r in rules]  # each proven once
+    assert len(evidence._PROOFS) == 3
+    proof_status(rules[0])
+    assert proved == [r.name for r in rules]  # still remembered
 
 
 @pytest.mark.parametrize("model", ["bert", "squeezenet"])

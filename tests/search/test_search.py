@@ -3,6 +3,7 @@ graph so far when interrupted."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from graphsub.cost import AnalyticCostModel
 from graphsub.ir import GraphBuilder
 from graphsub.optimizer import optimize
-from graphsub.rules import builtin_rules
+from graphsub.rules import builtin_rules, parse_rules
 from graphsub.runtime import evaluate, graph_input_specs, random_feeds
 from graphsub.search import BacktrackingOptions, Limits, backtracking_search, greedy_search
 
@@ -117,6 +118,36 @@ def test_budget_time_limit_and_node_cap():
     r = backtracking_search(g, RULES, AnalyticCostModel("v100"), Limits(),
                             BacktrackingOptions(max_node_factor=1.0))
     assert all(len(c.graph) <= len(g) for c in r.candidates)
+
+
+class _SlowPricing(AnalyticCostModel):
+    """Analytic costs that take `seconds` for every graph but the first priced (a cost that
+    is not a sum over nodes, so the search builds and prices every child)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__("v100")
+        self.seconds, self.priced_before = seconds, False
+
+    def graph_cost(self, graph):
+        if self.priced_before:
+            time.sleep(self.seconds)
+        self.priced_before = True
+        return super().graph_cost(graph)
+
+
+def test_a_time_limit_inside_the_last_graphs_expansion_is_reported_as_time():
+    """The input graph is the only one queued; each of its six matches makes a dearer child
+    (pruned by greedy) and takes 0.3 s to price: the 0.45 s limit ends the expansion, and
+    that, not an exhausted queue, is why the search stopped."""
+    b = GraphBuilder(seed=0)
+    y = b.input("x", (8, 8))
+    for _ in range(6):
+        y = b.relu(b.tanh(y))
+    b.output(y, "y")
+    (rule,) = parse_rules("rule deepen:\n  (relu ?x) => (relu (relu ?x))")
+    r = greedy_search(b.build(), [rule], _SlowPricing(0.3), Limits(time=0.45, keep=1))
+    assert r.stats.explored == 1 and 0 < r.stats.matches < 6
+    assert r.stats.stopped_by == "time"
 
 
 def test_interrupt_returns_the_best_graph_so_far():

@@ -15,10 +15,6 @@ from __future__ import annotations
 
 from graphsub.errors import GraphsubError
 
-#: The trace step of a candidate written with onnxruntime's fused operators.
-STEP = "onnxruntime fusions (onnxscript)"
-
-
 def unavailable_reason() -> str | None:
     """Why the fusions cannot run here (None: they can)."""
     try:

@@ -26,15 +26,11 @@ from graphsub.rules.ast import OpTerm, Rule, Term, term_ops, term_vars
 from graphsub.rules.expr import RuleError
 from graphsub.rules.matcher import (Candidate, Match, conditions_hold, match_node, no_bindings,
                                     symmetric_sources)
+from graphsub.search.run import DeadlineReached
 
 
 #: Multi-pattern combinations joined between two looks at the clock.
 DEADLINE_STRIDE = 256
-
-
-class DeadlineReached(Exception):
-    """A search ran past its deadline in the middle of matching: the e-graph is unchanged,
-    and the search stops (its time limit is a promise)."""
 
 
 class EGraphHost:
@@ -116,29 +112,40 @@ def _root_nodes(eg: EGraph, term: OpTerm, near: set[int] | None) -> Iterator[tup
                 break
 
 
-def match_source(eg: EGraph, term: Term, near: set[int] | None = None
+def on_time(deadline: float | None, what: str) -> None:
+    """Raise DeadlineReached past `deadline` (time.perf_counter() seconds; None: never)."""
+    if deadline is not None and time.perf_counter() > deadline:
+        raise DeadlineReached(what)
+
+
+def match_source(eg: EGraph, term: Term, near: set[int] | None = None,
+                 deadline: float | None = None
                  ) -> list[tuple[int, dict[str, int], dict[str, Any]]]:
     """Every (root class, tensor bindings, attribute bindings) of one source pattern, with
-    roots in `near` when given."""
+    roots in `near` when given. The clock is read at every root: on a large e-graph one
+    pattern's matches take a good part of a second."""
     if not isinstance(term, OpTerm):
         raise RuleError("a source term must be an operator, not a bare variable")
     host = EGraphHost(eg)
     out = []
     for root, n in _root_nodes(eg, term, near):
+        on_time(deadline, f"matching {term.op}")
         for st in match_node(host, term, n, eg.node(n), host.children(n), no_bindings()):
             out.append((root, st.tensors, st.attrs))
     return out
 
 
-def source_occurs(eg: EGraph, term: Term, near: set[int] | None = None) -> bool:
+def source_occurs(eg: EGraph, term: Term, near: set[int] | None = None,
+                  deadline: float | None = None) -> bool:
     """Whether one source pattern matches anywhere (with a root in `near`, when given);
-    stops at the first match."""
+    stops at the first match, or with DeadlineReached past `deadline`."""
     if not isinstance(term, OpTerm):
         raise RuleError("a source term must be an operator, not a bare variable")
     if any(not eg.has_op(op) for op in term_ops(term)):
         return False
     host = EGraphHost(eg)
     for _, n in _root_nodes(eg, term, near):
+        on_time(deadline, f"looking for {term.op}")
         for _ in match_node(host, term, n, eg.node(n), host.children(n), no_bindings()):
             return True
     return False
@@ -178,6 +185,14 @@ class SourceIndex:
             [] for _ in rule.sources]
         self.symmetric = symmetric_sources(rule)
 
+    def copy(self) -> SourceIndex:
+        """An independent copy (the lists of matches copied, their entries shared)."""
+        c = SourceIndex.__new__(SourceIndex)
+        c.rule, c.version, c.depths, c.symmetric = self.rule, self.version, self.depths, \
+            self.symmetric
+        c.seen = [list(s) for s in self.seen]
+        return c
+
     def search(self, eg: EGraph, changed: set[int] | None,
                deadline: float | None = None) -> list[EMatch]:
         """The matches that are new since the last search. `changed`: classes whose contents
@@ -188,10 +203,8 @@ class SourceIndex:
         first = self.version < 0 or changed is None
         fresh = []
         for k, source in enumerate(rule.sources):
-            if deadline is not None and time.perf_counter() > deadline:
-                raise DeadlineReached(f"{rule.name}: matching its sources")
             near = None if first else up_closure(eg, changed, self.depths[k])
-            fresh.append(match_source(eg, source, near) if first or near else [])
+            fresh.append(match_source(eg, source, near, deadline) if first or near else [])
         self.version = eg.version
         host = EGraphHost(eg)
         if len(rule.sources) == 1:
@@ -208,8 +221,8 @@ class SourceIndex:
             _join(eg, rule, self.seen, _first_new_at(k, starts))
             for k in range(len(starts)) if len(self.seen[k]) > starts[k])
         for n, combo in enumerate(combos):
-            if deadline is not None and n % DEADLINE_STRIDE == 0 and time.perf_counter() > deadline:
-                raise DeadlineReached(f"{rule.name}: joining multi-pattern matches")
+            if n % DEADLINE_STRIDE == 0:
+                on_time(deadline, f"{rule.name}: joining multi-pattern matches")
             tensors, attrs, roots = combo[0], combo[1], combo[2]
             if len(set(roots)) < len(roots):
                 continue  # two sources on one class: nothing to merge

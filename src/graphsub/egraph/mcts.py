@@ -34,18 +34,16 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from graphsub.cost.base import CostModel
-from graphsub.egraph.ematch import DeadlineReached
 from graphsub.egraph.runner import Runner
 from graphsub.egraph.saturation import EGraphSearch, ExtractionOptions
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import Rule
 from graphsub.search.registry import Limits, register
-from graphsub.search.result import OptimizeResult, SearchProgress, StopReason
+from graphsub.search.result import OptimizeResult, StopReason
 
 
 
@@ -87,27 +85,32 @@ class MctsTrace:
 
 class _Mcts:
     def __init__(self, search: EGraphSearch, budget: int, max_depth: int, c: float,
-                 rng: random.Random, deadline: float) -> None:
+                 rng: random.Random) -> None:
         self.search = search
+        self.run = search.run
         self.budget = budget
         self.max_depth = max_depth
         self.c = c
         self.rng = rng
-        self.deadline = deadline
         self.n_rules = len(search.runner.rules)
         self.scale = 1.0
         self.trace = MctsTrace()
 
     def out_of_time(self) -> bool:
-        return time.perf_counter() > self.deadline
+        return self.run.check_limits() is not None
 
     def blacklist_for(self, state: Runner, parent: TreeNode | None = None) -> set[int]:
         """Rules a source pattern of which does not occur: applying them changes nothing. A
-        child's e-graph holds its parent's, so only the parent's blacklist is checked again."""
+        child's e-graph holds its parent's, so only the parent's blacklist is checked again.
+        Hundreds of patterns looked for on a large e-graph take a second: the clock is read
+        as they go."""
+        deadline = self.run.deadline
         if parent is None:
-            return {a for a in range(self.n_rules) if not state.applicable(a)}
+            return {a for a in range(self.n_rules)
+                    if not state.applicable(a, deadline=deadline)}
         since, near = parent.state.egraph.version, {}
-        return {a for a in parent.blacklist if not state.applicable(a, since, near)}
+        return {a for a in parent.blacklist
+                if not state.applicable(a, since, near, deadline)}
 
     def select(self, root: TreeNode) -> TreeNode:
         node = root
@@ -127,12 +130,13 @@ class _Mcts:
             return None
         action = self.rng.choice(actions)
         state = node.state.clone()
-        changed = state.apply_rule(action, self.deadline)
+        changed = state.apply_rule(action, self.run.deadline)
         self.trace.expansions += 1
         if not changed:
             node.blacklist.add(action)
             self.trace.saturated_children += 1
-            child = TreeNode(state, node.cost, action, node, saturated=True)
+            # Never visited again: it keeps its parent's state, not a clone to collect.
+            child = TreeNode(node.state, node.cost, action, node, saturated=True)
             node.children[action] = child
             return child
         child = TreeNode(state, self.search.extract_cost(state), action, node)
@@ -153,7 +157,7 @@ class _Mcts:
             if sim.full or not allowed or self.out_of_time():
                 break
             self.trace.rollout_steps += 1
-            if not sim.apply_rule(self.rng.choice(allowed), self.deadline):
+            if not sim.apply_rule(self.rng.choice(allowed), self.run.deadline):
                 continue
             cost = self.search.extract_cost(sim)
             reward += max(previous - cost, 0.0)
@@ -205,50 +209,40 @@ def mcts_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
     """MCTS-guided e-graph construction, then extraction. The time limit stops construction
     (the tree's best move so far is taken); extraction as for eqsat."""
     budget = limits.budget_or(BUDGET)
-    time_limit, progress = limits.time, limits.progress
     max_depth, c, node_limit = options.max_depth, options.c, options.node_limit
-    search = EGraphSearch.begin(graph, rules, cost_model, node_limit)
-    runner = search.runner
-    mcts = _Mcts(search, budget, max_depth, c, random.Random(options.seed),
-                 search.construction_deadline(time_limit))
+    # The budget counts iterations per decision: it never stops the search itself.
+    search = EGraphSearch.begin(graph, rules, cost_model, node_limit, limits, None,
+                                "decisions")
+    runner, run = search.runner, search.run
+    mcts = _Mcts(search, budget, max_depth, c, random.Random(options.seed))
     root = TreeNode(runner, search.extract_cost(runner))
     mcts.scale = root.cost if root.cost > 0 else 1.0
-    root.blacklist = mcts.blacklist_for(runner)
     decisions: list[str] = []
-    stopped = StopReason.SATURATED
-    try:
+    # A DeadlineReached comes from looking for patterns, on a clone or before any change.
+    with run.stoppable():
+        root.blacklist = mcts.blacklist_for(runner)
         while True:
             if root.state.full:
-                stopped = StopReason.NODE_LIMIT
+                run.stop(StopReason.NODE_LIMIT)
                 break
-            if mcts.out_of_time():
-                stopped = StopReason.TIME
+            if run.check_limits():
                 break
-            t0 = time.perf_counter()
+            began = run.elapsed()
             best = mcts.decide(root)
-            mcts.trace.decision_seconds.append(time.perf_counter() - t0)
+            mcts.trace.decision_seconds.append(run.elapsed() - began)
             if best is None:
-                if mcts.out_of_time():
-                    stopped = StopReason.TIME
+                run.check_limits()  # out of time, or nothing left to apply (saturated)
                 break
             decisions.append(runner.rules[best.action].name)
             best.parent = None
             root = best
-            search.stats.explored = len(decisions)
-            if progress is not None:
-                search.stats.seconds = search.elapsed()
-                progress(SearchProgress.of(search.stats, root.cost, "decisions"))
-    except DeadlineReached:  # in the middle of a rule's matching, on a clone
-        stopped = StopReason.TIME
-    except KeyboardInterrupt:
-        stopped = StopReason.INTERRUPT
+            run.stats.explored = len(decisions)
+            run.report(root.cost)
     final = root.state
     growth = final.stats
-    growth.stopped_by = stopped
     growth.iterations = len(decisions)
     result = search.finish(final, options.extractors,
-                           search.extraction_time(time_limit, options.extract_time), limits.keep,
-                           growth, decisions)
+                           search.extraction_time(options.extract_time), growth, decisions)
     t = mcts.trace
     result.stats.egraph["mcts"] = {
         "iterations": t.iterations, "expansions": t.expansions,

@@ -45,25 +45,35 @@ class Runner:
         self.rules = list(rules)
         self.node_limit = node_limit
         self.indexes = [SourceIndex(r) for r in self.rules]
+        #: The positions in `indexes` this runner may change; the others it shares with
+        #: clones (copy-on-write).
+        self._owned = set(range(len(self.indexes)))
         #: The rule of each application, by the origin id its e-nodes carry.
         self.applied: list[str] = []
         self.stats = GrowthStats()
 
     def clone(self) -> Runner:
-        """An independent copy (the e-graph's clone, and the search states')."""
+        """An independent copy: the e-graph's clone; the rules' search states are shared
+        until either runner searches a rule again (MCTS clones a runner per tree node and
+        rollout, and most rules are never searched on a clone: copying every state made
+        objects a full garbage collection has to walk, hundreds per clone)."""
         r = Runner.__new__(Runner)
         r.egraph = self.egraph.clone()
         r.rules = self.rules
         r.node_limit = self.node_limit
-        r.indexes = []
-        for ix in self.indexes:
-            c = SourceIndex.__new__(SourceIndex)
-            c.rule, c.version, c.depths, c.symmetric = ix.rule, ix.version, ix.depths, ix.symmetric
-            c.seen = [list(s) for s in ix.seen]
-            r.indexes.append(c)
+        r.indexes = list(self.indexes)
+        r._owned = set()
+        self._owned = set()
         r.applied = list(self.applied)
         r.stats = GrowthStats(**{**vars(self.stats), "rejected": Counter(self.stats.rejected)})
         return r
+
+    def _index(self, i: int) -> SourceIndex:
+        """Rule i's search state, to be changed: copied first if it is shared."""
+        if i not in self._owned:
+            self.indexes[i] = self.indexes[i].copy()
+            self._owned.add(i)
+        return self.indexes[i]
 
     @property
     def full(self) -> bool:
@@ -82,9 +92,9 @@ class Runner:
         versions: dict[int, set[int] | None] = {}
         out: list[EMatch] = []
         for i in which:
-            ix = self.indexes[i]
-            if ix.version == self.egraph.version:
+            if self.indexes[i].version == self.egraph.version:
                 continue  # nothing changed since this rule was last searched
+            ix = self._index(i)
             out += ix.search(self.egraph, self._changed(versions, ix.version), deadline)
         self.stats.matches += len(out)
         return out
@@ -115,11 +125,13 @@ class Runner:
         return self.apply(self.search(which, deadline), deadline)
 
     def applicable(self, index: int, since: int | None = None,
-                   near: dict[int, set[int]] | None = None) -> bool:
+                   near: dict[int, set[int]] | None = None,
+                   deadline: float | None = None) -> bool:
         """Whether a rule's every source pattern occurs in the e-graph (MCTS's pruning: a
         rule with a source that does not occur cannot change the e-graph). With `since`, a
         version at which the rule was known not to occur: only roots near what changed since
-        then can match now (`near` caches those regions by pattern depth across calls)."""
+        then can match now (`near` caches those regions by pattern depth across calls).
+        Raises DeadlineReached past `deadline`."""
         ix = self.indexes[index]
         near = {} if near is None else near
         for seen, source, depth in zip(ix.seen, self.rules[index].sources, ix.depths):
@@ -130,6 +142,6 @@ class Runner:
                     near[-1] = self._changed({}, since) or set()
                 near[depth] = up_closure(self.egraph, near[-1], depth)
             if not source_occurs(self.egraph, source, near.get(depth) if since is not None
-                                 else None):
+                                 else None, deadline):
                 return False
         return True

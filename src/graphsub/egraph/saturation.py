@@ -11,14 +11,12 @@ extractor's estimate.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from graphsub.cost.base import CostModel
 from graphsub.egraph.egraph import GraphEncoding, egraph_from_graph
-from graphsub.egraph.ematch import DeadlineReached
 from graphsub.egraph.problem import ExtractionProblem
 from graphsub.egraph.readback import NodeCosts, extraction_problem, graph_from_choice
 from graphsub.egraph.runner import GrowthStats, Runner
@@ -26,8 +24,8 @@ from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import Rule
 from graphsub.search.registry import Limits, register
-from graphsub.search.result import (Candidate, OptimizeResult, SearchProgress,
-                                    SearchStats, Step, StopReason)
+from graphsub.search.result import OptimizeResult, Step, StopReason
+from graphsub.search.run import SearchRun
 
 
 #: Below this many seconds left, the ILP is skipped (the greedy extractors take
@@ -55,37 +53,29 @@ def run_extractor(name: str, problem: ExtractionProblem, time_limit: float) -> A
 
 @dataclass
 class EGraphSearch:
-    """What both e-graph algorithms share: the encoding, the runner, costs, statistics."""
+    """What both e-graph algorithms share: the run (clock, statistics, stop reason, best
+    graphs), the encoding, the runner, costs."""
 
     graph: Graph
     encoding: GraphEncoding
     runner: Runner
     costs: NodeCosts
-    stats: SearchStats
-    start: float
+    run: SearchRun
 
     @classmethod
     def begin(cls, graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
-              node_limit: int) -> EGraphSearch:
-        start = time.perf_counter()
+              node_limit: int, limits: Limits, budget: int | None, unit: str) -> EGraphSearch:
+        """Growing the e-graph may take CONSTRUCTION_SHARE of the time limit (the run's
+        deadline); the last rebuild and the extraction need the rest."""
+        run = SearchRun(limits, budget, unit, StopReason.ITERATIONS, CONSTRUCTION_SHARE)
         if node_limit < 1:
             raise GraphsubError(f"the e-graph node limit must be positive (got {node_limit})")
         encoding = egraph_from_graph(graph)
         return cls(graph, encoding, Runner(encoding.egraph, rules, node_limit),
-                   NodeCosts(cost_model), SearchStats(), start)
+                   NodeCosts(cost_model), run)
 
-    def construction_deadline(self, time_limit: float) -> float:
-        """When growing the e-graph must stop: the last rebuild and the extraction need the
-        rest of the time limit (CONSTRUCTION_SHARE of it is for growing)."""
-        return self.start + CONSTRUCTION_SHARE * time_limit
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start
-
-    def extraction_time(self, time_limit: float, extract_time: float | None) -> float:
-        if extract_time is not None:
-            return extract_time
-        return max(time_limit - self.elapsed(), 0.0)
+    def extraction_time(self, extract_time: float | None) -> float:
+        return self.run.remaining() if extract_time is None else extract_time
 
     def extract_cost(self, runner: Runner) -> float:
         """The DAG-aware greedy estimate of a state's best graph (MCTS's reward signal)."""
@@ -93,13 +83,14 @@ class EGraphSearch:
         return run_extractor("dag-greedy", ep.problem, 0.0).cost
 
     def finish(self, runner: Runner, extractors: Sequence[str], time_limit: float,
-               keep: int, growth: GrowthStats, decisions: Sequence[str] = ()) -> OptimizeResult:
+               growth: GrowthStats, decisions: Sequence[str] = ()) -> OptimizeResult:
         """Extract with each extractor, price the graphs, return the best few."""
         cost_model = self.costs.cost_model
         initial_cost = cost_model.graph_cost(self.graph)
         eg = runner.egraph
         ep = extraction_problem(eg, self.encoding.outputs, self.costs)
-        candidates = [Candidate(self.graph, initial_cost, ())]
+        best = self.run.best
+        best.offer(self.graph, initial_cost, ())
         seen = {self.graph.fingerprint()}
         details = {}
         for name in extractors:
@@ -117,21 +108,18 @@ class EGraphSearch:
             seen.add(g.fingerprint())
             cost = cost_model.graph_cost(g)
             used = sorted({eg.origin[ep.enodes[n]] for n in result.choice.values()} - {-1})
-            trace = tuple(Step(runner.applied[i], cost) for i in used)
-            candidates.append(Candidate(g, cost, trace))
-        candidates.sort(key=lambda c: c.cost)
-        stats = self.stats
-        stats.seconds = self.elapsed()
+            # An extraction has no path through the input graph: its steps have no match.
+            best.offer(g, cost, tuple(Step(runner.applied[i], cost) for i in used))
+        result = self.run.result(initial_cost, StopReason.SATURATED)
+        stats = result.stats
         stats.rejected = growth.rejected
         stats.matches = growth.matches
         stats.generated = growth.applications
-        stats.stopped_by = growth.stopped_by
+        growth.stopped_by = stats.stopped_by
         stats.egraph = {"nodes": eg.num_nodes, "classes": eg.num_classes,
                         "blacklisted": len(eg.blacklist), **growth.as_dict(),
                         "extraction": details, "decisions": list(decisions)}
-        top = candidates[0]
-        return OptimizeResult(top.graph, top.trace, stats, initial_cost, top.cost,
-                              candidates[:keep])
+        return result
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,40 +148,23 @@ def eqsat_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
     iteration's multi-pattern rules fill NasRNN's e-graph before any single-pattern rule runs.
     The budget caps the iterations (none by default: saturation, the node limit or the time
     limit stops it)."""
-    time_limit, budget, progress = limits.time, limits.budget, limits.progress
     k_multi = options.k_multi
-    search = EGraphSearch.begin(graph, rules, cost_model, options.node_limit)
-    runner = search.runner
+    search = EGraphSearch.begin(graph, rules, cost_model, options.node_limit, limits,
+                                limits.budget, "iterations")
+    runner, run = search.runner, search.run
     single = [i for i, r in enumerate(runner.rules) if len(r.sources) == 1]
     multi = [i for i, r in enumerate(runner.rules) if len(r.sources) > 1]
-    deadline = search.construction_deadline(time_limit)
     growth = runner.stats
-    growth.stopped_by = StopReason.SATURATED
-    try:
-        while True:
-            if budget is not None and growth.iterations >= budget:
-                growth.stopped_by = StopReason.ITERATIONS
-                break
-            if time.perf_counter() > deadline:
-                growth.stopped_by = StopReason.TIME
-                break
+    with run.stoppable():
+        while not run.check_limits(budgeted=True):
             first_multi = growth.iterations < k_multi
-            try:
-                changed = runner.iterate((multi if first_multi else []) + single, deadline)
-            except DeadlineReached:
-                growth.stopped_by = StopReason.TIME
-                break
-            search.stats.explored = growth.iterations
-            if progress is not None:
-                search.stats.seconds = search.elapsed()
-                progress(SearchProgress.of(search.stats, None, "iterations"))
+            changed = runner.iterate((multi if first_multi else []) + single, run.deadline)
+            run.stats.explored = growth.iterations
+            run.report(None)
             if runner.full:
-                growth.stopped_by = StopReason.NODE_LIMIT
+                run.stop(StopReason.NODE_LIMIT)
                 break
             if not changed and not (growth.iterations < k_multi):
                 break
-    except KeyboardInterrupt:
-        growth.stopped_by = StopReason.INTERRUPT
     return search.finish(runner, options.extractors,
-                         search.extraction_time(time_limit, options.extract_time), limits.keep,
-                         growth)
+                         search.extraction_time(options.extract_time), growth)

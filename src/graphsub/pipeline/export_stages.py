@@ -11,7 +11,7 @@ from graphsub.errors import GraphsubError
 from graphsub.onnx_io.exporter import to_onnx_bytes
 from graphsub.pipeline.run import Run, Stage
 from graphsub.search import Candidate
-from graphsub.search.result import Step
+from graphsub.search.result import Step, StepKind
 
 
 def export(run: Run, clock: StageClock) -> None:
@@ -59,7 +59,7 @@ def ort_fusions(run: Run, clock: StageClock) -> None:
                              f"operators: {exc}")
             continue
         if fused is not None:
-            step = Step(ort_fusions_module.STEP, candidate.cost)
+            step = Step.of_kind(StepKind.ORT_FUSIONS, candidate.cost)
             fused_candidates.append(
                 (Candidate(candidate.graph, candidate.cost, (*candidate.trace, step)), fused))
     if not fused_candidates:

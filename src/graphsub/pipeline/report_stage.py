@@ -9,9 +9,9 @@ from typing import Any
 
 from graphsub.budget import StageClock
 from graphsub.pipeline.run import Run, Stage
-from graphsub.pipeline.search_stages import FISSION_STEP
 from graphsub.report.evidence import op_times, rewrite_evidence
 from graphsub.report.optimize import OptimizeReport, verdict, versions
+from graphsub.search.result import StepKind
 from graphsub.selection import Selection
 
 
@@ -51,7 +51,7 @@ def report(run: Run, clock: StageClock) -> None:
 def _fission_report(run: Run) -> dict[str, Any]:
     if run.fission is None:
         return {}
-    kept = run.chosen is not None and any(s.rule == FISSION_STEP for s in run.chosen.trace)
+    kept = run.chosen is not None and any(s.kind == StepKind.FISSION for s in run.chosen.trace)
     return {**run.fission.as_dict(), "kept": kept}
 
 

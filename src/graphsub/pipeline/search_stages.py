@@ -12,12 +12,8 @@ from graphsub.fission.stage import fission_and_orchestrate
 from graphsub.pipeline.run import Run, Stage
 from graphsub.search import ALGORITHMS, Candidate, OptimizeResult, SearchStats
 from graphsub.search.registry import Limits
-from graphsub.search.result import ProgressFn, SearchProgress, Step, StopReason
+from graphsub.search.result import ProgressFn, SearchProgress, Step, StepKind, StopReason
 from graphsub.search.split import splitting
-
-#: The trace step of the candidate fission and orchestration make.
-FISSION_STEP = "fission and kernel orchestration"
-
 
 class ProgressRecorder:
     """A progress callback that also keeps (seconds, best cost) each time the best cost
@@ -102,7 +98,7 @@ def fission(run: Run, clock: StageClock) -> None:
         run.graph.structural_hash()}
     if outcome.graph.structural_hash() not in known:
         candidate = Candidate(outcome.graph, outcome.cost,
-                              base.trace + (Step(FISSION_STEP, outcome.cost),))
+                              base.trace + (Step.of_kind(StepKind.FISSION, outcome.cost),))
         at = 0 if outcome.cost < base.cost else min(1, len(result.candidates))
         result.candidates.insert(min(at, max(run.settings.candidates - 1, 0)), candidate)
 
@@ -110,4 +106,4 @@ def fission(run: Run, clock: StageClock) -> None:
 SEARCH = Stage("search", search, prices=True)
 FISSION = Stage("fission", fission, prices=True, after_interrupt=False)
 
-__all__ = ["FISSION", "FISSION_STEP", "ProgressRecorder", "SEARCH"]
+__all__ = ["FISSION", "ProgressRecorder", "SEARCH"]

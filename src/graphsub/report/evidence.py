@@ -1,19 +1,18 @@
 """What an HTML report shows besides the figures a run keeps anyway: where the time goes by
 operator type, and each rewrite as the small subgraph it changed.
 
-A search records a candidate's rewrites as rule names only (`Step`). To draw them, the
-rewrites are replayed on the original graph: at each step, of the rule's matches, the one
-whose result agrees best with the candidate's graph is applied (node ids carry over between a
-graph and its rewrite, so the right match reproduces the candidate's nodes). The replay counts
-only if it ends at the candidate's graph; otherwise (an e-graph extraction, a split search's
-parts) the report draws the whole difference between the two graphs at once and says so.
+A search records where each rewrite applied its rule (`Step.match`: the matched nodes and
+the bindings). To draw the rewrites, they are replayed on the original graph at those
+matches: node ids carry over between a graph and its rewrite, and the applier numbers new
+nodes the same way every time, so the replay makes the search's own graphs and ends at the
+candidate's. A path without recorded matches (an e-graph extraction, a split search's parts)
+is drawn as the whole difference between the two graphs at once, and the report says so.
 All of it is plain data (JSON), so a saved report can be rendered later.
 """
 
 from __future__ import annotations
 
-import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,14 +20,12 @@ from graphsub.cost.base import CostModel
 from graphsub.ir.graph import Graph, Node
 from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import Rule
-from graphsub.rules.matcher import find_matches
+from graphsub.rules.matcher import Match, find_matches
 from graphsub.rules.parser import print_rule
-from graphsub.search.result import Candidate
+from graphsub.search.result import Candidate, Step, StepKind, StepMatch
 
 #: Changed nodes drawn per rewrite at most (a drawing of hundreds of boxes shows nothing).
 MAX_DRAWN = 24
-#: Matches of one rule tried per replayed step at most, and the time a replay may take.
-MAX_MATCHES, REPLAY_SECONDS = 400, 10.0
 #: Z3's time per rule when a report says whether the rules it shows are proven.
 PROOF_MS = 1000
 
@@ -163,57 +160,42 @@ def change_view(before: Graph, after: Graph) -> dict[str, Any]:
             "after": _view(after, new, context_after, len(added) - len(new))}
 
 
-def _unchanged(nid: int, graph: Graph, target: Graph) -> bool:
-    """Whether `target` has node `nid` of `graph` as it is (node ids carry over)."""
-    node = target.nodes.get(nid)
-    return node is not None and node.op == graph[nid].op and node.inputs == graph[nid].inputs
+def _recorded(graph: Graph, rule: Rule, step: Step) -> Match | None:
+    """The match `step` recorded, found again in `graph` (which must be the graph the search
+    applied it to: node ids carry over); None when it is not there."""
+    if step.match is None:
+        return None
+    first_root = step.match.roots[0][0]
+    if first_root not in graph.nodes:
+        return None
+    return next((m for m in find_matches(graph, rule, first_roots=[first_root])
+                 if StepMatch.of(m) == step.match), None)
 
 
-def _agreement(result: Graph, parent: Graph, target: Graph) -> int:
-    """How well a rewrite of `parent` agrees with `target`: the nodes it adds that `target`
-    has as they are, less the nodes it removes that `target` still has."""
-    rn, pn = result.nodes, parent.nodes
-    gained = sum(_unchanged(nid, result, target) for nid in rn.keys() - pn.keys())
-    return gained - sum(_unchanged(nid, parent, target) for nid in pn.keys() - rn.keys())
-
-
-def replay(graph: Graph, candidate: Candidate, rules: Sequence[Rule],
-           seconds: float = REPLAY_SECONDS) -> list[tuple[str, Graph, Graph]] | None:
-    """The candidate's rewrites as (rule, graph before, graph after) from `graph`, or None
-    when they cannot be replayed to the candidate's graph within `seconds`. Steps that are
-    not rules (fission, onnxruntime's fusions) come last in a trace and are not replayed:
-    the report shows them in sections of their own, and the replay ends where they began."""
-    deadline = time.perf_counter() + seconds
+def replay(graph: Graph, candidate: Candidate, rules: Sequence[Rule]
+           ) -> list[tuple[str, Graph, Graph]] | None:
+    """The candidate's rewrites as (rule, graph before, graph after) from `graph`, the graph
+    the search started from, each applied at the match the search recorded; None when a
+    step has no match to replay (an e-graph extraction, a split search's part) or its match
+    is not where it was recorded (the trace is not this graph's). Steps that apply no rule
+    (fission, onnxruntime's fusions) come last in a trace and are not replayed: the report
+    shows them in sections of their own, and the replay ends where they began."""
     by_name = {r.name: r for r in rules}
-    trace = list(candidate.trace)
-    while trace and trace[-1].rule not in by_name:
-        trace.pop()
     steps: list[tuple[str, Graph, Graph]] = []
     current = graph
-    target = candidate.graph
-    for step in trace:
+    for step in candidate.trace:
+        if step.kind != StepKind.RULE:
+            return steps
         rule = by_name.get(step.rule)
-        if rule is None:
+        match = _recorded(current, rule, step) if rule is not None else None
+        if match is None:
             return None
-        best: tuple[int, Graph] | None = None
-        for match in find_matches(current, rule, limit=MAX_MATCHES):
-            if time.perf_counter() > deadline:
-                return None
-            if all(_unchanged(nid, current, target) for nid in match.nodes):
-                continue  # the candidate still has every node it matched: not this one
-            result = apply_match(current, match)
-            if isinstance(result, Rejection):
-                continue
-            score = _agreement(result, current, target)
-            if best is None or score > best[0]:
-                best = (score, result)
-        if best is None:
+        result = apply_match(current, match)
+        if isinstance(result, Rejection):
             return None
-        steps.append((rule.name, current, best[1]))
-        current = best[1]
-    if len(trace) < len(candidate.trace) or current.fingerprint() == target.fingerprint():
-        return steps
-    return None
+        steps.append((rule.name, current, result))
+        current = result
+    return steps if current.fingerprint() == candidate.graph.fingerprint() else None
 
 
 def rewrite_evidence(graph: Graph, candidate: Candidate, rules: Sequence[Rule],
@@ -225,7 +207,7 @@ def rewrite_evidence(graph: Graph, candidate: Candidate, rules: Sequence[Rule],
     texts = {rule.name: {"text": print_rule(rule), "origin": rule.origin,
                          "proof": proof_status(rule)}
              for rule in rules if rule.name in used}
-    others = [s.rule for s in candidate.trace if s.rule not in texts]
+    others = [s.rule for s in candidate.trace if s.kind != StepKind.RULE]
     steps = replay(graph, candidate, rules)
     if steps is not None:
         drawn = [{"rule": rule, **change_view(before, after)} for rule, before, after in steps]
@@ -242,14 +224,22 @@ def proof_status(rule: Rule, timeout_ms: int = PROOF_MS) -> str:
     from graphsub.proofs.prover import prove
 
     key = (print_rule(rule), timeout_ms)
-    if key not in _PROOFS:
-        try:
-            ok, why = prove(rule, timeout_ms=timeout_ms)
-        except Exception as exc:  # noqa: BLE001 (a rule the prover cannot read is unproven)
-            ok, why = False, f"the prover could not read it ({exc})"
-        _PROOFS[key] = "proven" if ok else (why or "not proven")
+    if key in _PROOFS:
+        _PROOFS.move_to_end(key)
+        return _PROOFS[key]
+    try:
+        ok, why = prove(rule, timeout_ms=timeout_ms)
+    except Exception as exc:  # noqa: BLE001 (a rule the prover cannot read is unproven)
+        ok, why = False, f"the prover could not read it ({exc})"
+    _PROOFS[key] = "proven" if ok else (why or "not proven")
+    if len(_PROOFS) > PROOFS_KEPT:
+        _PROOFS.popitem(last=False)
     return _PROOFS[key]
 
 
-#: Proof outcomes by rule text, once per process (a notebook renders many reports).
-_PROOFS: dict[tuple[str, int], str] = {}
+#: Proof outcomes by rule text, once per process (a notebook renders many reports), the
+#: least recently used dropped past PROOFS_KEPT: five times the built-in rules and TASO's
+#: together (199), so that a process showing generated rule sets one after another does not
+#: keep every rule it ever showed.
+PROOFS_KEPT = 1000
+_PROOFS: OrderedDict[tuple[str, int], str] = OrderedDict()

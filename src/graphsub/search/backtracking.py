@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,8 +25,8 @@ from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match
 from graphsub.search.pricing import price_rewrite
 from graphsub.search.registry import Limits, register
-from graphsub.search.result import (Candidate, OptimizeResult, SearchProgress, SearchStats, Step,
-                                    StopReason)
+from graphsub.search.result import OptimizeResult, Step
+from graphsub.search.run import SearchRun
 
 #: Graphs expanded when the limits give no budget.
 BUDGET = 1000
@@ -51,40 +50,54 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
                         options: BacktrackingOptions = BacktrackingOptions()) -> OptimizeResult:
     """Search for a cheaper equivalent graph. Stops when the queue is empty, when the budget
     of expansions is spent, at the time limit, or on Ctrl-C, returning the best graph so far."""
-    alpha, budget, keep = options.alpha, limits.budget_or(BUDGET), limits.keep
-    time_limit, progress = limits.time, limits.progress
-    start = time.perf_counter()
-    stats = SearchStats()
+    alpha = options.alpha
+    run = SearchRun(limits, limits.budget_or(BUDGET))
+    stats, best = run.stats, run.best
     initial_cost = cost_model.graph_cost(graph)
     node_cap = options.max_node_factor * len(graph)
     matcher = IncrementalMatcher(rules)
     seen: set[int] = set()
     counter = itertools.count()
-    # A queued graph is kept as (parent, match) and rebuilt when dequeued: holding thousands
-    # of child graphs would cost O(nodes) memory each, rebuilding one costs one rewrite.
+    # A queued graph is kept as (parent, match) with the parent's trace, and rebuilt when
+    # dequeued: holding thousands of child graphs (or their traces' steps) would cost memory
+    # and time for each, rebuilding one costs one rewrite.
     queue: list[tuple[float, int, Graph | tuple[Graph, Match], tuple[Step, ...]]] = [
         (initial_cost, next(counter), graph, ())]
-    best: list[Candidate] = [Candidate(graph, initial_cost, ())]
+    best.offer(graph, initial_cost, ())
 
-    def best_cost() -> float:
-        return best[0].cost
+    def expand(g: Graph, trace: tuple[Step, ...]) -> None:
+        """Price every match in `g`; keep the best children, queue the promising ones."""
+        for matches in matcher.matches(g):
+            for match in matches:
+                if run.check_limits():
+                    return
+                stats.matches += 1
+                priced = price_rewrite(g, match, cost_model)
+                if isinstance(priced, Rejection):
+                    stats.rejected[priced.reason] += 1
+                    continue
+                stats.generated += 1
+                if priced.nodes > node_cap:
+                    stats.pruned += 1
+                    continue
+                new_cost = priced.cost
+                if new_cost < best.top.cost or len(best) < best.keep:
+                    new = apply_match(g, match)  # only the few that are kept are built
+                    if isinstance(new, Rejection):
+                        stats.rejected[new.reason] += 1
+                        stats.pruned += 1
+                        continue
+                    new_cost = cost_model.graph_cost(new)
+                    best.offer(new, new_cost, trace + (Step.applying(match, new_cost),))
+                if new_cost < alpha * best.top.cost:
+                    heapq.heappush(queue, (new_cost, next(counter), (g, match), trace))
+                else:
+                    stats.pruned += 1
+            if run.check_limits():
+                return
 
-    def record(g: Graph, cost: float, trace: tuple[Step, ...]) -> None:
-        fp = g.fingerprint()
-        if any(c.graph.fingerprint() == fp for c in best):
-            return
-        best.append(Candidate(g, cost, trace))
-        best.sort(key=lambda c: c.cost)
-        del best[keep:]
-
-    try:
-        while queue:
-            if budget is not None and stats.explored >= budget:
-                stats.stopped_by = StopReason.BUDGET
-                break
-            if time.perf_counter() - start > time_limit:
-                stats.stopped_by = StopReason.TIME
-                break
+    with run.stoppable():
+        while queue and not run.check_limits(budgeted=True):
             cost, _, entry, trace = heapq.heappop(queue)
             g = entry if isinstance(entry, Graph) else apply_match(*entry)
             if isinstance(g, Rejection):  # priced, not built: the rewrite makes a cycle
@@ -97,45 +110,14 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
                 continue
             seen.add(fp)
             stats.explored += 1
-            for matches in matcher.matches(g):
-                for match in matches:
-                    if time.perf_counter() - start > time_limit:
-                        break
-                    stats.matches += 1
-                    priced = price_rewrite(g, match, cost_model)
-                    if isinstance(priced, Rejection):
-                        stats.rejected[priced.reason] += 1
-                        continue
-                    stats.generated += 1
-                    if priced.nodes > node_cap:
-                        stats.pruned += 1
-                        continue
-                    new_cost = priced.cost
-                    if new_cost < best_cost() or len(best) < keep:
-                        new = apply_match(g, match)  # only the few that are kept are built
-                        if isinstance(new, Rejection):
-                            stats.rejected[new.reason] += 1
-                            stats.pruned += 1
-                            continue
-                        new_cost = cost_model.graph_cost(new)
-                        record(new, new_cost, trace + (Step(match.rule.name, new_cost),))
-                    new_trace = trace + (Step(match.rule.name, new_cost),)
-                    if new_cost < alpha * best_cost():
-                        heapq.heappush(queue, (new_cost, next(counter), (g, match), new_trace))
-                    else:
-                        stats.pruned += 1
-                if time.perf_counter() - start > time_limit:
-                    break
-            if progress is not None:
-                stats.seconds = time.perf_counter() - start
-                progress(SearchProgress.of(stats, best_cost()))
-    except KeyboardInterrupt:
-        stats.stopped_by = StopReason.INTERRUPT
-    stats.seconds = time.perf_counter() - start
+            if not isinstance(entry, Graph):
+                trace = trace + (Step.applying(entry[1], cost),)
+            expand(g, trace)
+            run.report(best.top.cost)
+
     stats.matches_computed = matcher.counts.computed
     stats.matches_reused = matcher.counts.reused
-    top = best[0]
-    return OptimizeResult(top.graph, top.trace, stats, initial_cost, top.cost, list(best))
+    return run.result(initial_cost)
 
 
 @register("greedy", GreedyOptions, "graphs expanded", BUDGET)

@@ -24,7 +24,6 @@ by their potential (Definition 12), with at most eta such steps in a row.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -35,8 +34,8 @@ from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match, find_matches
 from graphsub.search.registry import Limits, register
-from graphsub.search.result import (Candidate, OptimizeResult, SearchProgress,
-                                    SearchStats, Step, StopReason)
+from graphsub.search.result import OptimizeResult, Step
+from graphsub.search.run import SearchRun
 
 
 #: The dummy substitution N of the paper: every initial node is "generated" by it.
@@ -70,7 +69,7 @@ class SubstitutionSequence:
     children: list[SubstitutionSequence] | None = field(default=None, repr=False)
 
     def steps(self) -> tuple[Step, ...]:
-        return tuple(Step(s.match.rule.name, c) for s, c in zip(self.subs, self.costs))
+        return tuple(Step.applying(s.match, c) for s, c in zip(self.subs, self.costs))
 
 
 def initial_sequence(graph: Graph, cost: float) -> SubstitutionSequence:
@@ -109,29 +108,21 @@ def extend(seq: SubstitutionSequence, sub: Substitution, cost_model: CostModel
 
 
 class _Search:
-    """What the three algorithms share: limits, statistics and the best few results."""
+    """What the three algorithms share: the run (limits, statistics, the best few results),
+    the rules and the matcher."""
 
     def __init__(self, graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
                  limits: Limits, reuse: bool) -> None:
         self.rules, self.cost_model = list(rules), cost_model
-        self.time_limit, self.budget = limits.time, limits.budget
-        self.keep, self.progress = limits.keep, limits.progress
-        self.start = time.perf_counter()
-        self.stats = SearchStats()
+        self.run = SearchRun(limits, limits.budget)
+        self.stats = self.run.stats
         self.root = initial_sequence(graph, cost_model.graph_cost(graph))
-        self.best: list[SubstitutionSequence] = [self.root]
-        self.seen_best = {graph.fingerprint()}
+        self.run.best.offer(graph, self.root.cost, ())
         self.matcher = IncrementalMatcher(self.rules) if reuse else None
-        self.ordered_checks = 0
 
     def out_of_time(self) -> bool:
-        if self.budget is not None and self.stats.explored >= self.budget:
-            self.stats.stopped_by = StopReason.BUDGET
-            return True
-        if time.perf_counter() - self.start > self.time_limit:
-            self.stats.stopped_by = StopReason.TIME
-            return True
-        return False
+        """Whether a limit stops the search (between expansions: the budget counts)."""
+        return self.run.check_limits(budgeted=True) is not None
 
     def matches(self, graph: Graph) -> Iterator[Match]:
         if self.matcher is not None:
@@ -144,10 +135,14 @@ class _Search:
                 yield from found
 
     def children(self, seq: SubstitutionSequence, ordered: bool) -> Iterator[SubstitutionSequence]:
-        """Every child sequence of `seq` (only those that stay ordered, if `ordered`)."""
+        """Every child sequence of `seq` (only those that stay ordered, if `ordered`); fewer
+        when the time limit strikes on the way (each child is a rewritten graph, built and
+        priced: a large graph's children take a while)."""
         self.stats.explored += 1
         last = seq.subs[-1] if seq.subs else None
         for match in self.matches(seq.graph):
+            if self.run.check_limits():
+                return
             self.stats.matches += 1
             sub = substitution(seq, match)
             if ordered and last is not None and not in_order(last, sub):
@@ -162,31 +157,17 @@ class _Search:
             yield child
 
     def consider(self, seq: SubstitutionSequence) -> None:
-        if len(self.best) >= self.keep and seq.cost >= self.best[-1].cost:
-            return
-        fp = seq.graph.fingerprint()
-        if fp in self.seen_best:
-            return
-        self.seen_best.add(fp)
-        self.best.append(seq)
-        self.best.sort(key=lambda s: s.cost)
-        if len(self.best) > self.keep:
-            dropped = self.best.pop()
-            self.seen_best.discard(dropped.graph.fingerprint())
+        if self.run.best.admits(seq.cost):
+            self.run.best.offer(seq.graph, seq.cost, seq.steps())
 
     def report(self) -> None:
-        if self.progress is not None:
-            self.stats.seconds = time.perf_counter() - self.start
-            self.progress(SearchProgress.of(self.stats, self.best[0].cost))
+        self.run.report(self.run.best.top.cost)
 
     def result(self) -> OptimizeResult:
-        self.stats.seconds = time.perf_counter() - self.start
         if self.matcher is not None:
             self.stats.matches_computed = self.matcher.counts.computed
             self.stats.matches_reused = self.matcher.counts.reused
-        top = self.best[0]
-        return OptimizeResult(top.graph, top.steps(), self.stats, self.root.cost, top.cost,
-                              [Candidate(s.graph, s.cost, s.steps()) for s in self.best])
+        return self.run.result(self.root.cost)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,14 +202,12 @@ def _exact_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel, k:
             return
         for child in list(search.children(seq, ordered)):
             descend(child)
-            if search.stats.stopped_by != StopReason.EXHAUSTED:
+            if search.run.stopped:
                 return
         search.report()
 
-    try:
+    with search.run.stoppable():
         descend(search.root)
-    except KeyboardInterrupt:
-        search.stats.stopped_by = StopReason.INTERRUPT
     return search.result()
 
 
@@ -325,7 +304,7 @@ def sampling_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
         return distinct(out)
 
     current = [search.root]
-    try:
+    with search.run.stoppable():
         while current and not search.out_of_time():
             tmp = grow(current)                                    # line 4
             inc = [s for s in tmp if further(s)]                   # line 6
@@ -341,6 +320,4 @@ def sampling_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
             inc.sort(key=lambda s: s.cost)
             current = distinct(des[:half] + inc[:half])
             search.report()
-    except KeyboardInterrupt:
-        search.stats.stopped_by = StopReason.INTERRUPT
     return search.result()

@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from graphsub.ir.graph import Graph
+import numpy as np
+
+from graphsub.ir.graph import Graph, Value
+from graphsub.rules.matcher import Match
 
 
 class StopReason(StrEnum):
@@ -23,12 +26,75 @@ class StopReason(StrEnum):
     INTERRUPT = "interrupt"    # Ctrl-C
 
 
+class StepKind(StrEnum):
+    """What made a step of a trace. A str, so reports and JSON carry the word."""
+
+    RULE = "rule"                # a rewrite rule applied by a search
+    FISSION = "fission"          # fission and kernel orchestration (graphsub.fission)
+    ORT_FUSIONS = "ort-fusions"  # onnxruntime's fused operators (graphsub.backends.ort_fusions)
+
+    @property
+    def label(self) -> str:
+        """How a report names a step of this kind that applies no rule."""
+        return _LABELS[self]
+
+
+_LABELS = {StepKind.RULE: "rule", StepKind.FISSION: "fission and kernel orchestration",
+           StepKind.ORT_FUSIONS: "onnxruntime fusions (onnxscript)"}
+
+
+@dataclass(frozen=True)
+class StepMatch:
+    """Where a rule step applied its rule, as plain data (JSON once `asdict`-ed): the ids of
+    the matched nodes in the graph the rule was applied to, its source roots and the pattern
+    variables' bindings, tensors as (node id, output index). Node ids mean the same on a
+    replay from the search's input graph: the applier numbers the nodes it adds from the
+    rewritten graph's next free id, in a fixed order."""
+
+    nodes: tuple[int, ...]
+    roots: tuple[tuple[int, int], ...]
+    tensors: dict[str, tuple[int, int]] = field(hash=False)
+    attrs: dict[str, Any] = field(hash=False)
+
+    @classmethod
+    def of(cls, match: Match[Value]) -> StepMatch:
+        return cls(tuple(sorted(match.nodes)), tuple((v.node, v.index) for v in match.roots),
+                   {name: (v.node, v.index) for name, v in sorted(match.tensors.items())},
+                   {name: _plain(value) for name, value in sorted(match.attrs.items())})
+
+
+def _plain(value: Any) -> Any:
+    """An attribute value as JSON has it: numbers, strings, lists; anything else by repr."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return repr(value)
+
+
 @dataclass(frozen=True)
 class Step:
-    """One substitution on the way to a graph: the rule and the predicted cost after it."""
+    """One step on the way to a graph and the predicted cost after it. A rule step names
+    its rule and, when it can be replayed, where it applied it (`match`: None for the
+    e-graph searches' extractions and a split search's parts, which have no path through
+    the input graph's node ids); a step of another kind is named by the kind's label."""
 
     rule: str
     cost: float
+    kind: StepKind = StepKind.RULE
+    match: StepMatch | None = None
+
+    @classmethod
+    def applying(cls, match: Match[Value], cost: float) -> Step:
+        """The step that applies `match` (in the graph it was found in)."""
+        return cls(match.rule.name, cost, StepKind.RULE, StepMatch.of(match))
+
+    @classmethod
+    def of_kind(cls, kind: StepKind, cost: float) -> Step:
+        """A step that applies no rule (fission, onnxruntime's fusions)."""
+        return cls(kind.label, cost, kind)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -40,8 +39,8 @@ from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match
 from graphsub.search.registry import Limits, SearchAlgorithm, SearchFn
-from graphsub.search.result import (Candidate, OptimizeResult, SearchProgress,
-                                    SearchStats, Step, StopReason)
+from graphsub.search.result import OptimizeResult, SearchStats, Step, StopReason
+from graphsub.search.run import SearchRun
 
 #: MetaFlow splits subgraphs with more than 30 operators (section 5).
 DEFAULT_THRESHOLD = 30
@@ -278,13 +277,16 @@ def _search_region(index: int, search: SearchFn, graph: Graph, rules: Sequence[R
     return index, (plain, result.trace, result.stats, result.initial_cost, result.final_cost)
 
 
-def _add_stats(total: SearchStats, part: SearchStats) -> None:
+def _add_stats(run: SearchRun, part: SearchStats) -> None:
+    """A part's statistics into the whole search's; a part's stop reason (the latest one:
+    the parts run in parallel) is the whole's."""
+    total = run.stats
     for name in ("explored", "generated", "duplicates", "pruned", "matches",
                  "matches_computed", "matches_reused"):
         setattr(total, name, getattr(total, name) + getattr(part, name))
     total.rejected.update(part.rejected)
     if part.stopped_by != StopReason.EXHAUSTED:
-        total.stopped_by = part.stopped_by
+        run.stopped = part.stopped_by
 
 
 def splitting(algorithm: SearchAlgorithm, threshold: int = DEFAULT_THRESHOLD,
@@ -308,10 +310,8 @@ def split_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
 
     search = algorithm.function
     options = algorithm.options() if options is None else options
-    time_limit, progress = limits.time, limits.progress
-
-    start = time.perf_counter()
-    stats = SearchStats()
+    run = SearchRun(limits, None)
+    stats = run.stats
     initial_cost = cost_model.graph_cost(graph)
     matcher = IncrementalMatcher(rules)
     matches = [m for found in matcher.matches(graph) for m in found]
@@ -339,19 +339,19 @@ def split_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
             done: dict[int, tuple[Graph, tuple[Step, ...], SearchStats, float, float]] = {}
             for index, outcome in running.run(_search_region, tasks):
                 done[index] = outcome
-                _add_stats(stats, outcome[2])
-                if progress is not None:
-                    stats.seconds = time.perf_counter() - start
-                    progress(SearchProgress.of(stats, initial_cost))
+                _add_stats(run, outcome[2])
+                run.report(initial_cost)
             current = cost_model.graph_cost(base)
             for i in range(len(cut)):
                 _, part_trace, _, before, after = done[i]
-                trace.extend(Step(step.rule, current + step.cost - before) for step in part_trace)
+                # A part's node ids are not the whole graph's: its steps cannot be replayed.
+                trace.extend(dataclasses.replace(step, cost=current + step.cost - before,
+                                                 match=None) for step in part_trace)
                 current += after - before
             return stitch(base, [(region, done[i][0]) for i, region in enumerate(cut)])
 
         stitched, origin = search_regions(graph, [set(p) for p in parts],
-                                          time_limit * (1 - BOUNDARY_SHARE))
+                                          limits.time * (1 - BOUNDARY_SHARE))
         part_of = {nid: i for i, ops in enumerate(parts) for nid in ops if nid in stitched.nodes}
         part_of.update(origin)
         regions = _runnable_order(stitched, boundary_regions(stitched, part_of,
@@ -361,16 +361,14 @@ def split_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
                        "matches_cut": sum(1 for m in matches
                                           if len({home.get(n) for n in m.nodes} - {None}) > 1),
                        "boundary_regions": len(regions)}
-        remaining = max(time_limit - (time.perf_counter() - start), 0.05)
+        remaining = max(run.remaining(), 0.05)
         final = search_regions(stitched, regions, remaining)[0] if regions else stitched
     finally:
         running.close()
-    stats.seconds = time.perf_counter() - start
     final_cost = cost_model.graph_cost(final)
     if final_cost > initial_cost:  # the parts' costs need not add up exactly: never worse
         final, final_cost, trace = graph, initial_cost, []
-    steps = tuple(trace)
-    return OptimizeResult(final, steps, stats, initial_cost, final_cost,
-                          [Candidate(final, final_cost, steps)])
+    run.best.offer(final, final_cost, tuple(trace))
+    return run.result(initial_cost)
 
 
