@@ -31,6 +31,7 @@ settings: the campaign stays one run of one code.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import multiprocessing as mp
@@ -50,6 +51,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from graphsub.backends import TargetUnavailableError, get_target
 from graphsub.fuzz.differential import (DEFAULT_STAGES, FAILURES, GC_OVERRUN, INHERITED,
                                         STATUSES, check_model, default_rules)
 from graphsub.fuzz.minimize import minimize, minimize_rules
@@ -94,6 +96,7 @@ def wants_pipeline(seed: int, fraction: float) -> bool:
 def worker_main(conn: Connection, settings: Settings) -> None:
     """Serve tasks until told to stop (None): ('check', seed) or ('minimize', failure)."""
     default_rules()  # load (and check) the rules once per worker, before the first task
+    _warm_and_freeze()
     while True:
         try:
             task = conn.recv()
@@ -106,6 +109,20 @@ def worker_main(conn: Connection, settings: Settings) -> None:
             conn.send(("done", check_seed(conn, settings, payload)))
         else:
             conn.send(("done", minimize_failure(conn, settings, payload)))
+
+
+def _warm_and_freeze() -> None:
+    """Import what the checks use (torch for the torch-cpu stage, where it is installed), then
+    move every object alive to the garbage collector's permanent generation: a worker holds
+    hundreds of thousands of long-lived objects (torch, scipy, onnxruntime, the rules), and
+    each full collection during a search walked all of them, 0.2 s of CPU a time, which broke
+    1 s time limits late in a campaign (issue 26; bench/RESULTS.md)."""
+    try:
+        get_target("torch-cpu", threads=1)
+    except TargetUnavailableError:
+        pass  # no torch here: its stage is skipped
+    gc.collect()
+    gc.freeze()
 
 
 def check_seed(conn: Connection, settings: Settings, seed: int) -> dict[str, Any]:
