@@ -24,7 +24,7 @@ from graphsub.egraph.egraph import PROJ, EGraph
 from graphsub.ir.types import Constant, TensorType
 from graphsub.rules.ast import OpTerm, Rule, Term, term_ops, term_vars
 from graphsub.rules.expr import RuleError
-from graphsub.rules.matcher import (Candidate, Match, conditions_hold, match_node, no_bindings,
+from graphsub.rules.matcher import (Match, Producer, conditions_hold, match_node, no_bindings,
                                     symmetric_sources)
 from graphsub.search.run import DeadlineReached
 
@@ -54,9 +54,9 @@ class EGraphHost:
     def constant(self, cls: int) -> Constant | None:
         return self.egraph[cls].constant
 
-    def candidates(self, term: OpTerm, cls: int) -> list[Candidate]:
+    def producers(self, term: OpTerm, cls: int) -> list[Producer]:
         eg = self.egraph
-        out: list[Candidate] = []
+        out: list[Producer] = []
         single = term.index == 0 and len(eg[cls].types) == 1
         for n in eg.nodes_of(cls):
             node = eg.node(n)

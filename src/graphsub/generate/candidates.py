@@ -24,7 +24,7 @@ ALL_PAIRS_LIMIT = 40
 
 
 @dataclass(frozen=True)
-class Candidate:
+class RuleCandidate:
     source: GenGraph
     target: GenGraph
     mapping: tuple[tuple[int, int], ...]  # (source output id, target output id)
@@ -64,13 +64,13 @@ def _orientations(g1: GenGraph, g2: GenGraph) -> list[tuple[GenGraph, GenGraph]]
     return [(g1, g2), (g2, g1)]
 
 
-def pair_candidates(g1: GenGraph, g2: GenGraph) -> list[Candidate]:
+def pair_candidates(g1: GenGraph, g2: GenGraph) -> list[RuleCandidate]:
     """The candidates two graphs of one fingerprint group give: none when the float tests
     tell them apart, else one per allowed direction."""
     mapping = output_mapping(g1, g2)
     if mapping is None:
         return []
-    return [Candidate(src, dst, mapping if src is g1 else tuple((b, a) for a, b in mapping))
+    return [RuleCandidate(src, dst, mapping if src is g1 else tuple((b, a) for a, b in mapping))
             for src, dst in _orientations(g1, g2)]
 
 
@@ -84,13 +84,13 @@ def group_pairs(sizes: Sequence[int]) -> Iterator[tuple[int, int]]:
         yield from ((hub, i) for i in range(len(sizes)) if i != hub)
 
 
-def pair_group(group: Sequence[GenGraph]) -> Iterator[Candidate]:
+def pair_group(group: Sequence[GenGraph]) -> Iterator[RuleCandidate]:
     """Candidates from one fingerprint group."""
     for i, j in group_pairs([g.size for g in group]):
         yield from pair_candidates(group[i], group[j])
 
 
-def candidates(enum: Enumeration) -> Iterator[Candidate]:
+def candidates(enum: Enumeration) -> Iterator[RuleCandidate]:
     """Every candidate of an in-memory enumeration."""
     for group in enum.groups():
         yield from pair_group(group)
@@ -178,7 +178,7 @@ def _terms(g: GenGraph) -> dict[int, Term]:
     return terms
 
 
-def to_rule(c: Candidate, name: str) -> Rule | None:
+def to_rule(c: RuleCandidate, name: str) -> Rule | None:
     """The candidate as a graphsub rule; outputs computed identically on both sides are left
     out (they are a common subgraph), and None when nothing is left or the rule needs a
     constant whose shape it cannot write."""

@@ -42,15 +42,16 @@ class NodeView(Protocol):
     def attrs(self) -> Mapping[str, Any]: ...
 
 
-#: A node that may compute a handle: (node id, the node, its input handles).
-Candidate = tuple[int, NodeView, tuple[Any, ...]]
+#: A node that may compute a handle (a pattern op's match there): (node id, the node, its
+#: input handles).
+Producer = tuple[int, NodeView, tuple[Any, ...]]
 
 
 class PatternHost(TensorHost[H], Protocol[H]):
     """A place patterns are matched in: the tensors expressions read, and the nodes that
     compute a handle."""
 
-    def candidates(self, term: OpTerm, handle: H) -> Sequence[Candidate]:
+    def producers(self, term: OpTerm, handle: H) -> Sequence[Producer]:
         """The nodes of op `term.op` whose output `term.index` is `handle`."""
         ...
 
@@ -75,7 +76,7 @@ class GraphHost:
         node = self.graph[value.node]
         return node.attrs["value"] if node.op == "weight" else None
 
-    def candidates(self, term: OpTerm, value: Value) -> Sequence[Candidate]:
+    def producers(self, term: OpTerm, value: Value) -> Sequence[Producer]:
         node = self.graph[value.node]
         if node.op != term.op or value.index != term.index:
             return ()
@@ -161,7 +162,7 @@ def match_term(host: PatternHost[H], term: Term, handle: H, st: Bindings[H]
         return
     if not isinstance(term, OpTerm):
         raise RuleError("let-bound names may appear only in targets")
-    for nid, node, inputs in host.candidates(term, handle):
+    for nid, node, inputs in host.producers(term, handle):
         yield from match_node(host, term, nid, node, inputs, st)
 
 
