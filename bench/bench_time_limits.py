@@ -89,7 +89,9 @@ def optimize_run(model: Path, target: str, limit: float, folder: Path) -> dict[s
                            "wall_s": round(wall, 1), "exit": proc.returncode}
     if proc.returncode == 0:
         rep = json.loads(report.read_text())
-        row.update({k: rep["seconds"][k] for k in ("search", "measure", "verify", "total")},
+        seconds = rep["seconds"]
+        row.update({k: seconds.get(k, 0.0) for k in ("load", "search", "fission", "measure",
+                                                      "verify", "total")},
                    outcome=rep["outcome"], notes=len(rep["notes"]))
     else:
         row["error"] = proc.stderr.strip().splitlines()[-1:] or ["?"]
@@ -144,12 +146,13 @@ def main() -> None:
     meta = {"date": str(date.today()), "machine": platform.processor() or platform.machine(),
             "cpus": os.cpu_count()}
     save_rows(args.out, meta, rows + egraph)
-    print(markdown(("model", "target", "limit s", "wall s", "load+search", "measure", "verify",
-                    "outcome", "notes"),
+    print(markdown(("model", "target", "limit s", "wall s", "load", "search", "fission",
+                    "measure", "verify", "outcome", "notes"),
                    [(r["model"], r["target"], f"{r['limit']:g}", f"{r['wall_s']:.1f}",
-                     f"{r.get('search', '-')}", f"{r.get('measure', '-')}",
-                     f"{r.get('verify', '-')}", r.get("outcome", r.get("error", "")),
-                     str(r.get("notes", ""))) for r in rows]))
+                     *(f"{r.get(k, '-')}" for k in ("load", "search", "fission", "measure",
+                                                     "verify")),
+                     r.get("outcome", r.get("error", "")), str(r.get("notes", "")))
+                    for r in rows]))
     print(markdown(("model", "algorithm", "limit s", "wall s", "stopped by", "cost ratio"),
                    [(r["model"], r["algorithm"], f"{r['limit']:g}", f"{r['wall_s']:.2f}",
                      r["stopped_by"], f"{r['cost_ratio']:.3f}") for r in egraph]))

@@ -37,7 +37,13 @@ def test_algorithm_options_by_name_become_the_algorithms_own_dataclass():
     ({"time_limit": float("nan")}, "--time-limit must be a positive number"),
     ({"split": 1}, "--split needs a part size of at least 2"),
     ({"cost": "guess"}, "unknown cost model 'guess'"),
-    ({"target": "ort-cpu", "allow_tf32": True}, "allow_tf32 is an option of torch-cuda"),
+    ({"target": "ort-cpu", "allow_tf32": True}, "allow_tf32 (--tf32) is an option of torch-cuda"),
+    ({"original_onnx": b""}, "unknown setting 'original_onnx': not an option of the "
+                             "backtracking search"),
+    ({"algorithm": "eqsat", "extractors": ("ilp", "fastest")}, "unknown extractor(s) fastest"),
+    ({"algorithm": "mcts", "c": "big"}, "c takes float, not 'big'"),
+    ({"budget": 2.5}, "--budget takes int"),
+    ({"measure_seconds": float("nan")}, "measure_seconds must be at least 0"),
 ])
 def test_a_bad_setting_is_refused_where_settings_are_made(given, fragment):
     with pytest.raises(GraphsubError) as info:
@@ -46,12 +52,18 @@ def test_a_bad_setting_is_refused_where_settings_are_made(given, fragment):
 
 
 def test_settings_are_frozen_and_a_changed_copy_is_checked_again():
-    s = Settings.make(time_limit=5)
+    s = Settings.make(time_limit=5, alpha=1.2)
     with pytest.raises(AttributeError):
         s.time_limit = 6  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        s.options["alpha"] = 2.0  # type: ignore[index]
     assert s.replace(time_limit=6).time_limit == 6
+    assert s.replace(time_limit=6).search_options.alpha == 1.2
     with pytest.raises(GraphsubError, match="--budget must be at least 1"):
         s.replace(budget=0)
+    # another algorithm keeps the options it has and drops the others
+    assert s.replace(algorithm="greedy").options == {}
+    assert s.replace(algorithm="mcts", c=1.4).search_options.c == 1.4
 
 
 @pytest.mark.parametrize("algorithm, text, expected", [

@@ -81,8 +81,10 @@ class Budget:
     the measuring stages fit in the rest; with it, the search window is the whole limit and
     measuring gets `measure_limit` seconds after the search. A run that measures nothing
     (`measuring=False`: the search alone, a torch.compile part) gives the window the whole
-    limit. With `fission`, the fission stage takes fission_seconds(window) out of the search
-    window."""
+    limit. With `fission`, the search leaves fission_seconds(what it had) of the window to
+    the fission stage, which gets that share (no more: timing candidate kernels would take
+    what measuring needs) within the window; a fission stage run without a search gets the
+    window, up to FISSION_MAX_SECONDS."""
 
     time_limit: float
     measure_limit: float | None = None
@@ -92,6 +94,8 @@ class Budget:
     #: Seconds per stage, in the order the stages ran (a stage run twice adds up).
     seconds: dict[str, float] = field(default_factory=dict)
     _window_end: float | None = field(default=None, repr=False)
+    #: What the search left to the fission stage (None: no search has run).
+    _fission_share: float | None = field(default=None, repr=False)
 
     def search_window_end(self) -> float:
         """When the search and fission must be done."""
@@ -104,16 +108,17 @@ class Budget:
     def clock(self, stage: str) -> StageClock:
         """The clock of a stage starting now."""
         now = time.perf_counter()
+        window = self.search_window_end() - now
         if stage == "search":
-            seconds = max(self.search_window_end() - now, MIN_SEARCH_SECONDS)
+            seconds = max(window, MIN_SEARCH_SECONDS)
             if self.fission:
-                seconds -= fission_seconds(seconds)
+                self._fission_share = fission_seconds(seconds)
+                seconds -= self._fission_share
             return StageClock(stage, now, now + max(seconds, MIN_SEARCH_SECONDS))
         if stage == "fission":
-            # its share of the time so far (timing candidate kernels on the target would
-            # otherwise take what measuring the candidates needs)
-            seconds = fission_seconds(now - self.started)
-            return StageClock(stage, now, now + max(seconds, MIN_FISSION_SECONDS))
+            share = self._fission_share if self._fission_share is not None else \
+                min(window, FISSION_MAX_SECONDS)
+            return StageClock(stage, now, now + max(min(share, window), MIN_FISSION_SECONDS))
         if stage == "measure":
             end = (now + self.measure_limit if self.measure_limit is not None
                    else self.started + self.time_limit)

@@ -34,20 +34,14 @@ from graphsub.search.result import ProgressFn
 
 
 def settings_of(settings: Settings | None, overrides: dict[str, Any]) -> Settings:
-    """`settings` with `overrides` (keywords of Settings.make), or Settings made from them."""
+    """`settings` with `overrides` (keywords of Settings.make; None: not given), or Settings
+    made from them. Another algorithm keeps only the options it has."""
+    given = {k: v for k, v in overrides.items() if v is not None}
     if settings is None:
-        return Settings.make(**overrides)
-    if not overrides:
+        return Settings.make(**given)
+    if not given:
         return settings
-    given = {**settings.options, **overrides.pop("options", {})}
-    return Settings.make(**{**_fields(settings), **overrides, "options": given})
-
-
-def _fields(settings: Settings) -> dict[str, Any]:
-    import dataclasses
-
-    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)
-            if f.init and f.name != "options"}
+    return settings.replace(**given)
 
 
 def optimize(graph: Graph, rules: Sequence[Rule] | None = None,

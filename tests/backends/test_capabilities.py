@@ -79,7 +79,8 @@ def test_a_kept_model_is_verified_on_a_target_that_is_not_the_reference(monkeypa
     monkeypatch.setattr(measure_stages, "check_equivalence_on_target", recorded)
     target = slowed(get_target(name, threads=1))
     _, report = optimize_model(transposes_model(), None, "transposes", time_limit=8,
-                               cost="analytic", target=target, threads=1, evidence=False)
+                               measure_limit=5, cost="analytic", target=target, threads=1,
+                               evidence=False)
     assert report.outcome == "faster", report.verdict
     assert bool(calls) == on_target
     assert report.verification["equivalent"]

@@ -56,7 +56,6 @@ from graphsub.pipeline import FISSION, SEARCH, Run, Settings, Stage, run_stages,
 from graphsub.rules import Rule
 from graphsub.runtime.speedup import MIN_ROUNDS, Decision, HeadToHead, sequential
 from graphsub.runtime.timing import CallTimer
-from graphsub.search import Candidate
 
 log = logging.getLogger("graphsub.torch_compile")
 
@@ -411,7 +410,7 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
     run = start_run(graph, settings, rules,
                     Budget(settings.time_limit, fission=settings.fission, measuring=False),
                     generate_kernels=not opts.inductor,
-                    example_inputs=[part.args[i] for i in positions])
+                    example_inputs=[part.args[i] for i in positions], warning=GraphsubWarning)
     run_stages(run, [SEARCH, *((FISSION, RACE) if settings.fission else ())])
     result = run.result
     assert result is not None
@@ -419,7 +418,7 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
                         result.final_cost, result.stats.seconds)
     best = result.graph
     if run.fission is not None:
-        kept = run.chosen is not None
+        kept = run.product is run.fission
         report.fission = {**run.fission.as_dict(), "kept": kept}
         if kept:
             best, report.predicted_after = run.fission.graph, run.fission.cost
@@ -437,14 +436,16 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
 
 
 def _race_fission(run: Run, clock: StageClock) -> None:
-    """Fission's graph replaces the search's only where it is predicted cheaper and graphsub's
-    program of it runs faster on the part's inputs: per-operator timings can
-    prefer a library kernel (attention) that is slower end to end than what it replaces."""
+    """Fission's graph replaces the search's (run.product: the fission outcome that won) only
+    where it is predicted cheaper and graphsub's program of it runs faster on the part's
+    inputs: per-operator timings can prefer a library kernel (attention) that is slower end to
+    end than what it replaces. The race's seconds (RACE_SECONDS at most, while undecided)
+    come on top of the part's time limit."""
     result, outcome = run.result, run.fission
     if result is None or outcome is None or not outcome.cost < result.final_cost:
         return
     if _runs_faster(outcome.graph, result.graph, run.target, run.example_inputs):
-        run.chosen = Candidate(outcome.graph, outcome.cost, result.trace)
+        run.product = outcome
 
 
 RACE = Stage("race", _race_fission)

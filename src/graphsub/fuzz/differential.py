@@ -33,6 +33,7 @@ import gc
 import re
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -376,7 +377,12 @@ def _fission(subject: _Subject) -> Outcome:
     subject.add_found("fission", primitive, ["fission"])
     run = start_run(subject.graph, Settings.make(cost="analytic", target="ort-cpu", threads=1),
                     budget=Budget(FISSION_SECONDS, measuring=False))
-    orchestrated = run_stages(run, [FISSION]).fission.graph
+    with warnings.catch_warnings():  # a failure inside is this stage's finding, not a warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        run_stages(run, [FISSION])
+    if run.fission is None:
+        return Outcome("fission", "error", "; ".join(run.notes)[:500], kind="orchestration failed")
+    orchestrated = run.fission.graph
     trace = ["fission", "orchestration"]
     outcome = _check_candidate(subject, "fission", "orchestrated graph", orchestrated, trace)
     if outcome is not None:

@@ -27,7 +27,6 @@ from graphsub.pipeline.search_stages import FISSION, SEARCH, ProgressRecorder
 from graphsub.pipeline.settings import Settings, parse_option
 
 
-
 def model_stages(settings: Settings) -> tuple[Stage, ...]:
     """The main job's stages, in order, for these settings."""
     return (SEARCH, *((FISSION,) if settings.fission else ()), EXPORT,

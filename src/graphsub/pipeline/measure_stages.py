@@ -44,6 +44,9 @@ def measure(run: Run, clock: StageClock) -> None:
     run.selection = measure_and_choose(run.target, run.graph, run.original_bytes, run.exported,
                                        random_feeds(specs), clock,
                                        run.settings.measure_seconds, say=run.say)
+    # what the report calls predicted is latency, whatever the search minimized
+    for report, (candidate, _) in zip(run.selection.candidates, run.exported):
+        report.predicted_ms = run.time_model.graph_cost(candidate.graph) * 1e3
     run.notes += run.selection.notes
 
 

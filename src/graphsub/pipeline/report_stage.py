@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
 from graphsub.budget import StageClock
+from graphsub.ir.graph import Graph
 from graphsub.pipeline.run import Run, Stage
 from graphsub.report.evidence import op_times, rewrite_evidence
 from graphsub.report.optimize import OptimizeReport, verdict, versions
@@ -21,12 +23,17 @@ def report(run: Run, clock: StageClock) -> None:
     page draws. The seconds per stage are filled in by whoever ends the run."""
     result, selection, chosen = run.result, run.selection, run.chosen
     assert result is not None and selection is not None
+
+    def latency(graph: Graph) -> float:
+        """Predicted latency (NaN when Ctrl-C came before the input graph was priced)."""
+        return math.nan if math.isnan(result.initial_cost) else run.time_model.graph_cost(graph)
+
     rep = OptimizeReport(
         model=run.label, settings={**run.settings.as_dict(), "threads": run.threads,
                                    "rules": len(run.rules)},
         target=run.target.name, device=run.target.device().as_dict(),
-        predicted_ms_before=ms(result.initial_cost),
-        predicted_ms_after=ms(chosen.cost if chosen is not None else result.initial_cost),
+        predicted_ms_before=ms(latency(run.graph)),
+        predicted_ms_after=ms(latency(chosen.graph if chosen is not None else run.graph)),
         latency_before_ms=selection.before_ms, latency_after_ms=selection.after_ms,
         speedup=(selection.confirm.speedup if chosen is not None and selection.confirm
                  else (1.0 if selection.before_ms else None)),
@@ -42,6 +49,10 @@ def report(run: Run, clock: StageClock) -> None:
         outcome=selection.outcome, notes=run.cost_model.notes() + run.notes,
         fission=_fission_report(run), timings=selection.timings, versions=versions())
     rep.search["progress"] = [(s, ms(cost)) for s, cost in run.progress_points]
+    if not run.settings.objective.latency_only:
+        rep.notes.append(f"the search minimized {run.settings.objective.describe()} (each term "
+                         "relative to the original model); predicted figures are latencies, "
+                         "and a candidate is kept only where it also measures faster")
     if run.settings.evidence:
         _evidence(rep, run)
     rep.verdict = verdict(rep, selection, run.interrupted)
@@ -77,15 +88,15 @@ def _evidence(rep: OptimizeReport, run: Run) -> None:
     rewrites. A failure here loses a figure, with a note, never the run."""
     assert run.selection is not None
     index = _featured(run, run.selection)
-    unit = "measured" if run.cost_model.name == "measured" else "analytic"
+    unit = "measured" if run.time_model.name == "measured" else "analytic"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             rep.op_times = {"unit": unit, "candidate": None, "candidate_index": index,
-                            "original": _in_ms(op_times(run.graph, run.cost_model))}
+                            "original": _in_ms(op_times(run.graph, run.time_model))}
             if index is not None:
                 candidate = run.exported[index][0]
-                rep.op_times["candidate"] = _in_ms(op_times(candidate.graph, run.cost_model))
+                rep.op_times["candidate"] = _in_ms(op_times(candidate.graph, run.time_model))
                 rep.rewrites = rewrite_evidence(run.graph, candidate, run.rules, index)
     except Exception as exc:  # noqa: BLE001 (the report's figures never end a run)
         rep.notes.append(f"the report's rewrite and operator-time figures could not be "

@@ -41,7 +41,10 @@ class Run:
     target: Target
     graph: Graph
     rules: list[Rule]
+    #: What the search minimizes (the latency model, or the objective's weighted sum of it).
     cost_model: CostModel
+    #: The latency model alone: what reports show as predicted ms, whatever the objective.
+    time_model: CostModel
     #: The user's model as given (None: graphsub writes the graph itself).
     original: bytes | None = None
     label: str = "model"
@@ -67,8 +70,10 @@ class Run:
     chosen: Candidate | None = None
     chosen_bytes: bytes | None = None
     comparison: Comparison | None = None
-    #: Whatever degraded the result without ending the run, one line each.
+    #: Whatever degraded the result without ending the run, one line each; and the category
+    #: of the warnings stages give about it (the torch.compile backend's own, there).
     notes: list[str] = field(default_factory=list)
+    warning: type[Warning] = RuntimeWarning
     #: What a stage leaves for whoever called the runner (a report, a torch module).
     product: Any = None
 
@@ -134,7 +139,7 @@ def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | None = N
     rules = builtin_rules() if rules is None else list(rules)
     if settings.fission:
         fission_stage.load_rules()
-    return Run(settings, budget, target, graph, rules, cost_model, **state)
+    return Run(settings, budget, target, graph, rules, cost_model, cost_model, **state)
 
 
 def load_rule_files(paths: Sequence[str | Path]) -> list[Rule]:

@@ -15,6 +15,7 @@ from graphsub.search.registry import Limits
 from graphsub.search.result import ProgressFn, SearchProgress, Step, StepKind, StopReason
 from graphsub.search.split import splitting
 
+
 class ProgressRecorder:
     """A progress callback that also keeps (seconds, best cost) each time the best cost
     changes, for the report's figure of the search, and passes every call on."""
@@ -41,7 +42,9 @@ class ProgressRecorder:
 def search(run: Run, clock: StageClock) -> None:
     """The search the settings name, in the time its clock gives, optionally within
     MetaFlow's graph split. Ctrl-C before the search loop took over (while pricing the input
-    graph, or between a split search's parts) finds nothing, so the original stays."""
+    graph, or between a split search's parts) finds nothing: in a run that measures and
+    verifies what was found, the original then stays; in a run of the search alone, the
+    interrupt is the caller's."""
     settings = run.settings
     seconds = clock.remaining()
     run.say(f"searching with {settings.algorithm} for up to {seconds:.1f} s")
@@ -50,7 +53,7 @@ def search(run: Run, clock: StageClock) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # untimed operators: in the notes
-            run.cost_model = settings.objective.cost_model(run.cost_model, run.graph)
+            run.cost_model = settings.objective.cost_model(run.time_model, run.graph)
             limits = Limits(time=max(clock.remaining(), 0.0), budget=settings.budget,
                             keep=settings.keep, progress=recorder)
             algorithm = ALGORITHMS[settings.algorithm]
@@ -59,6 +62,8 @@ def search(run: Run, clock: StageClock) -> None:
             result = function(run.graph, run.rules, run.cost_model, limits,
                               settings.search_options)
     except KeyboardInterrupt:
+        if not run.budget.measuring:  # nothing comes after the search: the caller's Ctrl-C
+            raise
         stats = SearchStats(stopped_by=StopReason.INTERRUPT, seconds=time.perf_counter() - start)
         result = OptimizeResult(run.graph, (), stats, math.nan, math.nan, [])
     run.result = result
@@ -84,7 +89,7 @@ def fission(run: Run, clock: StageClock) -> None:
                 generate=run.target.generates_kernels and run.generate_kernels)
     except (GraphsubError, ValueError, RuntimeError) as exc:
         warnings.warn(f"fission and orchestration failed and were skipped: {exc}",
-                      RuntimeWarning, stacklevel=2)
+                      run.warning, stacklevel=2)
         run.notes.append(f"fission and orchestration failed and were skipped: {exc}")
         return
     except KeyboardInterrupt:

@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
-from graphsub.backends import Target, capabilities, default_target_name
+from graphsub.backends import Target, capabilities, default_target_name, target_names
 from graphsub.backends import ort_fusions as ort_fusions_module
 from graphsub.cost import CostModel
 from graphsub.errors import GraphsubError
 from graphsub.pipeline.objective import Objective
+from graphsub.egraph.saturation import EXTRACTORS
 from graphsub.search import ALGORITHMS
 
 #: Cost models by name, and where --split runs parts.
@@ -87,12 +88,22 @@ class Settings:
             raise GraphsubError(f"unknown algorithm {self.algorithm!r}; use one of "
                                 f"{', '.join(ALGORITHMS)}")
         search = ALGORITHMS[self.algorithm]
+        hints = typing.get_type_hints(search.options)
         for name, value in self.options.items():
+            if name in hints and not _is_a(hints[name], value):
+                raise GraphsubError(f"{OPTION_FLAGS.get(name, name)} takes "
+                                    f"{_type_name(hints[name])}, not {value!r}")
             least = OPTION_LEAST.get(name)
             if least is not None and value is not None and not value >= least:
                 raise GraphsubError(f"{OPTION_FLAGS.get(name, name)} must be at least "
                                     f"{least:g} (got {value})")
-        object.__setattr__(self, "options", dict(self.options))
+        unknown = set(self.options.get("extractors") or ()) - set(EXTRACTORS)
+        if unknown:
+            raise GraphsubError(f"unknown extractor(s) {', '.join(sorted(unknown))}; use "
+                                f"{', '.join(EXTRACTORS)}")
+        if self.options.get("extractors") == ():
+            raise GraphsubError(f"extractors must name at least one of {', '.join(EXTRACTORS)}")
+        object.__setattr__(self, "options", types.MappingProxyType(dict(self.options)))
         object.__setattr__(self, "search_options", search.make_options(**self.options))
         if isinstance(self.cost, str) and self.cost not in COST_MODELS:
             raise GraphsubError(f"unknown cost model {self.cost!r}; use "
@@ -105,11 +116,16 @@ class Settings:
             if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
                 raise GraphsubError(f"{name} must be a positive number of seconds "
                                     f"(got {seconds:g})")
-        for name, value, least in (("--budget", self.budget, 1),
-                                   ("--candidates", self.candidates, 0),
-                                   ("--threads", self.threads, 1), ("keep", self.keep, 1),
-                                   ("measure_seconds", self.measure_seconds, 0)):
-            if value is not None and value < least:
+        for name, value, least, kind in (("--budget", self.budget, 1, int),
+                                         ("--candidates", self.candidates, 0, int),
+                                         ("--threads", self.threads, 1, int),
+                                         ("keep", self.keep, 1, int),
+                                         ("measure_seconds", self.measure_seconds, 0, float)):
+            if value is None:
+                continue
+            if not _is_a(kind, value):
+                raise GraphsubError(f"{name} takes {kind.__name__}, not {value!r}")
+            if not value >= least:  # NaN included
                 raise GraphsubError(f"{name} must be at least {least} (got {value})")
         if self.split is not None and self.split < 2:
             raise GraphsubError(f"--split needs a part size of at least 2 operators (got "
@@ -120,15 +136,17 @@ class Settings:
         """What the target must have for these settings: its options, vendor operators."""
         caps = self.target.capabilities if isinstance(self.target, Target) else \
             capabilities(self.target_name)
-        for name in ("cuda_graphs", "allow_tf32"):
+        for name, flag in (("cuda_graphs", "--cuda-graphs"), ("allow_tf32", "--tf32")):
             if getattr(self, name) is not None and name not in caps.options:
-                raise GraphsubError(f"{name} is an option of torch-cuda, not of "
-                                    f"{self.target_name}")
+                having = _targets_where(lambda c: name in c.options)
+                raise GraphsubError(f"{name} ({flag}) is an option of {having or 'no target'}, "
+                                    f"not of {self.target_name}")
         if self.ort_fusions:
             if not caps.vendor_operators:
+                having = _targets_where(lambda c: c.vendor_operators)
                 raise GraphsubError(f"onnxruntime's fused operators (--ort-fusions) run only "
-                                    f"on onnxruntime targets that take them (ort-cpu, "
-                                    f"ort-cuda), not on {self.target_name}")
+                                    f"on the onnxruntime targets that take them ({having}), "
+                                    f"not on {self.target_name}")
             ort_fusions_module.check_available()
 
     @property
@@ -159,16 +177,27 @@ class Settings:
             value = given.pop(name)
             if value is None:  # not given
                 continue
+            if name in {o for a in ALGORITHMS.values() for o in a.option_names()} - set(known):
+                raise GraphsubError(f"the {algorithm} search has no setting {name} (its "
+                                    f"settings: {', '.join(known) or 'none'})")
             if name not in known:
                 raise GraphsubError(
-                    f"the {algorithm} search has no setting {name} (its settings: "
-                    f"{', '.join(known) or 'none'}; and every run's: {', '.join(sorted(names))})")
+                    f"unknown setting {name!r}: not an option of the {algorithm} search "
+                    f"({', '.join(known) or 'it has none'}), nor a setting of every run "
+                    f"({', '.join(sorted(names))})")
             options[name] = value
         return cls(**given, options=options)
 
     def replace(self, **changes: Any) -> Settings:
-        """A copy with `changes` (validated again)."""
-        return dataclasses.replace(self, **changes)
+        """A copy with `changes` (keywords of `make`, validated again). Another algorithm
+        keeps the options it has too and drops the others."""
+        algorithm = changes.get("algorithm", self.algorithm)
+        known = set(ALGORITHMS[algorithm].option_names()) if algorithm in ALGORITHMS else set()
+        options = {k: v for k, v in self.options.items() if k in known}
+        options.update(changes.pop("options", None) or {})
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.init and f.name != "options"}
+        return type(self).make(**{**fields, **changes, "options": options})
 
     def as_dict(self) -> dict[str, Any]:
         """What a report shows: every setting as plain data, the algorithm's options in full."""
@@ -223,6 +252,36 @@ def _convert(kind: Any, raw: str) -> Any:
     if kind in (int, float, str):
         return kind(raw)
     raise ValueError(raw)
+
+
+def _is_a(kind: Any, value: Any) -> bool:
+    """Whether `value` is of the annotated type `kind` (an int is a float; a bool is not a
+    number)."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return any(_is_a(k, value) for k in typing.get_args(kind))
+    if kind is type(None):
+        return value is None
+    if typing.get_origin(kind) is tuple:
+        (inner, *_) = typing.get_args(kind)
+        return isinstance(value, tuple) and all(_is_a(inner, v) for v in value)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind) if isinstance(kind, type) else True
+
+
+def _targets_where(has: Any) -> str:
+    """The registered targets whose capabilities satisfy `has`, by name (targets whose
+    packages are missing here are left out)."""
+    names = []
+    for name in target_names():
+        try:
+            if has(capabilities(name)):
+                names.append(name)
+        except GraphsubError:
+            continue
+    return ", ".join(names)
 
 
 def _type_name(kind: Any) -> str:
