@@ -37,6 +37,10 @@ class TargetEntry:
     #: A check that needs no import (None: it can run here), so that deciding the default
     #: target on a machine without a GPU does not import torch (seconds at every start).
     precheck: Callable[[], str | None] | None = None
+    #: What the target is, declared here for a target whose module needs packages that may
+    #: be missing, so that settings naming its options are checked without them (its class
+    #: reads them back with `declared_capabilities`); None: the class says.
+    capabilities: Capabilities | None = None
 
     def load(self, name: str) -> type[Target]:
         missing = [m for m in self.requires if importlib.util.find_spec(m) is None]
@@ -53,11 +57,12 @@ _TARGETS: dict[str, TargetEntry] = {
     "ort-cpu": TargetEntry("graphsub.backends.ort:OrtCpuTarget"),
     "ort-cuda": TargetEntry("graphsub.backends.ort:OrtCudaTarget"),
     "torch-cpu": TargetEntry("graphsub.backends.torch.target:TorchCpuTarget", ("torch",),
-                             _TORCH_INSTALL),
+                             _TORCH_INSTALL, capabilities=Capabilities(runs="torch")),
     "torch-cuda": TargetEntry("graphsub.backends.torch.target:TorchCudaTarget", ("torch",),
                               _TORCH_INSTALL, lambda: None if nvidia_driver_present() else
                               "no NVIDIA GPU driver on this machine; run on one with an "
-                              "NVIDIA GPU, or use --target torch-cpu"),
+                              "NVIDIA GPU, or use --target torch-cpu",
+                              Capabilities(runs="torch", options=("cuda_graphs", "allow_tf32"))),
 }
 #: The default target is the first of these this machine has: a GPU through torch, where
 #: graph substitutions pay most, else onnxruntime on the CPU.
@@ -90,8 +95,18 @@ def target_class(name: str) -> type[Target]:
     return _TARGETS[name].load(name)
 
 
+def declared_capabilities(name: str) -> Capabilities:
+    """The capabilities the registry declares for a target whose packages may be missing."""
+    declared = _TARGETS[name].capabilities
+    assert declared is not None, f"{name} declares no capabilities in the registry"
+    return declared
+
+
 def capabilities(name: str) -> Capabilities:
-    """What a target is, by name, without starting it."""
+    """What a target is, by name, without starting it (nor importing a module whose
+    packages are missing here)."""
+    if name in _TARGETS and _TARGETS[name].capabilities is not None:
+        return _TARGETS[name].capabilities
     return target_class(name).capabilities
 
 
@@ -157,5 +172,5 @@ def target_statuses() -> list[TargetStatus]:
 
 
 __all__ = ["Capabilities", "DeviceInfo", "Target", "TargetStatus", "TargetUnavailableError",
-           "capabilities", "default_target_name", "get_target", "register_target",
-           "target_class", "target_names", "target_statuses", "unavailable_reason"]
+           "capabilities", "declared_capabilities", "default_target_name", "get_target",
+           "register_target", "target_class", "target_names", "target_statuses", "unavailable_reason"]

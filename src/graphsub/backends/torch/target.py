@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
-from graphsub.backends.base import (Capabilities, DeviceInfo, Target, TargetUnavailableError,
-                                   cold_replicas, signature_graph)
+from graphsub.backends import declared_capabilities
+from graphsub.backends.base import (DeviceInfo, Target, TargetUnavailableError, cold_replicas,
+                                   signature_graph)
 from graphsub.backends.torch import fusion
 from graphsub.backends.torch.lowering import LowerContext, lower, torch_dtype
 from graphsub.backends.torch.program import TorchProgram, TorchRunnable, cuda_event, to_tensor
@@ -38,7 +39,7 @@ class TorchTarget(Target):
     #: strides no view can express copy: `_is_view` tells them apart where it matters).
     free_views = frozenset({"alias", "strided"})
     generates_kernels = True  # inductor
-    capabilities = Capabilities(runs="torch")
+    capabilities = declared_capabilities("torch-cpu")
     #: cuDNN's fused convolution + bias + relu where the device has it (the GPU target
     #: probes for it), else None: programs then run two kernels.
     fused_conv_relu: Any = None
@@ -185,7 +186,7 @@ class TorchCudaTarget(TorchTarget):
     name = "torch-cuda"
     description = ("graphsub's torch backend on an NVIDIA GPU (cuDNN/cuBLAS kernels, CUDA-graph "
                    "replays)")
-    capabilities = Capabilities(runs="torch", options=("cuda_graphs", "allow_tf32"))
+    capabilities = declared_capabilities("torch-cuda")
     device_type = "cuda"
     analytic_profile = "h100"
     #: Repetitions of one operator per timed replay: the cost is the marginal time of the
