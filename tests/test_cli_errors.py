@@ -125,7 +125,10 @@ def _start_long_search(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     proc = subprocess.Popen(
         [GRAPHSUB, "optimize", "bert:layers=2,seq=32,hidden=64,heads=4", "-o", str(out),
          "--cost", "analytic", "--budget", "100000000", "--time-limit", "300"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        # as at a terminal: a shell's background job (nohup, `&`) ignores SIGINT, and its
+        # children inherit that, so Ctrl-C would never reach the search
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     return proc, out
 
 
