@@ -4,7 +4,10 @@ capabilities call for, with no change anywhere else."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,6 +58,17 @@ def test_an_option_the_target_lacks_is_refused():
         Settings.make(target="ort-cpu", cuda_graphs=False)
     with pytest.raises(GraphsubError, match="has no option allow_tf32"):
         get_target("ort-cpu", allow_tf32=True)
+
+
+def test_the_torch_targets_capabilities_are_known_without_importing_torch():
+    """So that the plain install (no torch) names torch-cuda's options as torch-cuda's."""
+    code = ("import sys; from graphsub.backends import capabilities; "
+            "caps = capabilities('torch-cuda'); "
+            "assert 'cuda_graphs' in caps.options and caps.runs == 'torch', caps; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(SRC)})
+    assert done.returncode == 0, done.stderr
 
 
 def slowed(target):

@@ -76,10 +76,13 @@ def nvidia_driver_present() -> bool:
 
 
 def register_target(name: str, factory: str, requires: tuple[str, ...] = (),
-                    install: str = "") -> None:
+                    install: str = "", capabilities: Capabilities | None = None) -> None:
     """Add a target (a `Target` subclass at "module:Class", whose `name` is `name`) that
-    needs the packages `requires` (installed as `install` says)."""
-    _TARGETS[name] = TargetEntry(factory, requires, install)
+    needs the packages `requires` (installed as `install` says). Where those may be missing,
+    declare its `capabilities` here too (the class then reads them with
+    `declared_capabilities(name)`), so that settings naming its options are told apart
+    from mistakes on a machine without them."""
+    _TARGETS[name] = TargetEntry(factory, requires, install, capabilities=capabilities)
 
 
 def target_names() -> list[str]:
