@@ -121,7 +121,8 @@ class Budget:
             return StageClock(stage, now, now + max(min(share, window), MIN_FISSION_SECONDS))
         if stage == "measure":
             end = (now + self.measure_limit if self.measure_limit is not None
-                   else self.started + self.time_limit)
+                   else min(self.started + self.time_limit,
+                            self.search_window_end() + measure_reserve(self.time_limit)))
             return StageClock(stage, now, end)
         return StageClock(stage, now, None)
 
@@ -133,6 +134,12 @@ class Budget:
             yield clock
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - clock.start
+
+    def interrupted(self) -> None:
+        """Ctrl-C ended the search: its window ends now, so that measuring gets its reserve
+        from here, not all the time the limit had left (a user who stops a search wants
+        its result soon)."""
+        self._window_end = min(self.search_window_end(), time.perf_counter())
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started

@@ -70,6 +70,7 @@ def search(run: Run, clock: StageClock) -> None:
     run.interrupted = result.stats.stopped_by == StopReason.INTERRUPT
     run.progress_points = recorder.points(result)
     if run.interrupted:
+        run.budget.interrupted()
         run.say("interrupted: the search stopped; measuring and verifying what it found "
                 "(Ctrl-C again to stop at once, writing nothing)")
 
@@ -93,6 +94,7 @@ def fission(run: Run, clock: StageClock) -> None:
         run.notes.append(f"fission and orchestration failed and were skipped: {exc}")
         return
     except KeyboardInterrupt:
+        run.budget.interrupted()
         run.say("interrupted: fission skipped; measuring what the search found")
         return
     run.fission = outcome
