@@ -176,4 +176,5 @@ def target_statuses() -> list[TargetStatus]:
 
 __all__ = ["Capabilities", "DeviceInfo", "Target", "TargetStatus", "TargetUnavailableError",
            "capabilities", "declared_capabilities", "default_target_name", "get_target",
-           "register_target", "target_class", "target_names", "target_statuses", "unavailable_reason"]
+           "register_target", "target_class", "target_names", "target_statuses",
+           "unavailable_reason"]

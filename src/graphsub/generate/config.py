@@ -63,7 +63,8 @@ def _image_family(ops: Sequence[str], variables: int) -> Family:
         inputs.append(GeneratorInput("I_conv", (4, 4, 3, 3), "i-conv",
                                 (("channels", 4), ("kernel", (3, 3)))))
     if "ewmul" in ops:
-        inputs.append(GeneratorInput("I_ewmul", (2, 4, 5, 5), "i-ewmul", (("shape", (2, 4, 5, 5)),)))
+        inputs.append(GeneratorInput("I_ewmul", (2, 4, 5, 5), "i-ewmul",
+                                     (("shape", (2, 4, 5, 5)),)))
     return Family("image", tuple(inputs), tuple(o for o in ops if o in IMAGE_OPS))
 
 

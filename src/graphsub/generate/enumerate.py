@@ -99,7 +99,8 @@ def _combine(digests) -> bytes:
     return h.digest()
 
 
-def as_specs(inputs: Mapping[str, tuple[int, ...]] | Sequence[GeneratorInput]) -> tuple[GeneratorInput, ...]:
+def as_specs(inputs: Mapping[str, tuple[int, ...]] | Sequence[GeneratorInput]
+             ) -> tuple[GeneratorInput, ...]:
     if isinstance(inputs, Mapping):
         return tuple(GeneratorInput(name, tuple(shape)) for name, shape in inputs.items())
     return tuple(inputs)
@@ -163,8 +164,8 @@ class Enumerator:
     no longer become connected within N operators is not extended, and its last operator is
     not even evaluated."""
 
-    def __init__(self, inputs: Mapping[str, tuple[int, ...]] | Sequence[GeneratorInput], max_ops: int,
-                 ops: Sequence[str] = DEFAULT_OPS, tests: int = 2, seed: int = 0,
+    def __init__(self, inputs: Mapping[str, tuple[int, ...]] | Sequence[GeneratorInput],
+                 max_ops: int, ops: Sequence[str] = DEFAULT_OPS, tests: int = 2, seed: int = 0,
                  batching: bool = True) -> None:
         unknown = set(ops) - set(OPS)
         if unknown:

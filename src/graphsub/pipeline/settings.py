@@ -272,8 +272,9 @@ def _is_a(kind: Any, value: Any) -> bool:
 
 
 def _targets_where(has: Any) -> str:
-    """The registered targets whose capabilities satisfy `has`, by name (targets whose
-    packages are missing here are left out)."""
+    """The registered targets whose capabilities satisfy `has`, by name (a target whose
+    packages are missing here and that declares no capabilities in the registry is left
+    out)."""
     names = []
     for name in target_names():
         try:
