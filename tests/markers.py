@@ -17,3 +17,10 @@ def targets(*names: str) -> list:
     """Target names as parameters, the torch ones marked requires_torch."""
     return [pytest.param(n, marks=requires_torch) if n.startswith("torch-") else n
             for n in names]
+
+HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+#: Tests on models exported from transformers: they skip, saying why, without it (it comes
+#: with graphsub's test extra).
+requires_transformers = pytest.mark.skipif(
+    not HAVE_TRANSFORMERS, reason="needs transformers, in graphsub's test extra: "
+                                  "pip install -e '.[test]'")

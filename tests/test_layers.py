@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: Bottom to top. A module belongs to the longest prefix listed here.
 LAYERS: list[tuple[str, ...]] = [
     ("graphsub.errors", "graphsub.cache", "graphsub.lazy", "graphsub.ir.types",
-     "graphsub.executors", "graphsub.budget"),
+     "graphsub.ir.symbolic", "graphsub.executors", "graphsub.budget"),
     ("graphsub.ops",),
     ("graphsub.ir",),
     ("graphsub.runtime",),
@@ -174,7 +174,7 @@ def test_importing_the_ir_types_stays_light():
               "print(sorted(m for m in sys.modules if m.startswith(('graphsub', 'networkx'))))")
     loaded = eval(in_a_fresh_interpreter(script))
     assert set(loaded) <= {"graphsub", "graphsub.lazy", "graphsub.errors", "graphsub.ir",
-                           "graphsub.ir.types"}, \
+                           "graphsub.ir.types", "graphsub.ir.symbolic"}, \
         loaded
 
 

@@ -109,10 +109,12 @@ class LoadedModel:
     def __init__(self, spec: str, input_shapes: dict[str, tuple[int, ...]]) -> None:
         from graphsub import zoo
         from graphsub.onnx_io import load, to_onnx_bytes
+        from graphsub.pipeline.run import require_static
 
         self.spec = spec
         if os.path.exists(spec) or spec.endswith(".onnx"):
             self.graph = load(spec, input_shapes)
+            require_static(self.graph)
             self.onnx: Any = spec
             self.label = Path(spec).name
         else:

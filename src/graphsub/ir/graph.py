@@ -318,8 +318,11 @@ class Graph:
 
 
 def _is_weight_only(node: Node, weight_only: set[int] | frozenset[int]) -> bool:
+    """A weight, or a function of weights alone; not one whose shape depends on the sizes (a
+    slice of a position table by `seq`), which is a computation at every size."""
     return node.op == "weight" or bool(
-        node.inputs and is_deterministic(node) and all(v.node in weight_only for v in node.inputs))
+        node.inputs and is_deterministic(node) and all(v.node in weight_only for v in node.inputs)
+        and all(t.is_static for t in node.outputs))
 
 
 def _topological_order(nodes: Mapping[int, Node], inputs: Sequence[int],

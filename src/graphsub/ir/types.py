@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import GraphsubError
+from graphsub.ir.symbolic import Dim, bind_all, dim, is_static, product
 
 #: dtypes the IR understands, by numpy name.
 SUPPORTED_DTYPES = frozenset(
@@ -25,19 +26,27 @@ SUPPORTED_DTYPES = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class TensorType:
-    """The concrete shape and element type of one tensor.
+    """The shape and element type of one tensor.
 
-    Shapes are always concrete: graphsub optimizes for the shapes a model will run with.
+    A dimension is an int, or a sympy expression over named sizes where the model leaves it
+    open (`batch`, `seq + 1`: graphsub.ir.symbolic); `is_static` says there is none.
     """
 
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.shape, tuple):
-            object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
-        if any((not isinstance(d, (int, np.integer))) or d < 0 for d in self.shape):
-            raise ValueError(f"tensor shape must be non-negative integers, got {self.shape}")
+        shape = self.shape
+        if type(shape) is not tuple or not all(type(d) is int for d in shape):
+            try:
+                shape = tuple(dim(d) for d in shape)
+            except (TypeError, ValueError):
+                raise ValueError(f"tensor shape must be non-negative integers or size "
+                                 f"expressions, got {self.shape}") from None
+            object.__setattr__(self, "shape", shape)
+        if any(type(d) is int and d < 0 for d in shape):
+            raise ValueError(f"tensor shape must be non-negative integers or size "
+                             f"expressions, got {self.shape}")
         if self.dtype not in SUPPORTED_DTYPES:
             raise ValueError(f"unsupported dtype {self.dtype!r}")
 
@@ -46,20 +55,30 @@ class TensorType:
         return len(self.shape)
 
     @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
+    def is_static(self) -> bool:
+        """Whether every dimension is a number."""
+        return is_static(self.shape)
+
+    @property
+    def numel(self) -> Dim:
+        return product(self.shape) if not self.is_static else math.prod(self.shape)
 
     @property
     def itemsize(self) -> int:
         return 2 if self.dtype == "bfloat16" else np.dtype(self.dtype).itemsize
 
     @property
-    def nbytes(self) -> int:
+    def nbytes(self) -> Dim:
         return self.numel * self.itemsize
 
+    def bound(self, binding: Mapping[str, int]) -> TensorType:
+        """This type with each size symbol at the value `binding` gives it."""
+        return self if self.is_static else TensorType(bind_all(self.shape, binding), self.dtype)
+
     def __str__(self) -> str:
-        dims = "x".join(str(d) for d in self.shape) or "scalar"
-        return f"{self.dtype}[{dims}]"
+        dims = "x".join(str(d) if isinstance(d, int) else f"({d})" if len(str(d)) > 1
+                        and not str(d).isidentifier() else str(d) for d in self.shape)
+        return f"{self.dtype}[{dims or 'scalar'}]"
 
 
 class Constant:

@@ -1,7 +1,6 @@
 """ONNX import and export."""
 
 from graphsub.onnx_io.exporter import DEFAULT_OPSET, save, to_onnx, to_onnx_bytes, write_atomic
-from graphsub.onnx_io.importer import load, resolve_input_types
+from graphsub.onnx_io.importer import load
 
-__all__ = ["DEFAULT_OPSET", "load", "resolve_input_types", "save", "to_onnx", "to_onnx_bytes",
-           "write_atomic"]
+__all__ = ["DEFAULT_OPSET", "load", "save", "to_onnx", "to_onnx_bytes", "write_atomic"]

@@ -20,6 +20,7 @@ from onnx import helper, numpy_helper
 
 from graphsub.errors import ExportError
 from graphsub.ir.graph import Graph, Value
+from graphsub.ir.symbolic import Dim, dim_text, is_static
 from graphsub.ops import get_op
 from graphsub.runtime.ort import make_model
 from graphsub.runtime.reference import materialized_weights
@@ -39,6 +40,9 @@ class ExportContext:
         self.domains: dict[str, int] = {}
         self._used: set[str] = set()
         self._const_names: dict[bytes, str] = {}
+        #: size symbol -> (value name, axis) of a value already written with that dimension
+        self._symbol_sources: dict[str, tuple[str, int]] = {}
+        self._size_names: dict[Any, str] = {}  # size expression -> its 1-element tensor
 
     def reserve(self, name: str) -> str:
         if name in self._used:
@@ -91,10 +95,109 @@ class ExportContext:
     def add_initializer(self, name: str, array: np.ndarray) -> None:
         self.initializers.append(numpy_helper.from_array(np.asarray(array, order="C"), name))
 
+    # -- sizes: size expressions written as computations of the shapes -----------------------
+    def note_symbols(self, name: str, shape: Sequence[Dim]) -> None:
+        """Remember the value `name` as where the size symbols among its dimensions can be
+        read (the first such value, a graph input where there is one, wins)."""
+        for axis, d in enumerate(shape):
+            if type(d) is not int and d.is_Symbol and d.name not in self._symbol_sources:
+                self._symbol_sources[d.name] = (name, axis)
 
-def _value_info(name: str, t) -> onnx.ValueInfoProto:
+    def sizes(self, values: Sequence[Dim]) -> str:
+        """A 1-D int64 tensor of `values`: an initializer where they are numbers, else their
+        computation from the shapes of values already written."""
+        if is_static(values):
+            return self.const(np.array(values, dtype=np.int64))
+        parts: list[str] = []
+        run: list[int] = []
+        for v in values:
+            if type(v) is int:
+                run.append(v)
+                continue
+            if run:
+                parts.append(self.const(np.array(run, dtype=np.int64)))
+                run = []
+            parts.append(self.size(v))
+        if run:
+            parts.append(self.const(np.array(run, dtype=np.int64)))
+        if len(parts) == 1:
+            return parts[0]
+        out = self.fresh("sizes")
+        self.emit("Concat", parts, [out], axis=0)
+        return out
+
+    def size(self, expr: Dim) -> str:
+        """A 1-element int64 tensor holding one size expression."""
+        if type(expr) is int:
+            return self.const(np.array([expr], dtype=np.int64))
+        if expr in self._size_names:
+            return self._size_names[expr]
+        out = write_size(self, expr)
+        self._size_names[expr] = out
+        return out
+
+    def symbol_size(self, name: str) -> str:
+        """The 1-element tensor of a size symbol, read from the shape of a value written."""
+        if name not in self._symbol_sources:
+            raise ExportError(f"the size {name!r} is not a dimension of any value written "
+                              "before its first use")
+        value, axis = self._symbol_sources[name]
+        shape = self.fresh(f"{value}_shape")
+        self.emit("Shape", [value], [shape])
+        out = self.fresh(name)
+        self.emit("Gather", [shape, self.const(np.array([axis], dtype=np.int64))], [out],
+                  axis=0)
+        return out
+
+    def reshape_target(self, in_shape: Sequence[Dim], target: Sequence[Dim]) -> str:
+        """A Reshape's target: numbers where they are, ONNX's 0 (this dimension of the
+        input) and -1 (what is left) where they say it, a computation of the shapes only
+        where these cannot."""
+        if is_static(target):
+            return self.const(np.array(target, dtype=np.int64))
+        written: list[Dim] = []
+        open_axes = []
+        for i, d in enumerate(target):
+            if type(d) is int:
+                written.append(d)
+            elif i < len(in_shape) and in_shape[i] == d:
+                written.append(0)
+            else:
+                written.append(d)
+                open_axes.append(i)
+        if len(open_axes) == 1 and all(type(d) is not int or d != 0 for d in target):
+            written[open_axes[0]] = -1
+        return self.sizes(written)
+
+    def emit_sizes(self, values: Sequence[Dim], shape: Sequence[int], dtype: str,
+                   out: str) -> None:
+        """Write a `sizes` node's tensor (of `shape` and `dtype`) into `out`."""
+        vector = self.sizes(values)
+        if tuple(shape) != (len(values),):
+            shaped = self.fresh("sizes_shaped")
+            self.emit("Reshape", [vector, self.const(np.array(shape, dtype=np.int64))], [shaped])
+            vector = shaped
+        if dtype != "int64":
+            self.emit("Cast", [vector], [out],
+                      to=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+        else:
+            self.emit("Identity", [vector], [out])
+
+
+def _value_info(name: str, t, declared: Sequence[Any] | None = None) -> onnx.ValueInfoProto:
+    """A value's declared type; a symbolic dimension is a dim_param: the name the original
+    model declared there (`declared`), which downstream tools key on, else the expression
+    (`batch`, `seq + 1`)."""
+    dims = []
+    for i, d in enumerate(t.shape):
+        if type(d) is int:
+            dims.append(d)
+        elif declared is not None and len(declared) == t.rank and isinstance(declared[i], str):
+            dims.append(declared[i])
+        else:
+            dims.append(dim_text(d))
     return helper.make_tensor_value_info(
-        name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), list(t.shape))
+        name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), dims)
 
 
 def check_onnx(model: onnx.ModelProto | bytes) -> None:
@@ -125,6 +228,7 @@ def to_onnx(graph: Graph, opset: int | None = None, model_name: str = "graphsub"
     names: dict[Value, str] = {}
     for nid in graph.inputs:
         names[Value(nid, 0)] = ctx.reserve(graph[nid].attrs["name"])
+        ctx.note_symbols(names[Value(nid, 0)], graph[nid].type.shape)
     for out_name in graph.output_names:
         if out_name not in names.values():
             ctx.reserve(out_name)
@@ -159,15 +263,20 @@ def to_onnx(graph: Graph, opset: int | None = None, model_name: str = "graphsub"
             outs.append(names[v])
         ins = [names[v] for v in node.inputs]
         get_op(node.op).export(ctx, node.attrs, ins, outs, graph.input_types(nid))
+        for name, t in zip(outs, node.outputs):
+            if not t.is_static:
+                ctx.note_symbols(name, t.shape)
 
     for v, name in zip(graph.outputs, graph.output_names):
         if names[v] != name:
             ctx.emit("Identity", [names[v]], [name])
 
+    declared = graph.meta.get("output_dims", {})
     onnx_graph = helper.make_graph(
         ctx.nodes, model_name,
         [_value_info(graph[i].attrs["name"], graph[i].type) for i in graph.inputs],
-        [_value_info(name, graph.type_of(v)) for v, name in zip(graph.outputs, graph.output_names)],
+        [_value_info(name, graph.type_of(v), declared.get(name))
+         for v, name in zip(graph.outputs, graph.output_names)],
         initializer=ctx.initializers)
     model = make_model(onnx_graph, [("", opset), *sorted(ctx.domains.items())])
     if check:
@@ -221,3 +330,40 @@ def to_onnx_bytes(graph: Graph, opset: int | None = None, model_name: str = "gra
 def save(graph: Graph, path: str | os.PathLike[str], opset: int | None = None) -> Path:
     """Export the graph and write it atomically to `path`."""
     return write_atomic(to_onnx_bytes(graph, opset, model_name=Path(path).stem), path)
+
+
+def write_size(ctx: ExportContext, expr: Any) -> str:
+    """Emit the computation of one size expression (sums, products, floor and ceiling of
+    quotients, minimum and maximum of size symbols and numbers) as int64 ONNX operators."""
+    import sympy
+
+    if expr.is_Integer:
+        return ctx.const(np.array([int(expr)], dtype=np.int64))
+    if expr.is_Symbol:
+        return ctx.symbol_size(expr.name)
+    if isinstance(expr, (sympy.floor, sympy.ceiling)):
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        if not den.is_Integer or int(den) <= 0:
+            raise ExportError(f"cannot write the size {expr} as integer arithmetic")
+        if isinstance(expr, sympy.ceiling):
+            num = num + den - 1
+        out = ctx.fresh("size")
+        ctx.emit("Div", [ctx.size(sympy.expand(num)), ctx.size(int(den))], [out])
+        return out
+    ops = {sympy.Add: "Add", sympy.Mul: "Mul", sympy.Min: "Min", sympy.Max: "Max"}
+    for kind, op_type in ops.items():
+        if isinstance(expr, kind):
+            args = [ctx.size(a) for a in expr.args]
+            out = args[0]
+            for arg in args[1:]:
+                nxt = ctx.fresh("size")
+                ctx.emit(op_type, [out, arg], [nxt])
+                out = nxt
+            return out
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) > 0:
+        return ctx.size(sympy.Mul(*([expr.base] * int(expr.exp)), evaluate=False))
+    if isinstance(expr, sympy.Mod):
+        out = ctx.fresh("size")
+        ctx.emit("Mod", [ctx.size(expr.args[0]), ctx.size(expr.args[1])], [out])
+        return out
+    raise ExportError(f"cannot write the size {expr} as ONNX operators")

@@ -19,9 +19,12 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
-from graphsub.errors import GraphsubError, MissingInputShapeError, ModelLoadError
+from graphsub.errors import GraphsubError, ModelLoadError
+from graphsub.ir.binding import defined_ranges
 from graphsub.ir.graph import Graph, Value, make_node
+from graphsub.ir.symbolic import Dim, SymbolRange, renamed
 from graphsub.ir.types import Constant, TensorType
+from graphsub.onnx_io import sizes
 from graphsub.onnx_io.exporter import MAX_OPSET, MIN_OPSET
 from graphsub.ops import importer_for
 from graphsub.runtime.ort import ORT_ERRORS, make_model
@@ -109,47 +112,6 @@ def _tensor_type(type_proto: onnx.TypeProto) -> tuple[list[int | str | None], st
     return dims, dtype
 
 
-def _shape_hint() -> str:
-    return "give concrete sizes with --input-shape NAME=1x3x224x224 (or input_shapes={...})"
-
-
-def resolve_input_types(model: onnx.ModelProto,
-                        input_shapes: Mapping[str, Sequence[int]] | None) -> list[tuple[str, TensorType]]:
-    """The model's real inputs (not initializers) with concrete types; raises a clear error
-    naming the input when a dimension is symbolic and no shape was given for it."""
-    g = model.graph
-    inits = {i.name for i in g.initializer} | {i.values.name for i in g.sparse_initializer}
-    shapes = dict(input_shapes or {})
-    real = [i for i in g.input if i.name not in inits]
-    unknown = set(shapes) - {i.name for i in real}
-    if unknown:
-        raise ModelLoadError(f"a shape was given for unknown input(s) "
-                             f"{', '.join(repr(n) for n in sorted(unknown))}; the model's inputs "
-                             f"are: {', '.join(repr(i.name) for i in real)}")
-    result = []
-    for inp in real:
-        tt = _tensor_type(inp.type)
-        if tt is None:
-            raise ModelLoadError(f"input {inp.name!r} is not a tensor; graphsub handles tensor "
-                                 "inputs only")
-        dims, dtype = tt
-        if inp.name in shapes:
-            given = tuple(int(d) for d in shapes[inp.name])
-            if dims is not None and (len(dims) != len(given) or any(
-                    isinstance(d, int) and d != g_ for d, g_ in zip(dims, given))):
-                raise ModelLoadError(f"input {inp.name!r}: the given shape {given} does not "
-                                     f"fit the model's {tuple(dims)}")
-            result.append((inp.name, TensorType(given, dtype)))
-            continue
-        if dims is None or any(not isinstance(d, int) for d in dims):
-            shown = "unknown rank" if dims is None else "x".join(
-                str(d) if isinstance(d, int) else (d or "?") for d in dims)
-            raise MissingInputShapeError(
-                f"input {inp.name!r} has symbolic dimensions ({shown}); {_shape_hint()}")
-        result.append((inp.name, TensorType(tuple(dims), dtype)))  # type: ignore[arg-type]
-    return result
-
-
 def _topo_sorted_nodes(g: onnx.GraphProto, known: set[str]) -> list[onnx.NodeProto]:
     """The graph's nodes in dependency order; a clear error for cycles and undefined names."""
     producer: dict[str, int] = {}
@@ -209,6 +171,15 @@ class ImportContext:
         self.values: dict[str, Value] = {}
         self.constants: dict[str, np.ndarray] = {}
         self.used: set[str] = set()  # ONNX value names that some node or output reads
+        #: what symbolic sizes need: the size values of shape computations, their dtypes,
+        #: each size symbol's range and a value and axis where it is a dimension, and the
+        #: types onnxruntime's symbolic inference gives the model's values
+        self.folder = sizes.SizeFolder(self)
+        self.size_dtypes: dict[str, Any] = {}
+        self.symbol_ranges: dict[str, SymbolRange] = {}
+        self.symbol_sources: dict[str, tuple[Value, int]] = {}
+        self.inferred: dict[str, TensorType] = {}
+        self.renamed: dict[str, Dim] = {}  # onnxruntime's fresh size names -> graphsub's
 
     def is_used(self, name: str) -> bool:
         return bool(name) and name in self.used
@@ -220,10 +191,46 @@ class ImportContext:
     def constant(self, name: str) -> np.ndarray | None:
         return self.constants.get(name)
 
+    def sizes_of(self, name: str) -> tuple[Dim, ...] | None:
+        """An integer input read as sizes (a reshape's target, a slice's bounds), flattened:
+        numbers, or size expressions where the model computes it from its shapes; None
+        when it is computed from data."""
+        return self.folder.sizes_of(name)
+
+    def bound_by_slice(self, shape: Sequence[Dim], starts: Sequence[Dim], ends: Sequence[Dim],
+                       axes: Sequence[int] | None) -> None:
+        sizes.bound_by_slice(self.symbol_ranges, shape, starts, ends, axes)
+
+    def symbol_source(self, name: str) -> tuple[Value, int]:
+        """A value, and the axis, whose dimension is the size symbol `name`."""
+        if name not in self.symbol_sources:
+            raise ModelLoadError(f"the size {name!r} is not a dimension of any tensor before "
+                                 "its first use")
+        return self.symbol_sources[name]
+
+    def unify(self, inferred: TensorType, computed: TensorType) -> None:
+        """Read onnxruntime's names for sizes it could not relate to the inputs (a fresh
+        `Flatten_119_o0__d1` where graphsub knows the value is `seq`) from a value both
+        typed, so that the types it gives later nodes use the model's own sizes."""
+        if inferred.rank != computed.rank:
+            return
+        for ours, theirs in zip(computed.shape, inferred.shape):
+            if (type(theirs) is not int and theirs.is_Symbol and theirs.name not in
+                    self.symbol_ranges and theirs.name not in self.renamed):
+                self.renamed[theirs.name] = ours
+
+    def note_symbols(self, value: Value) -> None:
+        for axis, d in enumerate(self.type_of(value).shape):
+            if type(d) is not int and d.is_Symbol and d.name not in self.symbol_sources:
+                self.symbol_sources[d.name] = (value, axis)
+
     def value(self, name: str) -> Value:
         if name not in self.values:
             if name in self.constants:
                 self.values[name] = self.weight(self.constants[name], name)
+            elif name in self.folder.values:
+                self.values[name] = sizes.materialize(self, self.folder.values[name],
+                                                      self.size_dtypes[name])
             else:
                 raise ModelLoadError(f"value {name!r} is used before it is defined")
         return self.values[name]
@@ -248,7 +255,11 @@ class ImportContext:
         node = make_node(op, inputs, [self.type_of(v) for v in inputs], attrs)
         nid = len(self.nodes)
         self.nodes[nid] = node
-        return [Value(nid, i) for i in range(len(node.outputs))]
+        values = [Value(nid, i) for i in range(len(node.outputs))]
+        if not all(t.is_static for t in node.outputs):
+            for v in values:
+                self.note_symbols(v)
+        return values
 
     def weight(self, array: np.ndarray, name: str = "") -> Value:
         node = make_node("weight", (), (), {"value": Constant(array)}, name)
@@ -321,13 +332,13 @@ def _infer_output_types(node: onnx.NodeProto, ctx: ImportContext,
 
 def _fold(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, TensorType]) -> bool:
     """Compute a node over constants at import; True when it was folded."""
-    if node.op_type == "Shape" and node.input[0] in in_types:
+    if node.op_type == "Shape" and node.input[0] in in_types and in_types[node.input[0]].is_static:
         shape = np.array(in_types[node.input[0]].shape, dtype=np.int64)
         start = ctx.attr(node, "start", 0)
         end = ctx.attr(node, "end", None)
         ctx.constants[node.output[0]] = shape[start:end]
         return True
-    if node.op_type == "Size" and node.input[0] in in_types:
+    if node.op_type == "Size" and node.input[0] in in_types and in_types[node.input[0]].is_static:
         ctx.constants[node.output[0]] = np.array(in_types[node.input[0]].numel, dtype=np.int64)
         return True
     if node.op_type in _NONDETERMINISTIC:
@@ -379,7 +390,11 @@ def _import_opaque(node: onnx.NodeProto, ctx: ImportContext,
            for a in node.attribute):
         raise ModelLoadError(f"{node.op_type} node {node.name!r} has subgraphs (control flow); "
                              "graphsub cannot import control flow yet")
-    out_types = _runtime_types(node, ctx, in_types, _infer_output_types(node, ctx, in_types))
+    if any(n in ctx.folder.values for n in node.input) or not all(
+            t.is_static for t in in_types.values()):
+        out_types = _symbolic_types(node, ctx)
+    else:
+        out_types = _runtime_types(node, ctx, in_types, _infer_output_types(node, ctx, in_types))
     slots = tuple(i for i, n in enumerate(node.input) if n)
     domain = "" if node.domain == "ai.onnx" else node.domain
     opsets = tuple(sorted({("", ctx.opset), (domain, ctx.domain_opsets.get(domain, 1))}))
@@ -388,11 +403,22 @@ def _import_opaque(node: onnx.NodeProto, ctx: ImportContext,
                    op_type=node.op_type if not domain else f"{domain}.{node.op_type}")
 
 
+def _symbolic_types(node: onnx.NodeProto, ctx: ImportContext) -> list[TensorType]:
+    """An opaque node's output types over symbolic sizes, from onnxruntime's inference."""
+    types = [ctx.inferred.get(o) for o in node.output if o]
+    if any(t is None for t in types):
+        raise ModelLoadError(f"cannot determine the output shapes of {node.op_type} node "
+                             f"{node.name!r} over the model's symbolic sizes; give concrete "
+                             "sizes with --input-shape NAME=1x128 (or input_shapes={...})")
+    return [renamed(t, ctx.renamed) for t in types]  # type: ignore[arg-type]
+
+
 def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
     """Import an ONNX model (path, bytes or ModelProto) as a Graph.
 
-    `input_shapes` gives concrete shapes for inputs with symbolic dimensions; without them
-    such an input is an error that names it.
+    A dimension the model leaves open (a dim_param, or none) is a size symbol of the graph,
+    kept through import; `input_shapes` fixes inputs to concrete shapes instead. The graph's
+    `meta["symbols"]` gives each symbol's range.
     """
     original = _read_model(source)
     source_opset = _default_opset(original)
@@ -405,13 +431,19 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
         ctx.constants[init.name] = numpy_helper.to_array(init)
     for sparse in g.sparse_initializer:
         ctx.constants[sparse.values.name] = _densify(sparse)
-    inputs = resolve_input_types(model, input_shapes)
+    inputs = sizes.input_types(model, input_shapes)
+    if not all(t.is_static for _, t in inputs):
+        ctx.inferred = sizes.inferred_types(model)
     input_ids = []
     for name, t in inputs:
         node = make_node("input", (), (), {"name": name, "shape": t.shape, "dtype": t.dtype})
         nid = len(ctx.nodes)
         ctx.nodes[nid] = node
         ctx.values[name] = Value(nid, 0)
+        ctx.note_symbols(ctx.values[name])
+        for d in t.shape:
+            if type(d) is not int:
+                ctx.symbol_ranges.setdefault(d.name, SymbolRange())
         input_ids.append(nid)
 
     known = set(ctx.constants) | {name for name, _ in inputs}
@@ -421,7 +453,8 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
                     if n and n in ctx.values}
         in_types.update({n: TensorType(tuple(ctx.constants[n].shape), str(ctx.constants[n].dtype))
                          for n in node.input if n in ctx.constants})
-        if node.domain in DEFAULT_DOMAINS and _fold(node, ctx, in_types):
+        if node.domain in DEFAULT_DOMAINS and (ctx.folder.fold(node, in_types)
+                                               or _fold(node, ctx, in_types)):
             continue
         outputs = None
         importer = importer_for(node.op_type) if node.domain in DEFAULT_DOMAINS else None
@@ -434,6 +467,8 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
             outputs = _import_opaque(node, ctx, in_types)
         for name, v in zip((o for o in node.output if o), outputs):
             ctx.values[name] = v
+            if name in ctx.inferred:
+                ctx.unify(ctx.inferred[name], ctx.type_of(v))
 
     out_values, out_names = [], []
     for o in g.output:
@@ -443,8 +478,13 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
             raise ModelLoadError(f"graph output {o.name!r} is not computed by any node")
         out_names.append(o.name)
     meta = {"opset": opset, "source_opset": source_opset, "producer": model.producer_name}
-    graph = Graph(ctx.nodes, input_ids, out_values, out_names, meta)
-    return _softmax_guards(graph.dce())
+    if ctx.symbol_ranges:
+        meta["symbols"] = dict(ctx.symbol_ranges)
+        meta["output_dims"] = {o.name: sizes.declared_dims(o.type) for o in g.output}
+    graph = _softmax_guards(Graph(ctx.nodes, input_ids, out_values, out_names, meta).dce())
+    if ctx.symbol_ranges:
+        graph.meta["symbols"] = defined_ranges(graph, ctx.symbol_ranges)
+    return graph
 
 
 def _softmax_guards(graph: Graph) -> Graph:

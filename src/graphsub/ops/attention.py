@@ -23,7 +23,8 @@ import numpy as np
 from graphsub.errors import ShapeError
 from graphsub.ir.types import Attrs, TensorType
 from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, TorchFn,
-                               TorchLowering, Types, aten_importer, onnx_importer, register)
+                               TorchLowering, Types, aten_importer, broadcasts_to, onnx_importer,
+                               register)
 
 
 def _check(attrs: Attrs, ins: Types) -> None:
@@ -45,11 +46,7 @@ def _check(attrs: Attrs, ins: Types) -> None:
     if len(ins) > 3:
         m = ins[3]
         scores = q.shape[:-1] + (k.shape[-2],)
-        try:
-            ok = tuple(np.broadcast_shapes(m.shape, scores)) == scores
-        except ValueError:
-            ok = False
-        if not ok or not (m.dtype == "bool" or m.dtype == q.dtype):
+        if not broadcasts_to(m.shape, scores) or not (m.dtype == "bool" or m.dtype == q.dtype):
             raise ShapeError(f"attention: the mask {m} must be bool or {q.dtype} and "
                              f"broadcast to the scores {scores}")
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from graphsub.errors import OpAttributeError, ShapeError
+from graphsub.ir.symbolic import Dim, dim, is_static, is_symbolic, provably_equal
 from graphsub.ir.types import Attrs, TensorType
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from graphsub.onnx_io.importer import ImportContext
 
 Types = tuple[TensorType, ...]
-Shape = tuple[int, ...]
+Shape = tuple[Dim, ...]
 InferFn = Callable[[Attrs, Types], Types]
 EvalFn = Callable[[Attrs, Sequence[np.ndarray]], tuple[np.ndarray, ...]]
 ExportFn = Callable[["ExportContext", Attrs, list[str], list[str], Types], None]
@@ -436,9 +437,59 @@ def same_dtype(op: str, types: Types) -> str:
     return types[0].dtype
 
 
-def broadcast(op: str, types: Types) -> tuple[int, ...]:
-    try:
-        return tuple(np.broadcast_shapes(*(t.shape for t in types)))
-    except ValueError:
-        shapes = " and ".join(str(t.shape) for t in types)
-        raise ShapeError(f"{op}: shapes {shapes} do not broadcast") from None
+def broadcast(op: str, types: Types) -> tuple[Dim, ...]:
+    shapes = [t.shape for t in types]
+    if all(is_static(s) for s in shapes):
+        try:
+            return tuple(np.broadcast_shapes(*shapes))
+        except ValueError:
+            pass
+    else:
+        result = broadcast_shapes(shapes)
+        if result is not None:
+            return result
+    shown = " and ".join(str(t.shape) for t in types)
+    raise ShapeError(f"{op}: shapes {shown} do not broadcast") from None
+
+
+def broadcast_shapes(shapes: Sequence[Sequence[Dim]]) -> tuple[Dim, ...] | None:
+    """numpy's broadcasting over symbolic dimensions, or None where the shapes do not
+    broadcast for every value of the sizes. A size symbol broadcasts against 1 and against
+    itself; against another number or another symbol it is a shape error unless the two are
+    provably equal: a model whose `seq` must equal 128 has no dynamic `seq`, and reading the
+    one as the other would let a rewrite rely on what only some sizes satisfy."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Dim] = []
+    for axis in range(rank):
+        result: Dim = 1
+        for s in shapes:
+            d = s[axis - rank + len(s)] if axis - rank + len(s) >= 0 else 1
+            if d == 1 or d == result:
+                continue
+            if result == 1:
+                result = d
+            elif not provably_equal(result, d):
+                return None
+        out.append(result)
+    return tuple(out)
+
+
+def same_dim(a: Dim, b: Dim) -> bool:
+    """Whether two dimensions are equal for every value of the sizes (plain equality for
+    numbers; structurally different expressions are compared by sympy)."""
+    return a == b or (not (type(a) is int and type(b) is int) and provably_equal(a, b))
+
+
+def broadcasts_to(shape: Sequence[Dim], target: Sequence[Dim]) -> bool:
+    """Whether `shape` broadcasts to exactly `target` for every value of the sizes."""
+    result = broadcast_shapes((shape, target))
+    return result is not None and len(result) == len(target) and all(
+        same_dim(r, t) for r, t in zip(result, target))
+
+
+def size_dims(value: Any) -> tuple[Dim, ...]:
+    """A tuple of sizes, each a number or a size expression (a reshape's target, a split's
+    sizes)."""
+    if isinstance(value, (int, np.integer)) or is_symbolic(value):
+        return (dim(value),)
+    return tuple(dim(v) for v in value)

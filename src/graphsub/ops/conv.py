@@ -10,6 +10,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from graphsub.errors import ConversionError, ShapeError
+from graphsub.ir.symbolic import Dim, floordiv, is_negative, is_symbolic
 from graphsub.ir.types import Attrs, TensorType
 from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, Role, Shape,
                                TorchFn, TorchLowering, Types, aten_importer, choice, ints,
@@ -50,7 +51,12 @@ def same_pads(size: tuple[int, int], kernel: tuple[int, int], stride: tuple[int,
     before, after = [], []
     for n, k, s, d in zip(size, kernel, stride, dilation):
         eff = (k - 1) * d + 1
-        total = max((-(-n // s) - 1) * s + eff - n, 0)
+        if is_symbolic(n):
+            if s != 1:  # the padding depends on the size's remainder modulo the stride
+                raise ShapeError(f"SAME padding at stride {s} over a dimension of size {n}")
+            total = max(eff - 1, 0)
+        else:
+            total = max((-(-n // s) - 1) * s + eff - n, 0)
         before.append(total // 2)
         after.append(total - total // 2)
     return (before[0], before[1], after[0], after[1])
@@ -70,19 +76,25 @@ def canonical_padding(padding: str | Pads, size: tuple[int, int], kernel: tuple[
     """Name pads 'same' or 'valid' when they are exactly that (preferring 'same' when both
     fit), so that rules which require equal padding see equal attributes."""
     explicit = resolve_pads(padding, size, kernel, stride, dilation)
-    if explicit == same_pads(size, kernel, stride, dilation):
+    try:
+        same = same_pads(size, kernel, stride, dilation)
+    except ShapeError:
+        same = None
+    if explicit == same:
         return "same"  # also for 1x1 kernels at stride 1, where SAME and VALID coincide
     if explicit == (0, 0, 0, 0):
         return "valid"
     return padding
 
 
-def window_out(size: int, k: int, s: int, d: int, before: int, after: int, op: str) -> int:
+def window_out(size: Dim, k: int, s: int, d: int, before: int, after: int, op: str) -> Dim:
+    """The number of windows along one axis. Over a symbolic size, a window larger than the
+    smallest sizes is the model's own limit, not a reason to refuse it."""
     eff = (k - 1) * d + 1
     span = size + before + after - eff
-    if span < 0:
+    if is_negative(span) is True:
         raise ShapeError(f"{op}: window {k} (dilation {d}) is larger than the padded input {size}")
-    return span // s + 1
+    return floordiv(span, s) + 1
 
 
 def _conv_infer(attrs: Attrs, ins: Types) -> Types:

@@ -10,7 +10,7 @@ from graphsub.errors import ShapeError
 from graphsub.ir.types import Attrs, TensorType
 from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, Role, TorchFn,
                                TorchLowering, Types, aten_importer, choice, onnx_importer,
-                               register, same_dtype)
+                               Shape, broadcast_shapes, register, same_dim, same_dtype)
 from graphsub.ops.elementwise import (ACTIVATION_TRIES, ACTIVATIONS, apply_activation,
                                       emit_with_activation, torch_activation)
 
@@ -21,17 +21,16 @@ _OPERANDS = ((4,), (6,), (4, 4), (4, 6), (6, 4), (2, 4, 4), (1, 4, 6), (2, 6, 4)
 _ROLES = (Role(shapes=_OPERANDS), Role(shapes=_OPERANDS + ((4, 1), (2, 4, 1))))
 
 
-def _matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+def _matmul_shape(a: Shape, b: Shape) -> Shape:
     if not a or not b:
         raise ShapeError("matmul: inputs must have rank >= 1")
     a2 = (1,) + a if len(a) == 1 else a
     b2 = b + (1,) if len(b) == 1 else b
-    if a2[-1] != b2[-2]:
+    if not same_dim(a2[-1], b2[-2]):
         raise ShapeError(f"matmul: inner dimensions differ: {a} @ {b}")
-    try:
-        batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
-    except ValueError:
-        raise ShapeError(f"matmul: batch dimensions of {a} and {b} do not broadcast") from None
+    batch = broadcast_shapes((a2[:-2], b2[:-2]))
+    if batch is None:
+        raise ShapeError(f"matmul: batch dimensions of {a} and {b} do not broadcast")
     out = batch + (a2[-2], b2[-1])
     if len(a) == 1:
         out = out[:-2] + out[-1:]

@@ -16,7 +16,8 @@ from graphsub.errors import ConversionError, ShapeError
 from graphsub.ir.types import Attrs, TensorType
 from graphsub.ops.base import (AXIS_TRIES, AtenBuilder, AtenCall, AtenImportFn, AttrSpec,
                                Category, LowerFn, OpDef, Role, TorchFn, TorchLowering, Types,
-                               aten_importer, f32, norm_axis, onnx_importer, register)
+                               aten_importer, broadcasts_to, f32, norm_axis, onnx_importer,
+                               register)
 
 
 #: A normalization's axis, and its scale and bias where the rule check draws them: vectors.
@@ -137,11 +138,7 @@ def _normalized_infer(op: str):
         x = _float_same(op)(attrs, ins)[0]
         norm_shape = x.shape[attrs["axis"]:]
         for name, t in zip(("scale", "bias"), ins[1:]):
-            try:
-                ok = tuple(np.broadcast_shapes(t.shape, norm_shape)) == norm_shape
-            except ValueError:
-                ok = False
-            if not ok:
+            if not broadcasts_to(t.shape, norm_shape):
                 raise ShapeError(f"{op}: {name} of shape {t.shape} does not broadcast to the "
                                  f"normalized shape {norm_shape}")
         return (x,)

@@ -1,5 +1,10 @@
 """Data-movement operators: concat, split, transpose, reshape, flatten, squeeze, unsqueeze,
-slice and pad. Shape-valued attributes are concrete (ONNX shape inputs are folded at import)."""
+slice and pad.
+
+Size-valued attributes (a reshape's target, a split's sizes, a slice's bounds) are numbers or
+size expressions (graphsub.ir.symbolic): ONNX shape inputs computed from the model's shapes
+are evaluated at import into expressions, and written back as computations of the shapes
+(`ExportContext.sizes`), so a model with a dynamic batch keeps it."""
 
 from __future__ import annotations
 
@@ -14,7 +19,9 @@ from graphsub.ir.types import Attrs, TensorType
 from graphsub.ops.base import (AXES_TRIES, AXIS_TRIES, AtenBuilder, AtenCall, AttrSpec, Category,
                                OpDef, Shape, TorchFn, TorchLowering, Types, aten_importer, choice,
                                f32, ints, is_float, norm_axis, onnx_importer, register,
-                               same_dtype)
+                               same_dim, same_dtype, size_dims)
+from graphsub.ir.symbolic import (Dim, at_most, ceildiv, floordiv, is_negative,
+                                  is_symbolic, product)
 
 
 def _torch_reshape(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
@@ -39,8 +46,8 @@ def _concat_infer(attrs: Attrs, ins: Types) -> Types:
     axis = attrs["axis"]
     first = ins[0].shape
     for t in ins[1:]:
-        if t.rank != len(first) or any(a != b for i, (a, b) in enumerate(zip(first, t.shape))
-                                       if i != axis):
+        if t.rank != len(first) or any(not same_dim(a, b) for i, (a, b)
+                                       in enumerate(zip(first, t.shape)) if i != axis):
             shapes = ", ".join(str(t.shape) for t in ins)
             raise ShapeError(f"concat: shapes {shapes} differ outside axis {axis}")
     size = sum(t.shape[axis] for t in ins)
@@ -67,7 +74,8 @@ register(OpDef(
 def _split_infer(attrs: Attrs, ins: Types) -> Types:
     x = ins[0]
     axis, sizes = attrs["axis"], attrs["sizes"]
-    if sum(sizes) != x.shape[axis] or min(sizes, default=0) < 0 or not sizes:
+    if (not sizes or not same_dim(sum(sizes), x.shape[axis])
+            or any(type(s) is int and s < 0 for s in sizes)):
         raise ShapeError(f"split: sizes {sizes} do not add up to dimension {axis} of {x.shape}")
     return tuple(TensorType(x.shape[:axis] + (s,) + x.shape[axis + 1:], x.dtype) for s in sizes)
 
@@ -78,8 +86,7 @@ def _split_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...
 
 
 def _split_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
-    sizes = ctx.const(np.array(attrs["sizes"], dtype=np.int64))
-    ctx.emit("Split", [ins[0], sizes], outs, axis=attrs["axis"])
+    ctx.emit("Split", [ins[0], ctx.sizes(attrs["sizes"])], outs, axis=attrs["axis"])
 
 
 def _split_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
@@ -102,7 +109,7 @@ def _halves(in_shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> tuple[tuple
 register(OpDef(
     name="split", inputs=(1, 1), view="strided", torch=_split_torch, category=Category.LAYOUT,
     attrs=(AttrSpec("axis", convert=int, tries=AXIS_TRIES),
-           AttrSpec("sizes", convert=ints, tries=_halves)),
+           AttrSpec("sizes", convert=size_dims, tries=_halves)),
     infer=_split_infer, evaluate=_split_eval, export=_split_export,
     canonicalize=lambda v, ins: _axis_canon(v, ins, "split"),
     doc="Split into len(sizes) outputs along one axis, with explicit sizes.",
@@ -120,16 +127,21 @@ def _import_split(ctx, node):
     t = ctx.type_of(x)
     axis = norm_axis(ctx.attr(node, "axis", 0), t.rank, "Split")
     if len(node.input) > 1 and node.input[1]:
-        sizes = ctx.constant(node.input[1])
+        sizes = ctx.sizes_of(node.input[1])
         if sizes is None:
             return None
-        sizes = [int(s) for s in sizes]
     elif ctx.attr(node, "split", None) is not None:
         sizes = list(ctx.attr(node, "split"))
     else:
         n = ctx.attr(node, "num_outputs", len(node.output))
-        chunk = -(-t.shape[axis] // n)
-        sizes = [min(chunk, t.shape[axis] - i * chunk) for i in range(n)]
+        length = t.shape[axis]
+        if is_symbolic(length):
+            if n != 1:  # the last part's size depends on the length's remainder
+                return None
+            sizes = [length]
+        else:
+            chunk = -(-length // n)
+            sizes = [min(chunk, length - i * chunk) for i in range(n)]
     return ctx.add("split", [x], axis=axis, sizes=sizes)
 
 
@@ -177,13 +189,13 @@ def _import_transpose(ctx, node):
 
 def _reshape_infer(attrs: Attrs, ins: Types) -> Types:
     x, shape = ins[0], attrs["shape"]
-    if math.prod(shape) != x.numel or min(shape, default=0) < 0:
+    if not same_dim(product(shape), x.numel) or any(type(d) is int and d < 0 for d in shape):
         raise ShapeError(f"reshape: cannot reshape {x.shape} ({x.numel} elements) to {shape}")
     return (TensorType(shape, x.dtype),)
 
 
 def _export_reshape(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
-    ctx.emit("Reshape", [ins[0], ctx.const(np.array(attrs["shape"], dtype=np.int64))], outs)
+    ctx.emit("Reshape", [ins[0], ctx.reshape_target(types[0].shape, attrs["shape"])], outs)
 
 
 def _reshapes(in_shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> tuple[Shape, ...]:
@@ -195,36 +207,40 @@ def _reshapes(in_shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> tuple[Sha
 
 register(OpDef(
     name="reshape", inputs=(1, 1), view="alias", category=Category.LAYOUT,
-    attrs=(AttrSpec("shape", convert=ints, tries=_reshapes),),
+    attrs=(AttrSpec("shape", convert=size_dims, tries=_reshapes),),
     infer=_reshape_infer, torch=_torch_reshape,
     evaluate=lambda attrs, xs: (xs[0].reshape(attrs["shape"]),),
     export=_export_reshape,
-    doc="Reshape to a concrete shape (ONNX's 0 and -1 are resolved at import).",
+    doc="Reshape to a shape of sizes (ONNX's 0 and -1 are resolved at import).",
 ))
 
 
-def resolve_reshape(src: tuple[int, ...], target: Sequence[int], allowzero: bool) -> tuple[int, ...]:
-    out = [src[i] if (d == 0 and not allowzero) else int(d) for i, d in enumerate(target)]
-    if -1 in out:
-        known = math.prod(d for d in out if d != -1)
-        out[out.index(-1)] = math.prod(src) // known if known else 0
+def resolve_reshape(src: tuple[Dim, ...], target: Sequence[Dim], allowzero: bool
+                    ) -> tuple[Dim, ...]:
+    """ONNX Reshape's target with its 0 (copy the input's dimension) and -1 (what is left)
+    written out, for numbers and size expressions alike."""
+    out = [src[i] if (type(d) is int and d == 0 and not allowzero) else d
+           for i, d in enumerate(target)]
+    holes = [i for i, d in enumerate(out) if type(d) is int and d == -1]
+    if holes:
+        known = product(d for i, d in enumerate(out) if i != holes[0])
+        out[holes[0]] = floordiv(product(src), known) if known != 0 else 0
     return tuple(out)
 
 
 @onnx_importer("Reshape")
 def _import_reshape(ctx, node):
     x = ctx.inputs(node)[0]
-    target = ctx.constant(node.input[1])
+    target = ctx.sizes_of(node.input[1])
     if target is None:
         return None
-    shape = resolve_reshape(ctx.type_of(x).shape, target.tolist(),
-                            bool(ctx.attr(node, "allowzero", 0)))
+    shape = resolve_reshape(ctx.type_of(x).shape, target, bool(ctx.attr(node, "allowzero", 0)))
     return ctx.add("reshape", [x], shape=shape)
 
 
 def _flatten_infer(attrs: Attrs, ins: Types) -> Types:
     x, axis = ins[0], attrs["axis"]
-    return (TensorType((math.prod(x.shape[:axis]), math.prod(x.shape[axis:])), x.dtype),)
+    return (TensorType((product(x.shape[:axis]), product(x.shape[axis:])), x.dtype),)
 
 
 def _flatten_canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
@@ -349,7 +365,7 @@ def _slice_canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
     steps = values["steps"] if values["steps"] is not None else (1,) * len(starts)
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise ShapeError("slice: starts, ends, axes and steps must have the same length")
-    norm: dict[int, tuple[int, int, int]] = {}
+    norm: dict[int, tuple[Dim, Dim, int]] = {}
     for s, e, a, st in zip(starts, ends, axes, steps):
         a = norm_axis(a, x.rank, "slice")
         if a in norm:
@@ -357,17 +373,38 @@ def _slice_canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
         if st == 0:
             raise ShapeError("slice: step must not be 0")
         n = x.shape[a]
-        s = s + n if s < 0 else s
-        e = e + n if e < 0 else e
-        if st > 0:
-            s, e = min(max(s, 0), n), min(max(e, 0), n)
+        if type(s) is int and type(e) is int and type(n) is int:
+            s = s + n if s < 0 else s
+            e = e + n if e < 0 else e
+            if st > 0:
+                s, e = min(max(s, 0), n), min(max(e, 0), n)
+            else:
+                s, e = min(max(s, 0), n - 1), min(max(e, -1), n - 1)
+        elif st > 0:
+            s, e = _clamp_symbolic(s, n), _clamp_symbolic(e, n)
         else:
-            s, e = min(max(s, 0), n - 1), min(max(e, -1), n - 1)
+            raise ShapeError("slice: a negative step over a dimension of unknown size")
         norm[a] = (s, e, st)
     order = sorted(norm)
     values.update(axes=tuple(order), starts=tuple(norm[a][0] for a in order),
                   ends=tuple(norm[a][1] for a in order), steps=tuple(norm[a][2] for a in order))
     return values
+
+
+def _clamp_symbolic(bound: Dim, n: Dim) -> Dim:
+    """A slice bound clamped to [0, n] where a size symbol is involved. A bound counted from
+    the end (negative) is n + bound; where it cannot be decided whether a bound lies inside
+    the dimension, it is taken to: the importer records the sizes for which that holds as
+    the symbol's range (a slice of a 512-row table by `seq` bounds `seq` by 512), and a
+    rewrite only makes slices within the dimensions it splits."""
+    negative = is_negative(bound)
+    if negative is None:
+        raise ShapeError(f"slice: cannot tell whether the bound {bound} counts from the end")
+    if negative:
+        bound = n + bound
+        if is_negative(bound):
+            return 0
+    return n if at_most(n, bound) else bound
 
 
 def _slices(attrs: Attrs, rank: int) -> tuple[slice, ...]:
@@ -380,7 +417,15 @@ def _slices(attrs: Attrs, rank: int) -> tuple[slice, ...]:
 def _slice_infer(attrs: Attrs, ins: Types) -> Types:
     shape = list(ins[0].shape)
     for a, s, e, st in zip(attrs["axes"], attrs["starts"], attrs["ends"], attrs["steps"]):
-        shape[a] = len(range(s, e, st))
+        if type(s) is int and type(e) is int:
+            shape[a] = len(range(s, e, st))
+        else:  # a positive step (the canonical form refuses others over symbolic sizes)
+            if at_most(e, s):
+                shape[a] = 0
+            elif at_most(s, e):
+                shape[a] = ceildiv(e - s, st)
+            else:
+                raise ShapeError(f"slice: cannot tell whether {s}..{e} is empty")
     return (TensorType(tuple(shape), ins[0].dtype),)
 
 
@@ -388,10 +433,11 @@ def _slice_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Typ
     shape = types[0].shape
     # An end of -1 with a negative step means "through index 0"; ONNX reads -1 as the last
     # index, so say it with a value that clamps to before the start instead.
-    ends = [e if e >= 0 else -shape[a] - 1 for a, e in zip(attrs["axes"], attrs["ends"])]
-    consts = [ctx.const(np.array(v, dtype=np.int64))
-              for v in (attrs["starts"], ends, attrs["axes"], attrs["steps"])]
-    ctx.emit("Slice", [ins[0], *consts], outs)
+    ends = [e if type(e) is not int or e >= 0 else -shape[a] - 1
+            for a, e in zip(attrs["axes"], attrs["ends"])]
+    bounds = [ctx.sizes(attrs["starts"]), ctx.sizes(ends)]
+    steps = [ctx.const(np.array(v, dtype=np.int64)) for v in (attrs["axes"], attrs["steps"])]
+    ctx.emit("Slice", [ins[0], *bounds, *steps], outs)
 
 
 def _index_then_gather(t: TorchLowering, key: tuple[slice, ...],
@@ -425,7 +471,7 @@ def _slice_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Tor
 
 register(OpDef(
     name="slice", inputs=(1, 1), view="strided", torch=_slice_torch, category=Category.LAYOUT,
-    attrs=(AttrSpec("starts", convert=ints), AttrSpec("ends", convert=ints),
+    attrs=(AttrSpec("starts", convert=size_dims), AttrSpec("ends", convert=size_dims),
            AttrSpec("axes", None, ints, tries=AXES_TRIES), AttrSpec("steps", None, ints)),
     infer=_slice_infer,
     evaluate=lambda attrs, xs: (np.asarray(xs[0][_slices(attrs, xs[0].ndim)], order="C"),),
@@ -436,22 +482,25 @@ register(OpDef(
 
 @onnx_importer("Slice")
 def _import_slice(ctx, node):
-    consts = []
+    consts: list[Any] = []
     for i in range(1, 5):
         if len(node.input) > i and node.input[i]:
-            c = ctx.constant(node.input[i])
+            c = ctx.sizes_of(node.input[i])
             if c is None:
                 return None
-            consts.append([int(v) for v in np.atleast_1d(c)])
+            consts.append(list(c))
         else:
             consts.append(None)
     starts, ends, axes, steps = consts
+    if any(is_symbolic(v) for v in list(axes or []) + list(steps or [])):
+        return None
     # ONNX uses INT64 extremes for "to the end"; clamp to something our ints hold comfortably.
     big = 2 ** 62
-    ends = [max(min(e, big), -big) for e in ends]
-    starts = [max(min(s, big), -big) for s in starts]
-    return ctx.add("slice", ctx.inputs(node)[:1], starts=starts, ends=ends, axes=axes,
-                   steps=steps)
+    ends = [max(min(e, big), -big) if type(e) is int else e for e in ends]
+    starts = [max(min(s, big), -big) if type(s) is int else s for s in starts]
+    x = ctx.inputs(node)[0]
+    ctx.bound_by_slice(ctx.type_of(x).shape, starts, ends, axes)
+    return ctx.add("slice", [x], starts=starts, ends=ends, axes=axes, steps=steps)
 
 
 # ---- pad ---------------------------------------------------------------------------------------

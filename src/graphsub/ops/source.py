@@ -1,4 +1,9 @@
-"""Graph inputs and weights. Both are nodes, so a rule's pattern variable can bind either."""
+"""Graph inputs, weights and sizes. All are nodes, so a rule's pattern variable can bind any.
+
+`sizes` is the one source computed at run time: an integer tensor whose elements are size
+expressions (`(batch, seq * 4)`), what an exporter's shape computations give where a model
+reads its own sizes as data (the positions `Range(seq)` counts, a mask's `ConstantOfShape`).
+Its inputs are the tensors whose dimensions define its symbols, which is what it reads."""
 
 from __future__ import annotations
 
@@ -6,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from graphsub.errors import GraphsubError
+from graphsub.errors import GraphsubError, ShapeError
 from graphsub.ir.types import Attrs, Constant, TensorType
-from graphsub.ops.base import AttrSpec, Category, OpDef, Types, ints, register
+from graphsub.ir.symbolic import bind_all
+from graphsub.ops.base import AttrSpec, Category, OpDef, Types, ints, register, size_dims
 
 
 def _no_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
@@ -29,11 +35,11 @@ def _zero_bytes(attrs: Attrs, ins: Types, outs: Types) -> int:
 
 register(OpDef(
     name="input", inputs=(0, 0), category=Category.SOURCE,
-    attrs=(AttrSpec("name", convert=str), AttrSpec("shape", convert=ints),
+    attrs=(AttrSpec("name", convert=str), AttrSpec("shape", convert=size_dims),
            AttrSpec("dtype", "float32", str)),
     infer=lambda attrs, ins: (TensorType(attrs["shape"], attrs["dtype"]),),
     evaluate=_no_eval, export=_no_export, bytes=_zero_bytes,
-    doc="A named graph input of a concrete type.",
+    doc="A named graph input; its dimensions may be size symbols.",
 ))
 
 register(OpDef(
@@ -43,4 +49,34 @@ register(OpDef(
     evaluate=lambda attrs, xs: (attrs["value"].array,),
     export=_no_export, bytes=_zero_bytes,
     doc="A constant tensor (ONNX initializer or Constant).",
+))
+
+
+def _sources(value: Any) -> tuple[tuple[str, int, int], ...]:
+    return tuple((str(name), int(index), int(axis)) for name, index, axis in value)
+
+
+def _sizes_infer(attrs: Attrs, ins: Types) -> Types:
+    for name, index, axis in attrs["sources"]:
+        if index >= len(ins) or axis >= ins[index].rank:
+            raise ShapeError(f"sizes: symbol {name} has no source at input {index}, axis {axis}")
+    return (TensorType(attrs["shape"], attrs["dtype"]),)
+
+
+def _sizes_eval(attrs: Attrs, xs: Any) -> tuple[np.ndarray, ...]:
+    binding = {name: xs[index].shape[axis] for name, index, axis in attrs["sources"]}
+    values = bind_all(attrs["values"], binding)
+    return (np.array(values, dtype=attrs["dtype"]).reshape(attrs["shape"]),)
+
+
+def _sizes_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+    ctx.emit_sizes(attrs["values"], attrs["shape"], attrs["dtype"], outs[0])
+
+
+register(OpDef(
+    name="sizes", inputs=(1, None), category=Category.OPAQUE,
+    attrs=(AttrSpec("values", convert=size_dims), AttrSpec("shape", convert=ints),
+           AttrSpec("dtype", "int64", str), AttrSpec("sources", convert=_sources)),
+    infer=_sizes_infer, evaluate=_sizes_eval, export=_sizes_export, bytes=_zero_bytes,
+    doc="An integer tensor of size expressions, read from the shapes of its inputs.",
 ))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphsub.backends import Target, get_target
 from graphsub.budget import Budget, StageClock
+from graphsub.errors import MissingInputShapeError
 from graphsub.cost import CostModel, make_cost_model
 from graphsub.fission import stage as fission_stage
 from graphsub.ir.graph import Graph
@@ -128,6 +129,7 @@ def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | None = N
     """A run's shared state: the target and cost model the settings name (built here, once),
     the rules (the built-in library by default), and the budget (from now, unless given).
     `state` sets the other fields of Run (original, label, say, progress)."""
+    require_static(graph)
     budget = budget or Budget(settings.time_limit, settings.measure_limit,
                               fission=settings.fission)
     target = settings.target if isinstance(settings.target, Target) else \
@@ -140,6 +142,18 @@ def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | None = N
     if settings.fission:
         fission_stage.load_rules()
     return Run(settings, budget, target, graph, rules, cost_model, cost_model, **state)
+
+
+def require_static(graph: Graph) -> None:
+    """Refuse a graph with symbolic sizes, naming the first input that has them: import and
+    export keep them, the search, costs and checks take concrete shapes for now."""
+    for nid in graph.inputs:
+        t = graph[nid].type
+        if not t.is_static:
+            dims = "x".join(str(d) for d in t.shape)
+            raise MissingInputShapeError(
+                f"input {graph[nid].attrs['name']!r} has symbolic dimensions ({dims}); give "
+                "concrete sizes with --input-shape NAME=1x3x224x224 (or input_shapes={...})")
 
 
 def load_rule_files(paths: Sequence[str | Path]) -> list[Rule]:

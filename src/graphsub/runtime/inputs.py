@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -12,8 +12,11 @@ from graphsub.ir.types import TensorType
 InputSpec = tuple[str, TensorType]
 
 
-def graph_input_specs(graph: Graph) -> list[InputSpec]:
-    return [(graph[i].attrs["name"], graph[i].type) for i in graph.inputs]
+def graph_input_specs(graph: Graph, binding: Mapping[str, int] | None = None
+                      ) -> list[InputSpec]:
+    """The graph's inputs and their types; with symbolic sizes, at `binding`'s values."""
+    return [(graph[i].attrs["name"], graph[i].type.bound(binding) if binding else graph[i].type)
+            for i in graph.inputs]
 
 
 def random_array(t: TensorType, rng: np.random.Generator) -> np.ndarray:

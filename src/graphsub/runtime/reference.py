@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from graphsub.errors import GraphsubError
+from graphsub.ir.binding import bind_graph, binding_of, is_symbolic_graph
 from graphsub.ir.graph import Graph, Value
 from graphsub.ops import get_op
 from graphsub.runtime import opaque  # noqa: F401  (onnxruntime evaluates opaque nodes)
@@ -16,12 +17,16 @@ def evaluate(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     """Evaluate the graph on named inputs; returns the outputs by name.
 
     Intermediate values are dropped as soon as their last reader has run, so large models
-    evaluate in bounded memory.
+    evaluate in bounded memory. A graph with symbolic sizes is evaluated at the sizes its
+    inputs' shapes give.
     """
     values: dict[Value, np.ndarray] = {}
     missing = [n for n in graph.input_names if n not in feeds]
     if missing:
         raise GraphsubError(f"no value given for graph input(s): {', '.join(missing)}")
+    if is_symbolic_graph(graph):
+        graph = bind_graph(graph, binding_of(graph, {n: np.shape(feeds[n])
+                                                     for n in graph.input_names}))
     remaining: dict[int, int] = {nid: len(users) for nid, users in graph.users().items()}
     for v in graph.outputs:
         remaining[v.node] = remaining.get(v.node, 0) + 1
