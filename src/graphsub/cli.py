@@ -31,8 +31,16 @@ app.add_typer(zoo_app, name="zoo")
 InputShapeOpt = Annotated[
     Optional[list[str]],
     typer.Option("--input-shape", "-s", metavar="NAME=DIMS",
-                 help="Concrete shape of an input with symbolic dimensions, e.g. "
-                      "x=1x3x224x224 (repeatable).", rich_help_panel="Model"),
+                 help="Fix an input with symbolic dimensions to one shape, e.g. "
+                      "x=1x3x224x224 (repeatable); without it they stay symbolic.",
+                 rich_help_panel="Model"),
+]
+ShapeProfileOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--shape-profile", metavar="SIZES", help="Sizes of the model's symbolic "
+                 "dimensions to measure costs at, e.g. batch=1,seq=128, with a weight after a "
+                 "colon (batch=8,seq=512:0.25); repeatable. Default: 1 for batch-like sizes, "
+                 "128 for the others.", rich_help_panel="Model"),
 ]
 ThreadsOpt = Annotated[Optional[int], typer.Option(
     "--threads", "-t", metavar="N", help="CPU threads of onnxruntime or torch (default: all "
@@ -109,12 +117,10 @@ class LoadedModel:
     def __init__(self, spec: str, input_shapes: dict[str, tuple[int, ...]]) -> None:
         from graphsub import zoo
         from graphsub.onnx_io import load, to_onnx_bytes
-        from graphsub.pipeline.run import require_static
 
         self.spec = spec
         if os.path.exists(spec) or spec.endswith(".onnx"):
             self.graph = load(spec, input_shapes)
-            require_static(self.graph)
             self.onnx: Any = spec
             self.label = Path(spec).name
         else:
@@ -161,8 +167,13 @@ def info(model: Annotated[Optional[str], typer.Argument(help="ONNX file or zoo m
     head.add_row("nodes", f"{s.nodes} ({sum(s.ops.values())} compute, {s.weight_only_nodes} "
                           "weight-only folded at export)")
     head.add_row("parameters", f"{human(s.parameters)} ({human(s.parameter_bytes, 'B')})")
-    head.add_row("FLOPs", human(s.flops))
-    head.add_row("bytes moved", human(s.bytes_moved, "B"))
+    at = s.at_profile
+    head.add_row("FLOPs", human(s.flops) + (f" ({human(at['flops'])} at {at['profile']})"
+                                            if at else ""))
+    head.add_row("bytes moved", human(s.bytes_moved, "B") + (
+        f" ({human(at['bytes_moved'], 'B')} at {at['profile']})" if at else ""))
+    if s.symbols:
+        head.add_row("sizes", ", ".join(f"{n} in {r}" for n, r in s.symbols.items()))
     if s.opset:
         head.add_row("opset", str(s.opset))
     if s.opaque_ops:
@@ -462,7 +473,8 @@ def optimize(ctx: typer.Context,
              measure_limit: Annotated[Optional[float], typer.Option("--measure-limit", metavar="SECONDS", help="Seconds for timing, confirming and verifying after a search of the whole --time-limit.", rich_help_panel="Time")] = None,
              cost: Annotated[str, typer.Option(metavar="NAME", help="Cost model: measured (each operator timed on the target) or analytic (a roofline).", rich_help_panel="Cost")] = "measured",
              objective: Annotated[Optional[str], typer.Option(metavar="TERMS", help=OBJECTIVE_HELP, rich_help_panel="Cost")] = None,
-             input_shape: InputShapeOpt = None, threads: ThreadsOpt = None,
+             input_shape: InputShapeOpt = None, shape_profile: ShapeProfileOpt = None,
+             threads: ThreadsOpt = None,
              target: TargetOpt = None, cuda_graphs: CudaGraphsOpt = None, tf32: Tf32Opt = False,
              candidates: Annotated[int, typer.Option(metavar="N", help="Best candidates to time end to end.", rich_help_panel="Time")] = 3,
              fission: Annotated[bool, typer.Option("--fission/--no-fission", metavar="", help=FISSION_HELP, rich_help_panel="Search")] = True,
@@ -474,6 +486,7 @@ def optimize(ctx: typer.Context,
     stops at once, writing nothing."""
     started = time.perf_counter()
     from graphsub.onnx_io.exporter import write_atomic
+    from graphsub.onnx_io.importer import model_bytes
     from graphsub.optimizer import VerificationError, optimize_model
     from graphsub.pipeline import load_rule_files
     from graphsub.report.files import report_format, save_report
@@ -483,7 +496,8 @@ def optimize(ctx: typer.Context,
         budget=budget, split=split, executor=executor, time_limit=time_limit,
         measure_limit=measure_limit, cost=cost, threads=threads, target=target,
         cuda_graphs=cuda_graphs, allow_tf32=True if tf32 else None, candidates=candidates,
-        fission=fission, ort_fusions=ort_fusions), option, objective)
+        fission=fission, ort_fusions=ort_fusions, shape_profile=tuple(shape_profile or ())),
+        option, objective)
     check_output_path(output, "--output", [model])
     if report is not None:
         report_format(report)
@@ -493,7 +507,7 @@ def optimize(ctx: typer.Context,
     check_rule_files(rules)
     shapes = parse_input_shapes(input_shape)
     loaded = LoadedModel(model, shapes)
-    original = (Path(loaded.onnx).read_bytes() if isinstance(loaded.onnx, str) else loaded.onnx)
+    original = model_bytes(loaded.onnx) if isinstance(loaded.onnx, str) else loaded.onnx
     with err.status("loading and checking rules..."):
         rule_list = load_rule_files(rules or [])
     bar, update = _search_progress(time_limit, budget)
@@ -670,6 +684,13 @@ def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
                       f"{f['primitives']} primitives, {library} fused kernel(s) chosen from "
                       f"{sum(f['candidates'].values())} candidates ({f['status']})"
                       + ("; kept" if f["kept"] else ""))
+    if rep.shapes:
+        sh = rep.shapes
+        table.add_row("sizes", ", ".join(f"{n} {r}" for n, r in sh["symbols"].items()),
+                      "measured at " + "; ".join(sh["profile"])
+                      + (" (default)" if sh["default_profile"] else ""),
+                      f"verified at {len(sh['verified_at'])} bindings" if sh["verified_at"]
+                      else "kept symbolic in the written model")
     t = rep.seconds
     stages = [(k, v) for k, v in t.items() if k not in ("total", "time_limit", "measure_limit")]
     half = (len(stages) + 1) // 2

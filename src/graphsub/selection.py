@@ -89,6 +89,11 @@ def _timed_run(runnable: Runnable, feeds: Mapping[str, np.ndarray]
     return out, time.perf_counter() - t0
 
 
+def time_once(runnable: Runnable, feeds: Mapping[str, np.ndarray]) -> float:
+    """Seconds one run takes (the first, untimed by the rounds: what sizes them)."""
+    return _timed_run(runnable, feeds)[1]
+
+
 @dataclass(frozen=True)
 class Dropped:
     """A candidate left out, with a short note for its row and a line for the report."""

@@ -201,6 +201,8 @@ def one_case_per_operator():
             positions = b.weight(np.arange(12, dtype=np.int64).reshape(2, 6) % 8)
             y = b.rotary_embedding(x4, *caches, positions, interleaved=True,
                                    rotary_embedding_dim=4)
+        elif op == "sizes":  # numbers here: a bound graph's sizes (symbolic in test_sizes)
+            y = b.cast(b.sizes(x4, values=(2, 36), shape=(2,), sources=()), to="float32")
         elif op in ("sqrt", "log", "reciprocal"):
             y = b.op(op, b.sigmoid(x4))
         else:

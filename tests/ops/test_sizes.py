@@ -3,6 +3,8 @@ numpy reference and, written as Shape/Gather/arithmetic, in onnxruntime, at seve
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,9 @@ import graphsub
 from graphsub.errors import ShapeError
 from graphsub.ir import GraphBuilder
 from graphsub.ir.symbolic import floordiv, size_symbol
+from graphsub.ops import get_op
 from graphsub.runtime import evaluate, run
+from tests.markers import requires_torch
 
 BATCH, SEQ = size_symbol("batch"), size_symbol("seq")
 
@@ -39,3 +43,17 @@ def test_sizes_needs_a_source_for_each_symbol():
     x = b.input("x", (BATCH, 4))
     with pytest.raises(ShapeError, match="no source"):
         b.sizes(x, values=(BATCH,), shape=(1,), sources=(("batch", 0, 3),))
+
+
+@requires_torch
+def test_the_torch_lowering_reads_the_sizes_from_the_shapes_it_is_given():
+    import torch
+
+    lowering = SimpleNamespace(torch=torch, device="cpu", dtype=lambda name: getattr(torch, name))
+    attrs = get_op("sizes").make_attrs(
+        {"values": (BATCH * SEQ, floordiv(SEQ - 3, 2) + 1), "shape": (2,), "dtype": "int32",
+         "sources": (("batch", 0, 0), ("seq", 0, 1))}, ())
+    fn = get_op("sizes").torch(lowering, attrs, (), ())
+    for batch, seq in [(1, 3), (4, 9)]:
+        (y,) = fn(torch.zeros(batch, seq))
+        assert y.dtype == torch.int32 and y.tolist() == [batch * seq, (seq - 3) // 2 + 1]

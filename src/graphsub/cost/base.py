@@ -9,17 +9,21 @@ wherever kernels are what is priced.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from graphsub.errors import GraphsubError
+from graphsub.ir.binding import bound_value
 from graphsub.ir.graph import Graph
 from graphsub.ir.incremental import GraphDelta
 from graphsub.ir.hashing import attrs_key
 from graphsub.ir.types import Attrs, Constant, TensorType
 from graphsub.ops import all_ops, get_op
 from graphsub.ops.base import Category
+from graphsub.runtime.bindings import ProfileShape
 
 #: Graph inputs and weights: nothing computes them.
 SOURCES = frozenset(name for name, op in all_ops().items() if op.category is Category.SOURCE)
@@ -61,6 +65,19 @@ class OpSignature:
     #: The values of an opaque operator's small constant inputs (None where unknown or not a
     #: small constant); None for every other operator, whose constants are data (weights).
     values: tuple[Constant | None, ...] | None = None
+
+    @property
+    def is_static(self) -> bool:
+        """Whether every shape in it is concrete (a symbolic one is priced at a profile)."""
+        return all(t.is_static for t in self.inputs) and all(t.is_static for t in self.outputs)
+
+    def bound(self, binding: Mapping[str, int]) -> OpSignature:
+        """The signature with each size symbol at its value in `binding`."""
+        return dataclasses.replace(
+            self, attrs=bound_value(self.attrs, binding),
+            inputs=tuple(t.bound(binding) for t in self.inputs),
+            outputs=tuple(t.bound(binding) for t in self.outputs),
+            layouts=bound_value(self.layouts, binding))
 
     def key(self) -> str:
         """A stable text key (the same across processes), for persistent caches."""
@@ -150,9 +167,22 @@ class CostModel(ABC):
     def signature_cost(self, sig: OpSignature) -> float:
         cost = self._memo.get(sig)
         if cost is None:
-            cost = self.op_cost(sig)
+            cost = self.op_cost(sig) if sig.is_static else self._profiled_cost(sig)
             self._memo[sig] = cost
         return cost
+
+    #: The shapes an operator over symbolic sizes is priced at (runtime.bindings.
+    #: ProfileShape), set by the run from its settings; its cost is the weighted mean of its
+    #: costs there, so a static graph and a symbolic one are priced in the same unit.
+    shape_profile: tuple[ProfileShape, ...] = ()
+
+    def _profiled_cost(self, sig: OpSignature) -> float:
+        if not self.shape_profile:
+            raise GraphsubError(f"{sig.op} has symbolic sizes ({', '.join(map(str, sig.inputs))})"
+                                " and the cost model was given no shape profile to price it at")
+        total = sum(shape.weight for shape in self.shape_profile)
+        return sum(shape.weight * self.signature_cost(sig.bound(shape.values))
+                   for shape in self.shape_profile) / total
 
     def node_cost(self, graph: Graph, nid: int) -> float:
         return self._priced_node(graph, nid)

@@ -66,7 +66,7 @@ def bind_graph(graph: Graph, binding: Mapping[str, int]) -> Graph:
                               dtype=node.attrs["dtype"]).reshape(node.attrs["shape"])
             nodes[nid] = make_node("weight", (), (), {"value": Constant(values)}, node.name)
             continue
-        attrs = {k: _bound(v, binding) for k, v in node.attrs.items()}
+        attrs = {k: bound_value(v, binding) for k, v in node.attrs.items()}
         in_types = [nodes[v.node].outputs[v.index] for v in node.inputs]
         nodes[nid] = make_node(node.op, node.inputs, in_types, attrs, node.name)
     meta = {k: v for k, v in graph.meta.items() if k not in ("symbols", "output_dims")}
@@ -97,16 +97,18 @@ def defined_ranges(graph: Graph, ranges: Mapping[str, SymbolRange]) -> dict[str,
     return narrowed
 
 
-def _bound(value: Any, binding: Mapping[str, int]) -> Any:
+def bound_value(value: Any, binding: Mapping[str, int]) -> Any:
+    """An attribute value (a number, a size expression, a tuple, a type, nested attributes)
+    with each size symbol at its value in `binding`."""
     if is_symbolic(value):
         return bind(value, binding)
     if isinstance(value, tuple):
-        return tuple(_bound(v, binding) for v in value)
+        return tuple(bound_value(v, binding) for v in value)
     if isinstance(value, TensorType):
         return value.bound(binding)
     if isinstance(value, Attrs):
-        return Attrs({k: _bound(v, binding) for k, v in value.items()})
+        return Attrs({k: bound_value(v, binding) for k, v in value.items()})
     return value
 
 
-__all__ = ["bind_graph", "defined_ranges", "binding_of", "graph_symbols", "is_symbolic_graph"]
+__all__ = ["bind_graph", "bound_value", "defined_ranges", "binding_of", "graph_symbols", "is_symbolic_graph"]

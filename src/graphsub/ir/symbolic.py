@@ -194,6 +194,39 @@ def ceildiv(a: Dim, b: int) -> Dim:
     return dim(q if q.is_integer else sympy.ceiling(q))
 
 
+def evaluate_size(d: Dim, values: Mapping[str, Any]) -> Any:
+    """A size expression computed from the values of its symbols with Python arithmetic
+    alone (sums, products, floor and ceiling of quotients, minimum and maximum), so that it
+    works on ints and on torch's symbolic ints (SymInt) when a program is traced with
+    dynamic shapes."""
+    if not _expr(d):
+        return d
+    import sympy
+
+    if d.is_Integer:
+        return int(d)
+    if d.is_Symbol:
+        return values[d.name]
+    if isinstance(d, (sympy.floor, sympy.ceiling)):
+        num, den = sympy.fraction(sympy.together(d.args[0]))
+        n, q = evaluate_size(sympy.expand(num), values), int(den)
+        return n // q if isinstance(d, sympy.floor) else -(-n // q)
+    args = [evaluate_size(a, values) for a in d.args]
+    if isinstance(d, sympy.Add):
+        return functools.reduce(lambda a, b: a + b, args)
+    if isinstance(d, sympy.Mul):
+        return functools.reduce(lambda a, b: a * b, args)
+    if isinstance(d, sympy.Pow) and d.exp.is_Integer and int(d.exp) > 0:
+        return functools.reduce(lambda a, b: a * b, [args[0]] * int(d.exp))
+    if isinstance(d, sympy.Min):
+        return functools.reduce(min, args)
+    if isinstance(d, sympy.Max):
+        return functools.reduce(max, args)
+    if isinstance(d, sympy.Mod):
+        return args[0] % args[1]
+    raise ValueError(f"cannot compute the size {d} with integer arithmetic")
+
+
 def dim_text(d: Dim) -> str:
     """How a dimension is written in a dim_param and in reports (`seq + 1`, `2*seq`)."""
     return str(d)

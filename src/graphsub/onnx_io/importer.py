@@ -62,6 +62,17 @@ def _read_model(source: Any) -> onnx.ModelProto:
     return _check_looks_like_onnx(model, str(path))
 
 
+def model_bytes(path: str | os.PathLike[str]) -> bytes:
+    """A model file as one serialized model: the file's bytes, or, where its weights are in
+    external data files beside it, the model with them read in (what onnxruntime needs to
+    run it from bytes)."""
+    data = Path(path).read_bytes()
+    model = onnx.load_model_from_string(data)
+    if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        return data
+    return _read_model(path).SerializeToString()
+
+
 def _check_looks_like_onnx(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
     # Protobuf parses many random byte strings without complaint; a real model has these.
     if model.ir_version <= 0 or not model.opset_import or not model.graph.output:

@@ -13,8 +13,9 @@ import numpy as np
 
 from graphsub.errors import GraphsubError, ShapeError
 from graphsub.ir.types import Attrs, Constant, TensorType
-from graphsub.ir.symbolic import bind_all
-from graphsub.ops.base import AttrSpec, Category, OpDef, Types, ints, register, size_dims
+from graphsub.ir.symbolic import bind_all, evaluate_size, is_static
+from graphsub.ops.base import (AttrSpec, Category, OpDef, TorchFn, TorchLowering, Types, ints,
+                               register, size_dims)
 
 
 def _no_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
@@ -69,6 +70,23 @@ def _sizes_eval(attrs: Attrs, xs: Any) -> tuple[np.ndarray, ...]:
     return (np.array(values, dtype=attrs["dtype"]).reshape(attrs["shape"]),)
 
 
+def _sizes_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    """The sizes from the inputs' shapes: ints in a static program, torch's symbolic ints
+    where a program is traced with dynamic shapes."""
+    sources, values, shape = attrs["sources"], attrs["values"], attrs["shape"]
+    if is_static(values):
+        fixed = t.const(np.array(values, dtype=attrs["dtype"]).reshape(shape))
+        return lambda *xs: (fixed,)
+    dtype, tensor = t.dtype(attrs["dtype"]), t.torch.tensor
+
+    def sizes(*xs: Any) -> tuple[Any, ...]:
+        binding = {name: xs[index].shape[axis] for name, index, axis in sources}
+        flat = [evaluate_size(v, binding) for v in values]
+        return (tensor(flat, dtype=dtype, device=t.device).reshape(shape),)
+
+    return sizes
+
+
 def _sizes_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
     ctx.emit_sizes(attrs["values"], attrs["shape"], attrs["dtype"], outs[0])
 
@@ -78,5 +96,6 @@ register(OpDef(
     attrs=(AttrSpec("values", convert=size_dims), AttrSpec("shape", convert=ints),
            AttrSpec("dtype", "int64", str), AttrSpec("sources", convert=_sources)),
     infer=_sizes_infer, evaluate=_sizes_eval, export=_sizes_export, bytes=_zero_bytes,
+    torch=_sizes_torch,
     doc="An integer tensor of size expressions, read from the shapes of its inputs.",
 ))

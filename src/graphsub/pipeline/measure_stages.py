@@ -3,16 +3,22 @@ the chosen one verified against the original before anything is written."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Sequence
 
 from graphsub.budget import StageClock
 from graphsub.errors import GraphsubError
+from graphsub.ir.binding import bind_graph
 from graphsub.pipeline.run import Run, Stage
+from graphsub.runtime.bindings import ProfileShape, check_bindings
 from graphsub.runtime.equivalence import (SAME_FUNCTION, Comparison, compare_models,
                                           compare_runners)
 from graphsub.runtime.inputs import InputSpec, graph_input_specs, random_feeds
+from graphsub.runtime.speedup import Decision, describe, sequential
 from graphsub.runtime.timing import Runnable
-from graphsub.selection import measure_and_choose
+from graphsub.search.result import Candidate
+from graphsub.selection import measure_and_choose, time_once, timing_options
 
 #: Sets of random inputs each verification tries.
 VERIFY_TRIALS = 2
@@ -39,41 +45,109 @@ class VerificationError(GraphsubError):
 
 def measure(run: Run, clock: StageClock) -> None:
     """The original and the exported candidates timed on the target, side by side, the
-    fastest confirmed head to head (graphsub.selection)."""
-    specs = graph_input_specs(run.graph)
-    run.selection = measure_and_choose(run.target, run.graph, run.original_bytes, run.exported,
-                                       random_feeds(specs), clock,
+    fastest confirmed head to head (graphsub.selection). A model with symbolic sizes is
+    timed at its profile's heaviest shape; the candidate chosen there is then timed against
+    the original at every other shape, and dropped where it is decided slower."""
+    shapes = sorted(run.profile, key=lambda shape: -shape.weight)
+    main = shapes[0].values if shapes else {}
+    first = clock if len(shapes) < 2 else StageClock(
+        clock.name, clock.start, time.perf_counter() + MAIN_SHAPE_SHARE * clock.remaining())
+    candidates = [(_bound(c, main), data) for c, data in run.exported]
+    run.selection = measure_and_choose(run.target, bind_graph(run.graph, main),
+                                       run.original_bytes, candidates,
+                                       random_feeds(graph_input_specs(run.graph, main)), first,
                                        run.settings.measure_seconds, say=run.say)
+    if shapes:
+        run.selection.timings["profile"] = [{"shape": str(shapes[0]), "role": "chosen here"}]
+        if run.selection.chosen is not None:
+            for k, shape in enumerate(shapes[1:]):
+                until = time.perf_counter() + clock.remaining() / (len(shapes) - 1 - k)
+                if not _not_slower_at(run, shape, until):
+                    break
     # what the report calls predicted is latency, whatever the search minimized
     for report, (candidate, _) in zip(run.selection.candidates, run.exported):
         report.predicted_ms = run.time_model.graph_cost(candidate.graph) * 1e3
     run.notes += run.selection.notes
 
 
+#: The share of the measuring time the profile's heaviest shape gets when there are others.
+MAIN_SHAPE_SHARE = 0.6
+
+
+def _bound(candidate: Candidate, binding: dict[str, int]) -> Candidate:
+    return candidate if not binding else dataclasses.replace(
+        candidate, graph=bind_graph(candidate.graph, binding))
+
+
+def _not_slower_at(run: Run, shape: ProfileShape, until: float) -> bool:
+    """Time the chosen candidate against the original at another shape of the profile;
+    False (and the original kept, with a note) where it is decided slower there."""
+    selection = run.selection
+    assert selection is not None and selection.chosen is not None
+    binding = shape.values
+    candidate, data = run.exported[selection.chosen]
+    feeds = random_feeds(graph_input_specs(run.graph, binding))
+    run.say(f"timing the chosen candidate against the original at {shape}")
+    original = run.target.prepare(bind_graph(run.graph, binding), run.original_bytes,
+                                  f"original at {shape}")
+    chosen = run.target.prepare(bind_graph(candidate.graph, binding), data,
+                                f"candidate {selection.chosen} at {shape}")
+    try:
+        run_s = max(time_once(original, feeds), time_once(chosen, feeds))
+        _, result = sequential(original, chosen, feeds, until, min_gain=0.0,
+                               **timing_options(run_s))  # type: ignore[arg-type]
+    finally:
+        original.close()
+        chosen.close()
+    slower = result.decision is Decision.NOT_FASTER
+    selection.timings["profile"].append({"shape": str(shape), **result.as_dict(),
+                                         "slower": slower})
+    if slower:
+        selection.notes.append(f"candidate {selection.chosen} is faster at "
+                               f"{selection.timings['profile'][0]['shape']} but slower at "
+                               f"{shape} ({describe(result.as_dict())}): the original is kept")
+        selection.runnable.close()
+        selection.chosen, selection.runnable, selection.outcome = None, None, "slower-at-shape"
+    return not slower
+
+
 def verify(run: Run, clock: StageClock) -> None:
     """The chosen candidate checked against the original: in onnxruntime on the bytes to be
     written, then, unless the target is that reference runtime, on the target itself. A
-    mismatch (here, or already in the measuring's first runs) raises VerificationError and
-    nothing is written."""
+    model with symbolic sizes is checked at every shape of its profile and at the bindings
+    that find size-dependent mistakes (runtime.bindings.check_bindings: the smallest, each
+    largest, odd sizes). A mismatch (here, or already in the measuring's first runs) raises
+    VerificationError and nothing is written."""
     selection = run.selection
     run.chosen_bytes = run.original_bytes
     if selection is None or (selection.chosen is None and selection.mismatch is None):
         return
-    specs = graph_input_specs(run.graph)
+    shapes = sorted(run.profile, key=lambda shape: -shape.weight)
+    main = shapes[0].values if shapes else {}
     if selection.mismatch is not None:  # the measurement already saw it compute otherwise
         index, comparison = selection.mismatch
         chosen = run.exported[index][0]
     else:
         chosen, data = run.exported[selection.chosen]
-        run.say("verifying the optimized model against the original")
+        bindings = check_bindings(run.graph.meta.get("symbols") or {},
+                                  [s.values for s in shapes]) or [{}]
+        run.say("verifying the optimized model against the original"
+                + (f" at {len(bindings)} bindings of its sizes" if main else ""))
         try:
-            comparison = check_equivalence(run.original_bytes, data, specs,
-                                           run.threads)
+            for binding in bindings:
+                comparison = check_equivalence(run.original_bytes, data,
+                                               graph_input_specs(run.graph, binding),
+                                               run.threads)
+                if not comparison.equivalent:
+                    break
             if comparison.equivalent and not run.target.capabilities.is_reference:
-                comparison = check_equivalence_on_target(run.original_bytes, selection.runnable,
-                                                         specs, run.threads)
+                comparison = check_equivalence_on_target(
+                    run.original_bytes, selection.runnable, graph_input_specs(run.graph, main),
+                    run.threads)
         finally:
             selection.runnable.close()
+        if main:
+            run.verified_at = bindings
     if not comparison.equivalent:
         raise VerificationError.of(comparison, [s.rule for s in chosen.trace])
     run.chosen, run.comparison = chosen, comparison

@@ -49,6 +49,11 @@ def report(run: Run, clock: StageClock) -> None:
         outcome=selection.outcome, notes=run.cost_model.notes() + run.notes,
         fission=_fission_report(run), timings=selection.timings, versions=versions())
     rep.search["progress"] = [(s, ms(cost)) for s, cost in run.progress_points]
+    if run.profile:
+        rep.shapes = {"symbols": {n: str(r) for n, r in run.graph.meta["symbols"].items()},
+                      "profile": [str(p) for p in run.profile],
+                      "default_profile": not run.settings.shape_profile,
+                      "verified_at": run.verified_at}
     if not run.settings.objective.latency_only:
         rep.notes.append(f"the search minimized {run.settings.objective.describe()} (each term "
                          "relative to the original model); predicted figures are latencies, "

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from graphsub.backends import Target, get_target
 from graphsub.budget import Budget, StageClock
-from graphsub.errors import MissingInputShapeError
 from graphsub.cost import CostModel, make_cost_model
 from graphsub.fission import stage as fission_stage
 from graphsub.ir.graph import Graph
 from graphsub.pipeline.settings import Settings
 from graphsub.rules import Rule, builtin_rules, load_rules
+from graphsub.runtime.bindings import ProfileShape, complete_profile
 from graphsub.search.result import Candidate, OptimizeResult, ProgressFn
 
 if TYPE_CHECKING:
@@ -52,6 +52,9 @@ class Run:
     #: Told what is happening (the search starting, then each later stage), for displays.
     say: Callable[[str], None] = lambda message: None
     progress: ProgressFn | None = None
+    #: The shapes a graph with symbolic sizes is measured at, heaviest first (empty for a
+    #: static graph).
+    profile: tuple[ProfileShape, ...] = ()
     #: Inputs a stage may run the graph on (the torch.compile backend's captured arguments;
     #: None: random inputs of the graph's input types).
     example_inputs: Any = None
@@ -71,6 +74,8 @@ class Run:
     chosen: Candidate | None = None
     chosen_bytes: bytes | None = None
     comparison: Comparison | None = None
+    #: The bindings of the sizes the chosen candidate was verified at (symbolic models).
+    verified_at: list[dict[str, int]] = field(default_factory=list)
     #: Whatever degraded the result without ending the run, one line each; and the category
     #: of the warnings stages give about it (the torch.compile backend's own, there).
     notes: list[str] = field(default_factory=list)
@@ -129,7 +134,6 @@ def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | None = N
     """A run's shared state: the target and cost model the settings name (built here, once),
     the rules (the built-in library by default), and the budget (from now, unless given).
     `state` sets the other fields of Run (original, label, say, progress)."""
-    require_static(graph)
     budget = budget or Budget(settings.time_limit, settings.measure_limit,
                               fission=settings.fission)
     target = settings.target if isinstance(settings.target, Target) else \
@@ -141,19 +145,11 @@ def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | None = N
     rules = builtin_rules() if rules is None else list(rules)
     if settings.fission:
         fission_stage.load_rules()
-    return Run(settings, budget, target, graph, rules, cost_model, cost_model, **state)
-
-
-def require_static(graph: Graph) -> None:
-    """Refuse a graph with symbolic sizes, naming the first input that has them: import and
-    export keep them, the search, costs and checks take concrete shapes for now."""
-    for nid in graph.inputs:
-        t = graph[nid].type
-        if not t.is_static:
-            dims = "x".join(str(d) for d in t.shape)
-            raise MissingInputShapeError(
-                f"input {graph[nid].attrs['name']!r} has symbolic dimensions ({dims}); give "
-                "concrete sizes with --input-shape NAME=1x3x224x224 (or input_shapes={...})")
+    profile = complete_profile(settings.shape_profile, graph.meta.get("symbols") or {})
+    if profile:
+        cost_model.shape_profile = profile
+    return Run(settings, budget, target, graph, rules, cost_model, cost_model, profile=profile,
+               **state)
 
 
 def load_rule_files(paths: Sequence[str | Path]) -> list[Rule]:

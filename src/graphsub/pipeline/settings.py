@@ -29,6 +29,7 @@ from graphsub.backends import ort_fusions as ort_fusions_module
 from graphsub.cost import CostModel
 from graphsub.errors import GraphsubError
 from graphsub.pipeline.objective import Objective
+from graphsub.runtime.bindings import ProfileShape, parse_profile
 from graphsub.egraph.saturation import EXTRACTORS
 from graphsub.search import ALGORITHMS
 
@@ -81,6 +82,10 @@ class Settings:
     ort_fusions: bool = False
     #: Whether the report gets what its HTML page draws (rewrites replayed, operator times).
     evidence: bool = True
+    #: The bindings of a model's size symbols that costs are measured at, with weights
+    #: (runtime.bindings.ProfileShape, or "batch=1,seq=128[:weight]" text); empty: the
+    #: default profile (runtime.bindings.default_profile) for a model with symbolic sizes.
+    shape_profile: tuple[Any, ...] = ()
     search_options: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -127,6 +132,11 @@ class Settings:
                 raise GraphsubError(f"{name} takes {kind.__name__}, not {value!r}")
             if not value >= least:  # NaN included
                 raise GraphsubError(f"{name} must be at least {least} (got {value})")
+        object.__setattr__(self, "shape_profile", tuple(
+            parse_profile(p) if isinstance(p, str) else p for p in self.shape_profile))
+        if not all(isinstance(p, ProfileShape) for p in self.shape_profile):
+            raise GraphsubError("shape_profile takes ProfileShape values or text such as "
+                                "'batch=1,seq=128'")
         if self.split is not None and self.split < 2:
             raise GraphsubError(f"--split needs a part size of at least 2 operators (got "
                                 f"{self.split})")
@@ -208,7 +218,9 @@ class Settings:
                 "cost": cost, "objective": self.objective.describe(), "target": self.target_name,
                 "threads": self.threads, "split": self.split, "executor": self.executor,
                 "candidates": self.candidates, "fission": self.fission,
-                "ort_fusions": self.ort_fusions}
+                "ort_fusions": self.ort_fusions,
+                **({"shape_profile": [str(p) for p in self.shape_profile]}
+                   if self.shape_profile else {})}
 
 
 def parse_option(algorithm: str, text: str) -> tuple[str, Any]:

@@ -62,7 +62,8 @@ class OptimizeReport:
     #: not-confirmed: the head-to-head decided the fastest (and the runner-up) not MIN_GAIN faster;
     #: undecided: its interval still straddled MIN_GAIN when the measuring time ran out;
     #: contended: the same on a busy machine (load above its cores), too noisy to claim;
-    #: no-time: too little time to measure; not-run: no candidate could run on the target.
+    #: no-time: too little time to measure; not-run: no candidate could run on the target;
+    #: slower-at-shape: faster at the profile's main shape, decided slower at another.
     #: All but faster keep the original.
     outcome: str = ""
     #: The outcome in one or two sentences, with its figures.
@@ -86,6 +87,10 @@ class OptimizeReport:
     op_times: dict[str, Any] = field(default_factory=dict)
     #: The featured candidate's rewrites as drawable subgraphs (graphsub.report.evidence).
     rewrites: dict[str, Any] = field(default_factory=dict)
+    #: A model with symbolic sizes: its size symbols and their ranges, the profile its costs
+    #: were measured at (and whether it is the default one), the bindings the written model
+    #: was verified at.
+    shapes: dict[str, Any] = field(default_factory=dict)
     #: The command line that made the report, and the versions of what ran it.
     command: list[str] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
@@ -207,6 +212,11 @@ def verdict(report: OptimizeReport, selection: Selection, interrupted: bool = Fa
         return (prefix + f"The search found {len(report.candidates)} candidate(s), the "
                 f"cheapest {cheapest}, but none ran {MIN_GAIN:.0%} faster than the original "
                 f"on {target} (the fastest: {fastest}); the original model is kept.")
+    if outcome == "slower-at-shape":
+        slower = [t for t in report.timings.get("profile", []) if t.get("slower")]
+        where = f" at {slower[0]['shape']} ({describe(slower[0])})" if slower else ""
+        return (prefix + f"The fastest candidate ran faster than the original on {target} at "
+                f"the profile's main shape but slower{where}; the original model is kept.")
     if outcome == "no-time":
         run_ms = selection.original_run_s * 1e3
         return (prefix + f"The candidates (the cheapest {cheapest}) could not be measured and "

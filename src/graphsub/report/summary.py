@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from graphsub.ir.binding import bind_graph
 from graphsub.ir.graph import Graph
+from graphsub.ir.symbolic import is_symbolic
 from graphsub.ops import get_op
+from graphsub.runtime.bindings import default_profile
 
 
 @dataclass(frozen=True)
@@ -24,9 +27,19 @@ class GraphSummary:
     outputs: list[dict[str, Any]]
     opset: int | None
     structural_hash: str
+    #: A graph with symbolic sizes: each symbol's range, and the FLOPs and bytes moved (given
+    #: above as expressions of the sizes) at the default profile.
+    symbols: dict[str, str] = field(default_factory=dict)
+    at_profile: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        for key in ("flops", "bytes_moved"):
+            data[key] = data[key] if isinstance(data[key], int) else str(data[key])
+        for io in ("inputs", "outputs"):
+            for item in data[io]:
+                item["shape"] = [d if isinstance(d, int) else str(d) for d in item["shape"]]
+        return data
 
 
 def summarize(graph: Graph) -> GraphSummary:
@@ -65,11 +78,27 @@ def summarize(graph: Graph) -> GraphSummary:
         outputs=[{"name": n, "shape": list(graph.type_of(v).shape),
                   "dtype": graph.type_of(v).dtype}
                  for n, v in zip(graph.output_names, graph.outputs)],
-        opset=graph.meta.get("opset"), structural_hash=graph.structural_hash())
+        opset=graph.meta.get("opset"), structural_hash=graph.structural_hash(),
+        **_at_profile(graph))
 
 
-def human(n: float, unit: str = "") -> str:
-    """1234567 -> '1.23 M' (decimal prefixes)."""
+def _at_profile(graph: Graph) -> dict[str, Any]:
+    """For a graph with symbolic sizes: the symbols' ranges, and its FLOPs and bytes moved at
+    the default profile (runtime.bindings.default_profile)."""
+    symbols = graph.meta.get("symbols") or {}
+    if not symbols:
+        return {}
+    (shape,) = default_profile(symbols)
+    bound = summarize(bind_graph(graph, shape.values))
+    return {"symbols": {n: str(r) for n, r in symbols.items()},
+            "at_profile": {"profile": str(shape), "flops": bound.flops,
+                           "bytes_moved": bound.bytes_moved}}
+
+
+def human(n: Any, unit: str = "") -> str:
+    """1234567 -> '1.23 M' (decimal prefixes); an expression of sizes as it is written."""
+    if is_symbolic(n):
+        return f"{n} {unit}".rstrip()
     for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(n) >= scale:
             return f"{n / scale:.2f} {prefix}{unit}"

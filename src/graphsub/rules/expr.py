@@ -14,6 +14,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from graphsub.errors import GraphsubError
+from graphsub.ir.symbolic import at_most, equal, is_symbolic
 from graphsub.ir.types import Constant, TensorType
 from graphsub.rules.ast import AVar, Call, Expr, Lit, ListExpr, OutRef
 
@@ -181,11 +182,72 @@ class _NoValue(Exception):
     """An expression has no value for this match (e.g. a dim out of range): no match."""
 
 
+class _Undecided(_NoValue):
+    """A shape condition that holds for some values of the size symbols and not for others:
+    no match, counted apart (a rewrite applies only where it is right at every size)."""
+
+
+def _decided(static: Callable[[Any, Any], bool], symbolic: Callable[[Any, Any], bool | None]
+             ) -> Callable[[Any, Any], bool]:
+    """A comparison that holds or fails for every value of the size symbols it meets; where
+    it depends on them (is `seq` equal to 128?) the rule has no match there, and the search
+    counts it (`undecided`)."""
+    def compare(a: Any, b: Any) -> bool:
+        if type(a) is int and type(b) is int or not (_has_symbol(a) or _has_symbol(b)):
+            return static(a, b)
+        result = symbolic(a, b)
+        if result is None:
+            raise _Undecided()
+        return result
+    return compare
+
+
+def _has_symbol(v: Any) -> bool:
+    return any(is_symbolic(x) for x in v) if isinstance(v, tuple) else is_symbolic(v)
+
+
+def _equal(a: Any, b: Any) -> bool | None:
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        if not (isinstance(a, tuple) and isinstance(b, tuple)) or len(a) != len(b):
+            return False
+        answers = [equal(x, y) for x, y in zip(a, b)]
+        return False if False in answers else None if None in answers else True
+    return equal(a, b)
+
+
+def _not(answer: bool | None) -> bool | None:
+    return None if answer is None else not answer
+
+
+def _max(*args: Any) -> Any:
+    return _pick(args, lambda a, b: at_most(a, b))
+
+
+def _min(*args: Any) -> Any:
+    return _pick(args, lambda a, b: at_most(b, a))
+
+
+def _pick(args: tuple[Any, ...], second_wins: Callable[[Any, Any], bool | None]) -> Any:
+    if len(args) == 1:
+        args = tuple(args[0])
+    best = args[0]
+    for x in args[1:]:
+        wins = second_wins(best, x)
+        if wins is None:
+            raise _Undecided()
+        best = x if wins else best
+    return best
+
+
 _ARITH: dict[str, Callable[..., Any]] = {
     "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
-    "//": operator.floordiv, "%": operator.mod, "max": max, "min": min,
-    "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
-    "gt": operator.gt, "ge": operator.ge,
+    "//": operator.floordiv, "%": operator.mod, "max": _max, "min": _min,
+    "eq": _decided(operator.eq, _equal),
+    "ne": _decided(operator.ne, lambda a, b: _not(_equal(a, b))),
+    "lt": _decided(operator.lt, lambda a, b: _not(at_most(b, a))),
+    "le": _decided(operator.le, at_most),
+    "gt": _decided(operator.gt, lambda a, b: _not(at_most(a, b))),
+    "ge": _decided(operator.ge, lambda a, b: at_most(b, a)),
 }
 
 _TENSOR_FNS: dict[str, Callable[..., Any]] = {
@@ -235,7 +297,8 @@ def evaluate(e: Expr, env: Env) -> Any:
     if fn == "not":
         return not args[0]
     if fn == "in":
-        return args[0] in args[1:]
+        answers = [_ARITH["eq"](args[0], x) for x in args[1:]]
+        return any(answers)
     if fn == "identity-perm":
         return tuple(args[0]) == tuple(range(len(args[0])))
     if fn == "compose":
@@ -268,9 +331,23 @@ def evaluate(e: Expr, env: Env) -> Any:
     raise RuleError(f"unknown function {fn!r} in a rule; known: {', '.join(FUNCTIONS)}")
 
 
+#: Shape conditions this process found undecided over size symbols (a search reports how
+#: many of them its own matching met).
+_undecided = 0
+
+
+def undecided_conditions() -> int:
+    """How many shape conditions were undecided in this process so far."""
+    return _undecided
+
+
 def try_evaluate(e: Expr, env: Env) -> tuple[bool, Any]:
     """(True, value), or (False, None) when the expression has no value for this match."""
+    global _undecided
     try:
         return True, evaluate(e, env)
+    except _Undecided:
+        _undecided += 1
+        return False, None
     except _NoValue:
         return False, None

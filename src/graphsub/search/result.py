@@ -114,6 +114,9 @@ class SearchStats:
     matches_computed: int = 0  # matches found by a matching run
     matches_reused: int = 0    # matches carried over from the parent graph (incremental)
     rejected: Counter[str] = field(default_factory=Counter)
+    #: shape conditions that held for some values of the size symbols and not for others
+    #: (the rule did not apply there)
+    undecided: int = 0
     seconds: float = 0.0
     stopped_by: StopReason = StopReason.EXHAUSTED
     #: E-graph searches (eqsat, mcts): the e-graph's size, growth and extraction details.
@@ -128,6 +131,7 @@ class SearchStats:
                 "matches_computed": self.matches_computed,
                 "matches_reused": self.matches_reused,
                 "rejected": dict(self.rejected), "seconds": round(self.seconds, 3),
+                **({"undecided": self.undecided} if self.undecided else {}),
                 "stopped_by": self.stopped_by, **({"egraph": self.egraph} if self.egraph else {}),
                 **({"split": self.split} if self.split else {})}
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from graphsub.ir.graph import Graph
+from graphsub.rules.expr import undecided_conditions
 from graphsub.search.registry import Limits
 from graphsub.search.result import (Candidate, OptimizeResult, SearchProgress, SearchStats,
                                     Step, StopReason)
@@ -80,6 +81,7 @@ class SearchRun:
         self.stats = SearchStats()
         self.best = BestGraphs(limits.keep)
         self.stopped: StopReason | None = None
+        self._undecided_before = undecided_conditions()
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -130,6 +132,7 @@ class SearchRun:
         taken and the stop reason (`default`: nothing stopped the search early)."""
         self.stats.seconds = self.elapsed()
         self.stats.stopped_by = self.stopped or default
+        self.stats.undecided = undecided_conditions() - self._undecided_before
         top = self.best.top
         return OptimizeResult(top.graph, top.trace, self.stats, initial_cost, top.cost,
                               list(self.best.candidates))
