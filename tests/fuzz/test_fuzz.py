@@ -18,7 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 import graphsub.ops  # noqa: F401  (registers the ops whose ONNX importers are listed below)
 from graphsub.fuzz.differential import DEFAULT_STAGES, Reference, check_model
 from graphsub.fuzz.minimize import minimize, minimize_rules
-from graphsub.fuzz.models import OPAQUE_OPS, OPSETS, generate, random_model, run_reference, validate
+from graphsub.fuzz.models import (OPAQUE_OPS, OPSETS, fuzz_sizes, generate, other_sizes,
+                                  random_inputs, random_model, run_reference, validate)
 from graphsub.ops.base import importable_onnx_ops
 
 CHUNKS = 4
@@ -32,6 +33,8 @@ TIME_LIMIT = 0.3
 #: reports them).
 FAILING = ("wrong", "error", "refused")
 COVERAGE_SEEDS = 300
+#: The share of the campaign's models with a size symbol (checked at three sizes of it).
+SYMBOLIC = 0.3
 
 
 # ---- the campaign ---------------------------------------------------------------------------
@@ -46,7 +49,7 @@ def test_fuzz_campaign(chunk: int) -> None:
     found = []
     start = FIRST_SEED + chunk * MODELS_PER_CHUNK
     for seed in range(start, start + MODELS_PER_CHUNK):
-        model = random_model(seed)
+        model = random_model(seed, symbolic=SYMBOLIC)
         report = check_model(model, seed=seed, time_limit=TIME_LIMIT, stages=_stages(seed),
                              search_options=SEARCH_OPTIONS)
         assert report.outcomes, f"seed {seed}: nothing was checked ({report.notes})"
@@ -67,6 +70,27 @@ def test_generated_models_are_valid(opset: int) -> None:
         onnx.checker.check_model(model, full_check=True)
         validate(model, seed)  # runs in onnxruntime, finite outputs of the declared shapes
         assert 3 <= len(model.graph.node) <= 25
+
+
+def test_symbolic_models_run_at_every_size_of_their_symbol() -> None:
+    symbolic = 0
+    for seed in range(12):
+        model = random_model(seed, symbolic=1.0)
+        sizes = fuzz_sizes(model)
+        if not sizes:
+            continue
+        symbolic += 1
+        assert set(sizes) == {"s"}
+        dims = [d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim]
+        assert "s" in dims
+        for other in [sizes, *other_sizes(model)]:
+            outputs = run_reference(model, random_inputs(model, seed, other))
+            assert all(np.all(np.isfinite(v)) for v in outputs.values())
+        reference = Reference.of(model, seed)
+        assert len(reference.feeds) == 4  # two trials at the built size, one at each other
+        assert len({tuple(a.shape for a in f.values()) for f in reference.feeds}) == 3
+    assert symbolic >= 6
+    assert not fuzz_sizes(random_model(0))
 
 
 def test_generator_is_deterministic_per_seed() -> None:

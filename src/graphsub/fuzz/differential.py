@@ -47,12 +47,14 @@ from graphsub.backends import TargetUnavailableError, get_target
 from graphsub.budget import Budget
 from graphsub.errors import GraphsubError
 from graphsub.fission import fission
-from graphsub.fuzz.models import random_inputs, run_reference
+from graphsub.fuzz.models import fuzz_sizes, other_sizes, random_inputs, run_reference
+from graphsub.ir.binding import bind_graph, binding_of, is_symbolic_graph
 from graphsub.ir.graph import Graph
 from graphsub.onnx_io import load, to_onnx_bytes
 from graphsub.optimizer import VerificationError, optimize, optimize_model
 from graphsub.pipeline import FISSION, Settings, run_stages, start_run
 from graphsub.rules import Rule, builtin_rules, load_rules
+from graphsub.runtime.bindings import ProfileShape
 from graphsub.runtime.equivalence import SAME_FUNCTION, ModelFn, compare_outputs
 from graphsub.runtime.reference import evaluate
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
@@ -151,7 +153,10 @@ class Reference:
 
     @classmethod
     def of(cls, model: onnx.ModelProto, seed: int) -> Reference:
-        feeds = tuple(random_inputs(model, seed + t) for t in range(TRIALS))
+        """TRIALS input sets at the sizes the model was built with; a model with a size
+        symbol gets one more at each of its other sizes (fuzz.models.other_sizes)."""
+        feeds = tuple(random_inputs(model, seed + t) for t in range(TRIALS)) + tuple(
+            random_inputs(model, seed, sizes) for sizes in other_sizes(model))
         expected = tuple(run_reference(model, f) for f in feeds)
         return cls(_inputs_of(model), tuple(o.name for o in model.graph.output), feeds,
                    expected)
@@ -184,9 +189,11 @@ class Reference:
         return self.compare(lambda feeds: run_reference(data, dict(feeds)))
 
 
-def _inputs_of(model: onnx.ModelProto) -> tuple[tuple[str, tuple[int, ...]], ...]:
+def _inputs_of(model: onnx.ModelProto) -> tuple[tuple[str, tuple[int | str, ...]], ...]:
+    """Each input's name and dimensions (a size symbol by its name: the written model must
+    keep it)."""
     inits = {i.name for i in model.graph.initializer}
-    return tuple((i.name, tuple(d.dim_value for d in i.type.tensor_type.shape.dim))
+    return tuple((i.name, tuple(d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim))
                  for i in model.graph.input if i.name not in inits)
 
 
@@ -241,6 +248,11 @@ class _Subject:
     found: dict[str, tuple[Graph, tuple[str, ...]]] = field(default_factory=dict)
     _baseline: list[Reference | None] = field(default_factory=list)
 
+    def profile(self) -> tuple[ProfileShape, ...]:
+        """A model with a size symbol is priced at the sizes it was built with."""
+        sizes = fuzz_sizes(onnx.load_from_string(self.data))
+        return (ProfileShape.of(sizes),) if sizes else ()
+
     def add_found(self, algorithm: str, graph: Graph, rules: Sequence[str]) -> None:
         hashes = {g.structural_hash() for g, _ in self.found.values()}
         if graph.structural_hash() not in hashes | {self.graph.structural_hash()}:
@@ -284,7 +296,8 @@ def _search(subject: _Subject, algorithm: str, rules: Sequence[Rule], time_limit
     with _GcClock() as gc_clock:
         start = time.perf_counter()
         result = optimize(subject.graph, rules, algorithm=algorithm, time_limit=time_limit,
-                          cost="analytic", target="ort-cpu", threads=1, **own)
+                          cost="analytic", target="ort-cpu", threads=1,
+                          shape_profile=subject.profile(), **own)
         seconds = time.perf_counter() - start
     found = [("best", result.graph, result.trace)]
     found += [(f"candidate {i}", c.graph, c.trace) for i, c in enumerate(result.candidates)]
@@ -375,7 +388,8 @@ def _fission(subject: _Subject) -> Outcome:
     if outcome is not None:
         return outcome
     subject.add_found("fission", primitive, ["fission"])
-    run = start_run(subject.graph, Settings.make(cost="analytic", target="ort-cpu", threads=1),
+    run = start_run(subject.graph, Settings.make(cost="analytic", target="ort-cpu", threads=1,
+                                                 shape_profile=subject.profile()),
                     budget=Budget(FISSION_SECONDS, measuring=False))
     with warnings.catch_warnings():  # a failure inside is this stage's finding, not a warning
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -404,6 +418,11 @@ def _torch_cpu(subject: _Subject) -> Outcome:
         return Outcome("torch-cpu", "skipped", str(exc))
 
     def runner(graph: Graph) -> ModelFn:
+        if is_symbolic_graph(graph):  # a static program for each size the inputs have
+            def run_bound(feeds: Mapping[str, np.ndarray]) -> Outputs:
+                sizes = binding_of(graph, {n: np.shape(a) for n, a in feeds.items()})
+                return target.prepare(bind_graph(graph, sizes)).run(feeds)
+            return run_bound
         runnable = target.prepare(graph, subject.data if graph is subject.graph else None)
         return runnable.run
 
@@ -436,7 +455,8 @@ def _pipeline(subject: _Subject, rules: Sequence[Rule], time_limit: float,
     try:
         written, _ = optimize_model(subject.graph, subject.data, rules=rules, cost="analytic",
                                     time_limit=time_limit, target="ort-cpu", threads=1,
-                                    measure_seconds=measure_seconds, evidence=False)
+                                    measure_seconds=measure_seconds, evidence=False,
+                                    shape_profile=subject.profile())
     except VerificationError as exc:
         return Outcome("pipeline", "caught", str(exc)[:500],
                        kind="rules " + ",".join(sorted(set(exc.trace))))

@@ -11,7 +11,11 @@ Models are biased toward what graphsub's rewrite rules rewrite (rules/library/*.
 TASO's graph_subst.pb): matmuls and convolutions sharing an input, matmul chains with vector
 and batched operands, a convolution followed by a bias, an activation, a batch norm or a scalar
 multiplication, concatenated convolutions, transpose and reshape round trips, weight-only
-subgraphs. Values stay numerically sane so that a difference means something: weights are
+subgraphs. With `symbolic` > 0, that share of the models has a size symbol: one size the inputs share
+becomes the dim_param `s` wherever the model runs at other values of it too (checked at
+three), so that import, search and export are checked at several sizes of it; the sizes
+the model was built with are kept in its metadata (`fuzz_sizes`). Values stay numerically
+sane so that a difference means something: weights are
 scaled like Xavier initialisation, Sqrt/Log/Reciprocal/Pow/Div only see inputs made positive
 and bounded away from zero (x*x + 1, sigmoid(x) + 0.5, exp(tanh(x))), Exp only sees bounded
 inputs. Each model is checked with onnx.checker (full check) and run once in onnxruntime; one
@@ -62,6 +66,8 @@ class GenOptions:
     opset: int | None = None
     opaque_rate: float = 0.25
     max_attempts: int = 50
+    #: The share of models given a size symbol (see `symbolize`).
+    symbolic: float = 0.0
 
 
 @dataclass
@@ -90,6 +96,11 @@ def generate(seed: int, **options: object) -> tuple[onnx.ModelProto, GenStats]:
         try:
             model = _Builder(rng, opts).build(seed)
             validate(model, seed)
+            if opts.symbolic and rng.random() < opts.symbolic:
+                try:
+                    model = symbolize(model, seed)
+                except InvalidModel as exc:  # the model stays static: counted, not discarded
+                    stats.reasons[str(exc).split(":")[0]] += 1
             return model, stats
         except InvalidModel as exc:
             stats.discards += 1
@@ -98,18 +109,83 @@ def generate(seed: int, **options: object) -> tuple[onnx.ModelProto, GenStats]:
                        f"({dict(stats.reasons)})")
 
 
-def random_inputs(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
+def random_inputs(model: onnx.ModelProto, seed: int,
+                  sizes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
     """Standard-normal float32 inputs for the model's graph inputs (those that are not
-    initializers), reproducible from the seed."""
+    initializers), reproducible from the seed; a size symbol takes its value in `sizes`
+    (default: the size the model was built with, `fuzz_sizes`)."""
     rng = np.random.default_rng(seed)
+    sizes = fuzz_sizes(model) if sizes is None else sizes
     inits = {i.name for i in model.graph.initializer}
     feeds = {}
     for inp in model.graph.input:
         if inp.name in inits:
             continue
-        shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+        shape = [sizes[d.dim_param] if d.dim_param else d.dim_value
+                 for d in inp.type.tensor_type.shape.dim]
         feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
     return feeds
+
+
+#: The metadata key of the sizes a symbolic model was built with ("s=5").
+SIZES_KEY = "fuzz_sizes"
+#: The size symbol `symbolize` introduces.
+SYMBOL = "s"
+
+
+def fuzz_sizes(model: onnx.ModelProto) -> dict[str, int]:
+    """The sizes a model from `symbolize` was built with (empty for a static model)."""
+    for prop in model.metadata_props:
+        if prop.key == SIZES_KEY:
+            return {name: int(value) for name, value in
+                    (item.split("=") for item in prop.value.split(",") if item)}
+    return {}
+
+
+def other_sizes(model: onnx.ModelProto) -> list[dict[str, int]]:
+    """Sizes other than the built ones that a symbolic model is checked at: one odd, one
+    larger (empty for a static model)."""
+    return [{name: v + k for name, v in fuzz_sizes(model).items()} for k in (1, 3)]
+
+
+def symbolize(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
+    """The model with one size its inputs share made the symbol `s`: a size of at least 2
+    (the most frequent first) whose every input dimension becomes `s` and at whose other
+    values (`other_sizes`) the model still runs with finite, sane outputs. Output dimensions
+    that change with it lose their numbers. InvalidModel when no size qualifies."""
+    inits = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in inits]
+    counts = Counter(d.dim_value for i in inputs for d in i.type.tensor_type.shape.dim
+                     if d.dim_value >= 2)
+    for value, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        candidate = onnx.ModelProto()
+        candidate.CopyFrom(model)
+        for inp in candidate.graph.input:
+            if inp.name in inits:
+                continue
+            for d in inp.type.tensor_type.shape.dim:
+                if d.dim_value == value:
+                    d.Clear()
+                    d.dim_param = SYMBOL
+        prop = candidate.metadata_props.add()
+        prop.key, prop.value = SIZES_KEY, f"{SYMBOL}={value}"
+        try:
+            shapes = [{k: v.shape for k, v in run_reference(candidate, random_inputs(
+                candidate, seed, sizes)).items()} for sizes in
+                [{SYMBOL: value}, *other_sizes(candidate)]]
+            for sizes in other_sizes(candidate):
+                _check_outputs(run_reference(candidate, random_inputs(candidate, seed, sizes)))
+        except Exception:  # noqa: BLE001 (InvalidModel, or onnxruntime's own kinds)
+            continue
+        if not _grows(shapes):
+            continue
+        for out in candidate.graph.output:
+            for axis, d in enumerate(out.type.tensor_type.shape.dim):
+                if len({s[out.name][axis] for s in shapes}) > 1:
+                    d.Clear()
+        onnx.checker.check_model(candidate, full_check=True)
+        return candidate
+    raise InvalidModel("symbolic: no input size can vary")
 
 
 def run_reference(model: onnx.ModelProto | bytes,
@@ -145,6 +221,24 @@ def validate(model: onnx.ModelProto, seed: int = 0) -> None:
     for name, value in outputs.items():
         if value.shape != declared[name]:
             raise InvalidModel(f"shape: {name} is {value.shape}, declared {declared[name]}")
+    _check_outputs(outputs)
+
+
+def _grows(shapes: list[dict[str, tuple[int, ...]]]) -> bool:
+    """Whether every output is non-empty at every size and none of its dimensions shrinks as
+    the size grows (a slice that empties as the input grows computes less from more: not a
+    model anyone exports)."""
+    for name in shapes[0]:
+        seen = [s[name] for s in shapes]
+        if any(0 in shape for shape in seen):
+            return False
+        if any(b < a for before, after in zip(seen, seen[1:]) for a, b in zip(before, after)):
+            return False
+    return True
+
+
+def _check_outputs(outputs: dict[str, np.ndarray]) -> None:
+    for name, value in outputs.items():
         if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
             raise InvalidModel(f"non-finite: {name}")
         if value.dtype.kind == "f" and value.size and float(np.abs(value).max()) > MAX_MAGNITUDE:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from graphsub.errors import GraphsubError
+from graphsub.errors import GraphsubError, ShapeError
 from graphsub.ir.graph import Graph, Node, make_node
 from graphsub.ir.symbolic import SymbolRange, bind, bind_all, is_symbolic, symbols_in
 from graphsub.ir.types import Attrs, Constant, TensorType
@@ -66,7 +66,11 @@ def bind_graph(graph: Graph, binding: Mapping[str, int]) -> Graph:
                               dtype=node.attrs["dtype"]).reshape(node.attrs["shape"])
             nodes[nid] = make_node("weight", (), (), {"value": Constant(values)}, node.name)
             continue
-        attrs = {k: bound_value(v, binding) for k, v in node.attrs.items()}
+        try:  # canonical already: canonicalizing again is not the identity (a slice's end
+            # of -1 going backwards means "through index 0", not "the last")
+            attrs = Attrs({k: bound_value(v, binding) for k, v in node.attrs.items()})
+        except ValueError as exc:  # a size negative at these sizes: not defined there
+            raise ShapeError(f"{node.op} is not defined at {dict(binding)}: {exc}") from None
         in_types = [nodes[v.node].outputs[v.index] for v in node.inputs]
         nodes[nid] = make_node(node.op, node.inputs, in_types, attrs, node.name)
     meta = {k: v for k, v in graph.meta.items() if k not in ("symbols", "output_dims")}

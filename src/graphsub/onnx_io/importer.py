@@ -22,7 +22,7 @@ from onnx import helper, numpy_helper
 from graphsub.errors import GraphsubError, ModelLoadError
 from graphsub.ir.binding import defined_ranges
 from graphsub.ir.graph import Graph, Value, make_node
-from graphsub.ir.symbolic import Dim, SymbolRange, renamed
+from graphsub.ir.symbolic import Dim, SymbolRange, bind_all, renamed, symbols_in
 from graphsub.ir.types import Constant, TensorType
 from graphsub.onnx_io import sizes
 from graphsub.onnx_io.exporter import MAX_OPSET, MIN_OPSET
@@ -404,6 +404,7 @@ def _import_opaque(node: onnx.NodeProto, ctx: ImportContext,
     if any(n in ctx.folder.values for n in node.input) or not all(
             t.is_static for t in in_types.values()):
         out_types = _symbolic_types(node, ctx)
+        _check_symbolic_types(node, ctx, in_types, out_types)
     else:
         out_types = _runtime_types(node, ctx, in_types, _infer_output_types(node, ctx, in_types))
     slots = tuple(i for i, n in enumerate(node.input) if n)
@@ -422,6 +423,53 @@ def _symbolic_types(node: onnx.NodeProto, ctx: ImportContext) -> list[TensorType
                              f"{node.name!r} over the model's symbolic sizes; give concrete "
                              "sizes with --input-shape NAME=1x128 (or input_shapes={...})")
     return [renamed(t, ctx.renamed) for t in types]  # type: ignore[arg-type]
+
+
+#: Sizes an opaque node's symbolic output types are checked at (each symbol at each value,
+#: within its range): where onnxruntime's symbolic inference is wrong (Conv with SAME_LOWER
+#: padding at stride 2, found by the fuzzer), a run tells.
+_CHECK_SIZES = (5, 8)
+
+
+def _check_symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
+                          in_types: dict[str, TensorType], out_types: list[TensorType]) -> None:
+    """Run the node at concrete sizes and refuse it, naming it, where its outputs' shapes
+    differ from the symbolic types it was given. A node that does not run on made-up inputs
+    (indices out of range, a data-dependent shape) is not checked."""
+    symbols = set(ctx.symbol_ranges)
+    names = set(symbols_in(d for t in [*in_types.values(), *out_types] for d in t.shape))
+    if not names <= symbols:
+        return
+    for value in _CHECK_SIZES:
+        binding = {n: ctx.symbol_ranges[n].clamp(value) for n in names}
+        bound = {n: t.bound(binding) for n, t in in_types.items()}
+        extra = {n: np.array(bind_all(tuple(v.reshape(-1)), binding), dtype=ctx.size_dtypes[n]
+                             ).reshape(v.shape) for n, v in ctx.folder.values.items()
+                 if n in node.input}
+        saved = {n: ctx.constants.get(n) for n in extra}
+        ctx.constants.update(extra)
+        try:
+            results = _run_single(node, ctx, bound)
+        except ORT_ERRORS:
+            return
+        finally:
+            for n, c in saved.items():
+                if c is None:
+                    ctx.constants.pop(n, None)
+                else:
+                    ctx.constants[n] = c
+        for out, t, r in zip([o for o in node.output if o], out_types, results):
+            try:
+                bound_shape = t.bound(binding).shape
+            except ValueError:  # a negative size: the inferred expression is wrong there
+                bound_shape = None
+            if bound_shape != tuple(r.shape):
+                raise ModelLoadError(
+                    f"cannot determine the output shape of {node.op_type} node {node.name!r} "
+                    f"over the model's symbolic sizes (inferred {t}, but at "
+                    f"{', '.join(f'{k}={v}' for k, v in sorted(binding.items()))} it computes "
+                    f"{'x'.join(map(str, r.shape))}); give concrete sizes with --input-shape "
+                    "NAME=1x128 (or input_shapes={...})")
 
 
 def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:

@@ -103,7 +103,9 @@ def inferred_types(model: onnx.ModelProto) -> dict[str, TensorType]:
         inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=True,
                                                        guess_output_rank=True)
     except Exception as exc:  # the tool raises many kinds (its own asserts included)
-        _log.warning("onnxruntime's symbolic shape inference failed on this model: %s", exc)
+        _log.warning("onnxruntime's symbolic shape inference failed on this model (%s: %s); "
+                     "nodes graphsub does not model get no symbolic types", type(exc).__name__,
+                     exc)
         return {}
     types: dict[str, TensorType] = {}
     for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
@@ -344,15 +346,20 @@ def materialize(ctx: ImportContext, values: np.ndarray, dtype: Any) -> Any:
 def bound_by_slice(ranges: dict[str, SymbolRange], shape: Sequence[Dim],
                    starts: Sequence[Dim], ends: Sequence[Dim], axes: Sequence[int] | None
                    ) -> None:
-    """Record the sizes for which a slice by a size symbol stays inside a fixed dimension
-    (`table[:seq]` of a 512-row table needs `seq <= 512`): the slice is imported as if it
+    """Record the sizes for which a slice stays inside its dimension: by a size symbol
+    inside a fixed dimension (`table[:seq]` of a 512-row table needs `seq <= 512`), by a
+    number inside a symbolic one (`x[4:5]` needs `seq >= 5`). The slice is imported as if it
     always does, and verification keeps to that range."""
     for i, (s, e) in enumerate(zip(starts, ends)):
         axis = axes[i] if axes is not None else i
         n = shape[axis if axis >= 0 else axis + len(shape)]
-        if is_symbolic(n):
-            continue
         for bound in (s, e):
-            if is_symbolic(bound) and len(bound.free_symbols) == 1 and bound.is_Symbol:
-                name = bound.name
+            if not is_symbolic(n) and is_symbolic(bound) and bound.is_Symbol:
+                name = bound.name  # table[:seq] needs seq <= rows
                 ranges[name] = ranges.get(name, SymbolRange()).narrowed(high=int(n))
+            elif is_symbolic(n) and type(bound) is int and 0 < bound < 2 ** 31:
+                offset = n - sum(n.free_symbols)  # x[4:5] of seq + c rows needs seq >= 5 - c
+                if len(n.free_symbols) == 1 and offset.is_Integer:
+                    name = next(iter(n.free_symbols)).name
+                    ranges[name] = ranges.get(name, SymbolRange()).narrowed(
+                        low=bound - int(offset))

@@ -10,7 +10,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from graphsub.errors import ConversionError, ShapeError
-from graphsub.ir.symbolic import Dim, floordiv, is_negative, is_symbolic
+from graphsub.ir.symbolic import Dim, ceildiv, floordiv, is_negative, is_symbolic
 from graphsub.ir.types import Attrs, TensorType
 from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, Role, Shape,
                                TorchFn, TorchLowering, Types, aten_importer, choice, ints,
@@ -31,9 +31,11 @@ _KERNELS = Role(shapes=((4, 4, 3, 3), (4, 4, 1, 1), (8, 4, 3, 3), (4, 4, 1, 3), 
 
 
 def padding_attr(value: Any) -> str | Pads:
-    """'same', 'valid', or explicit (top, left, bottom, right) pads."""
+    """'same' (ONNX SAME_UPPER), 'same_lower', 'valid', or explicit (top, left, bottom,
+    right) pads. 'same_lower' stays a mode only over symbolic sizes at a stride above 1,
+    where no pads express it for every size; elsewhere it is imported as its pads."""
     if isinstance(value, str):
-        return choice("same", "valid")(value)
+        return choice("same", "same_lower", "valid")(value)
     p = ints(value)
     if len(p) == 1:
         p = p * 4
@@ -66,6 +68,9 @@ def resolve_pads(padding: str | Pads, size: tuple[int, int], kernel: tuple[int, 
                  stride: tuple[int, int], dilation: tuple[int, int] = (1, 1)) -> Pads:
     if padding == "same":
         return same_pads(size, kernel, stride, dilation)
+    if padding == "same_lower":  # the odd pixel of padding at the start
+        t, left, b, r = same_pads(size, kernel, stride, dilation)
+        return (b, r, t, left)
     if padding == "valid":
         return (0, 0, 0, 0)
     return padding  # type: ignore[return-value]
@@ -75,6 +80,8 @@ def canonical_padding(padding: str | Pads, size: tuple[int, int], kernel: tuple[
                       stride: tuple[int, int], dilation: tuple[int, int] = (1, 1)) -> str | Pads:
     """Name pads 'same' or 'valid' when they are exactly that (preferring 'same' when both
     fit), so that rules which require equal padding see equal attributes."""
+    if padding in ("same", "same_lower"):
+        return padding
     explicit = resolve_pads(padding, size, kernel, stride, dilation)
     try:
         same = same_pads(size, kernel, stride, dilation)
@@ -85,6 +92,18 @@ def canonical_padding(padding: str | Pads, size: tuple[int, int], kernel: tuple[
     if explicit == (0, 0, 0, 0):
         return "valid"
     return padding
+
+
+#: ONNX's auto_pad for graphsub's SAME paddings.
+AUTO_PAD = {"same": "SAME_UPPER", "same_lower": "SAME_LOWER"}
+
+
+def same_over_sizes(padding: str | Pads, size: Sequence[Dim], stride: Sequence[int]) -> bool:
+    """SAME padding over a symbolic size at a stride above 1, whose pads depend on the size
+    modulo the stride: the output is ceil(size / stride), and it is written with ONNX's
+    auto_pad rather than pads."""
+    return padding in ("same", "same_lower") and any(is_symbolic(n) and s != 1
+                                                     for n, s in zip(size, stride))
 
 
 def window_out(size: Dim, k: int, s: int, d: int, before: int, after: int, op: str) -> Dim:
@@ -116,6 +135,8 @@ def _conv_infer(attrs: Attrs, ins: Types) -> Types:
         raise ShapeError(f"conv2d: bias must have shape ({cout},), got {ins[2].shape}")
     sh, sw = attrs["stride"]
     dh, dw = attrs["dilation"]
+    if same_over_sizes(attrs["padding"], (h, wd), (sh, sw)):
+        return (TensorType((n, cout, ceildiv(h, sh), ceildiv(wd, sw)), dtype),)
     t, left, b, r = resolve_pads(attrs["padding"], (h, wd), (kh, kw), (sh, sw), (dh, dw))
     ho = window_out(h, kh, sh, dh, t, b, "conv2d")
     wo = window_out(wd, kw, sw, dw, left, r, "conv2d")
@@ -182,11 +203,15 @@ def _conv_flops(attrs: Attrs, ins: Types, outs: Types) -> int:
 
 def _conv_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
     x, w = types[0], types[1]
-    pads = resolve_pads(attrs["padding"], x.shape[2:], w.shape[2:], attrs["stride"],
-                        attrs["dilation"])
-    onnx_attrs = dict(kernel_shape=list(w.shape[2:]), strides=list(attrs["stride"]),
-                      dilations=list(attrs["dilation"]), group=x.shape[1] // w.shape[1],
-                      pads=[pads[0], pads[1], pads[2], pads[3]])
+    onnx_attrs: dict[str, Any] = dict(
+        kernel_shape=list(w.shape[2:]), strides=list(attrs["stride"]),
+        dilations=list(attrs["dilation"]), group=x.shape[1] // w.shape[1])
+    if same_over_sizes(attrs["padding"], x.shape[2:], attrs["stride"]):
+        onnx_attrs["auto_pad"] = AUTO_PAD[attrs["padding"]]
+    else:
+        pads = resolve_pads(attrs["padding"], x.shape[2:], w.shape[2:], attrs["stride"],
+                            attrs["dilation"])
+        onnx_attrs["pads"] = [pads[0], pads[1], pads[2], pads[3]]
     emit_with_activation(ctx, attrs["activation"],
                          lambda out: ctx.emit("Conv", ins, [out], **onnx_attrs), outs[0])
 
@@ -251,6 +276,8 @@ def onnx_pads(ctx, node, spatial: tuple[int, int], kernel: tuple[int, int],
     if auto == "VALID":
         return "valid"
     if auto == "SAME_LOWER":
+        if same_over_sizes("same_lower", spatial, stride):
+            return "same_lower"
         t, left, b, r = same_pads(spatial, kernel, stride, dilation)
         return (b, r, t, left)
     pads = tuple(ctx.attr(node, "pads", (0, 0, 0, 0)))

@@ -9,19 +9,22 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import ShapeError
+from graphsub.ir.symbolic import ceildiv
 from graphsub.ir.types import Attrs, TensorType
 from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, Role, TorchFn,
                                TorchLowering, Types, aten_importer, is_float, onnx_importer, pair,
                                register)
-from graphsub.ops.conv import (PADDING_TRIES, STRIDE_TRIES, Pads, canonical_padding, onnx_pads,
-                               pad_nchw, padding_attr, resolve_pads, symmetric_pads, window_out,
-                               windows)
+from graphsub.ops.conv import (AUTO_PAD, PADDING_TRIES, STRIDE_TRIES, Pads, canonical_padding,
+                               onnx_pads, pad_nchw, padding_attr, resolve_pads,
+                               same_over_sizes, symmetric_pads, window_out, windows)
 
 
 def _pool_geometry(attrs: Attrs, x: TensorType, op: str):
     if x.rank != 4:
         raise ShapeError(f"{op}: input must be 4-D (NCHW), got {x.shape}")
     kernel, stride = attrs["kernel"], attrs["stride"]
+    if same_over_sizes(attrs["padding"], x.shape[2:], stride):
+        return None, (ceildiv(x.shape[2], stride[0]), ceildiv(x.shape[3], stride[1]))
     pads = resolve_pads(attrs["padding"], x.shape[2:], kernel, stride)
     if max(pads[0], pads[2]) >= kernel[0] or max(pads[1], pads[3]) >= kernel[1]:
         raise ShapeError(f"{op}: padding {pads} must be smaller than the kernel {kernel}")
@@ -72,13 +75,16 @@ def _avg_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
 
 def _pool_export(onnx_type: str):
     def export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
-        pads = resolve_pads(attrs["padding"], types[0].shape[2:], attrs["kernel"],
-                            attrs["stride"])
-        extra = {}
+        extra: dict[str, Any] = {}
         if onnx_type == "AveragePool":
             extra["count_include_pad"] = int(attrs["count_include_pad"])
+        if same_over_sizes(attrs["padding"], types[0].shape[2:], attrs["stride"]):
+            extra["auto_pad"] = AUTO_PAD[attrs["padding"]]
+        else:
+            extra["pads"] = list(resolve_pads(attrs["padding"], types[0].shape[2:],
+                                              attrs["kernel"], attrs["stride"]))
         ctx.emit(onnx_type, ins, outs, kernel_shape=list(attrs["kernel"]),
-                 strides=list(attrs["stride"]), pads=list(pads), **extra)
+                 strides=list(attrs["stride"]), **extra)
 
     return export
 

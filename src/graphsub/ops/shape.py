@@ -381,9 +381,9 @@ def _slice_canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
             else:
                 s, e = min(max(s, 0), n - 1), min(max(e, -1), n - 1)
         elif st > 0:
-            s, e = _clamp_symbolic(s, n), _clamp_symbolic(e, n)
+            s, e = _clamp_symbolic(s, n, 0, n), _clamp_symbolic(e, n, 0, n)
         else:
-            raise ShapeError("slice: a negative step over a dimension of unknown size")
+            s, e = _clamp_symbolic(s, n, 0, n - 1), _clamp_symbolic(e, n, -1, n - 1)
         norm[a] = (s, e, st)
     order = sorted(norm)
     values.update(axes=tuple(order), starts=tuple(norm[a][0] for a in order),
@@ -391,20 +391,27 @@ def _slice_canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
     return values
 
 
-def _clamp_symbolic(bound: Dim, n: Dim) -> Dim:
-    """A slice bound clamped to [0, n] where a size symbol is involved. A bound counted from
-    the end (negative) is n + bound; where it cannot be decided whether a bound lies inside
-    the dimension, it is taken to: the importer records the sizes for which that holds as
-    the symbol's range (a slice of a 512-row table by `seq` bounds `seq` by 512), and a
-    rewrite only makes slices within the dimensions it splits."""
+#: A slice bound this far out means "to the end" whatever the size (no dimension is this big).
+_TO_THE_END = 2 ** 31
+
+
+def _clamp_symbolic(bound: Dim, n: Dim, low: int, high: Dim) -> Dim:
+    """A slice bound over a dimension of n where a size symbol is involved, as ONNX reads it:
+    counted from the end when negative (n + bound), then clamped to [low, high] ([0, n]
+    going forwards; backwards [0, n - 1] for the start, [-1, n - 1] for the end). Where it
+    cannot be decided whether a bound lies inside, it is taken to: the importer records the
+    sizes for which that holds as the symbol's range (a slice of a 512-row table by `seq`
+    bounds `seq` by 512), and a rewrite only makes slices within the dimensions it splits."""
+    if type(bound) is int and abs(bound) >= _TO_THE_END:  # INT64_MAX, INT64_MIN and kin
+        return high if bound > 0 else low
     negative = is_negative(bound)
     if negative is None:
         raise ShapeError(f"slice: cannot tell whether the bound {bound} counts from the end")
     if negative:
         bound = n + bound
-        if is_negative(bound):
-            return 0
-    return n if at_most(n, bound) else bound
+    if at_most(bound, low):
+        return low
+    return high if at_most(high, bound) else bound
 
 
 def _slices(attrs: Attrs, rank: int) -> tuple[slice, ...]:
@@ -419,11 +426,12 @@ def _slice_infer(attrs: Attrs, ins: Types) -> Types:
     for a, s, e, st in zip(attrs["axes"], attrs["starts"], attrs["ends"], attrs["steps"]):
         if type(s) is int and type(e) is int:
             shape[a] = len(range(s, e, st))
-        else:  # a positive step (the canonical form refuses others over symbolic sizes)
-            if at_most(e, s):
+        else:
+            first, last, step = (s, e, st) if st > 0 else (e, s, -st)
+            if at_most(last, first):
                 shape[a] = 0
-            elif at_most(s, e):
-                shape[a] = ceildiv(e - s, st)
+            elif at_most(first, last):
+                shape[a] = ceildiv(last - first, step)
             else:
                 raise ShapeError(f"slice: cannot tell whether {s}..{e} is empty")
     return (TensorType(tuple(shape), ins[0].dtype),)
@@ -510,7 +518,7 @@ def _pad_infer(attrs: Attrs, ins: Types) -> Types:
     if len(pads) != 2 * x.rank:
         raise ShapeError(f"pad: needs {2 * x.rank} pad values for rank {x.rank}, got {len(pads)}")
     shape = tuple(d + pads[i] + pads[i + x.rank] for i, d in enumerate(x.shape))
-    if min(shape, default=0) < 0:
+    if any(is_negative(d) is not False for d in shape):
         raise ShapeError(f"pad: pads {pads} make a negative dimension from {x.shape}")
     return (TensorType(shape, x.dtype),)
 
