@@ -20,18 +20,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
-from datetime import date
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from tables import markdown, rules_text, save_rows  # noqa: E402
+from tables import cpu_meta, markdown, rules_text, save_rows  # noqa: E402
 
 import graphsub  # noqa: E402
 from graphsub import zoo  # noqa: E402
@@ -154,13 +152,7 @@ def main() -> None:
         graph = zoo.build(name)
         rows.append(measure(name, graph, to_onnx_bytes(graph), args))
         print(json.dumps(rows[-1], default=str), flush=True)
-    import onnxruntime
-
-    from graphsub.backends.ort import cpu_model
-
-    meta = {"date": date.today().isoformat(), "host": platform.node(),
-            "processor": cpu_model(), "onnxruntime": onnxruntime.__version__,
-            "command": " ".join(sys.argv)}
+    meta = cpu_meta()
     save_rows(args.out, meta, rows)
     print(f"\n{meta}\n")
     headers = ["model", "original ms", "graphsub", "onnxsim", "onnxslim", "graphsub / onnxsim",

@@ -26,13 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
 import warnings
 from collections import Counter
-from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +38,7 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from tables import markdown, rules_text, save_rows  # noqa: E402
+from tables import cpu_meta, markdown, peer_models, rules_text, save_rows  # noqa: E402
 
 import graphsub  # noqa: E402
 from graphsub.ir.types import TensorType  # noqa: E402
@@ -100,24 +98,7 @@ def export(name: str, folder: Path) -> Path:
 
 def peers(name: str, path: Path) -> dict[str, bytes | str]:
     """Each peer's model on the same dynamic file, or why it has none."""
-    out: dict[str, bytes | str] = {}
-    try:
-        from onnxruntime.transformers.optimizer import optimize_model as ort_optimize
-
-        kind, heads, hidden = ORT_TYPES[name]
-        out["ort-transformers"] = ort_optimize(str(path), kind, heads, hidden,
-                                               opt_level=0).model.SerializeToString()
-    except Exception as exc:  # noqa: BLE001 - a peer that fails is reported, not fatal
-        out["ort-transformers"] = f"failed: {exc}"
-    try:
-        import onnx_ir as ir
-        from onnxscript.rewriter.ort_fusions import optimize_for_ort
-
-        model, _ = optimize_for_ort(ir.load(str(path)))
-        out["onnxscript"] = ir.to_proto(model).SerializeToString()
-    except Exception as exc:  # noqa: BLE001
-        out["onnxscript"] = f"failed: {exc}"
-    return out
+    return peer_models(path, ORT_TYPES[name], PEERS)
 
 
 def feeds_at(binding: dict[str, int]) -> dict[str, np.ndarray]:
@@ -214,13 +195,7 @@ def main() -> None:
     for name in filter(None, args.models.split(",")):
         rows.append(measure(name, folder, args))
         print(json.dumps(rows[-1], default=str), flush=True)
-    import onnxruntime
-
-    from graphsub.backends.ort import cpu_model
-
-    meta = {"date": date.today().isoformat(), "host": platform.node(),
-            "processor": cpu_model(), "onnxruntime": onnxruntime.__version__,
-            "command": " ".join(sys.argv)}
+    meta = cpu_meta()
     save_rows(args.out, meta, rows)
     print(f"\n{meta}\n")
     headers = ["model", "shape", "original ms", "graphsub", "ort-transformers", "onnxscript",

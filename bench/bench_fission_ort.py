@@ -47,7 +47,7 @@ import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from bench_fission_torch import build  # noqa: E402
-from tables import markdown, save_rows  # noqa: E402
+from tables import markdown, peer_models, save_rows  # noqa: E402
 
 import graphsub  # noqa: E402
 from graphsub.optimizer import optimize_model  # noqa: E402
@@ -74,30 +74,7 @@ def export(name: str, seq: int, folder: Path) -> Path:
 
 def peers(name: str, path: Path) -> dict[str, bytes | str]:
     """Each peer's model, or why it has none."""
-    out: dict[str, bytes | str] = {}
-    try:
-        from onnxruntime.transformers.optimizer import optimize_model as ort_optimize
-
-        kind, heads, hidden = ORT_TYPES[name]
-        out["ort-transformers"] = ort_optimize(str(path), kind, heads, hidden,
-                                               opt_level=0).model.SerializeToString()
-    except Exception as exc:  # noqa: BLE001 - a peer that fails is reported, not fatal
-        out["ort-transformers"] = f"failed: {exc}"
-    try:
-        import onnx_ir as ir
-        from onnxscript.rewriter.ort_fusions import optimize_for_ort
-
-        model, _ = optimize_for_ort(ir.load(str(path)))
-        out["onnxscript"] = ir.to_proto(model).SerializeToString()
-    except Exception as exc:  # noqa: BLE001
-        out["onnxscript"] = f"failed: {exc}"
-    try:
-        import onnxslim
-
-        out["onnxslim"] = onnxslim.slim(onnx.load(str(path))).SerializeToString()
-    except Exception as exc:  # noqa: BLE001
-        out["onnxslim"] = f"failed: {exc}"
-    return out
+    return peer_models(path, ORT_TYPES[name], PEERS)
 
 
 def unguarded(model_bytes: bytes) -> bytes:
