@@ -14,7 +14,7 @@ Needs the bench extra (transformers, onnxscript). Per model:
   --input-shape: the rewrites each applies, to show that what graphsub does on the static
   model it does on the dynamic one;
 - graphsub optimize_model on the dynamic file (ort-cpu, measured costs, both shapes as its
-  profile), onnxruntime's transformers optimizer (`optimize_model(path, model_type, heads,
+  profile), and again with --ort-fusions (graphsub+fusions), onnxruntime's transformers optimizer (`optimize_model(path, model_type, heads,
   hidden)`) and onnxscript's ORT fusions (`optimize_for_ort`) on the same file; every output
   is checked against the original at each shape and keeps the symbolic inputs;
 - at each shape, the four files timed side by side in one process (onnxruntime's default
@@ -89,7 +89,7 @@ def export(name: str, folder: Path) -> Path:
         warnings.simplefilter("ignore")
         torch.onnx.export(Hidden().eval(), (torch.randint(0, 2000, (2, 16)),
                                             torch.ones(2, 16, dtype=torch.int64)),
-                          str(path), dynamo=True, verbose=False,
+                          str(path), dynamo=True, verbose=False, external_data=False,
                           dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}),
                           input_names=["input_ids", "attention_mask"],
                           output_names=["last_hidden_state"])
@@ -152,7 +152,13 @@ def measure(name: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]
     row.update(optimize_s=time.perf_counter() - t0, rules=rep.rules_used,
                kept_original=rep.kept_original, outcome=rep.outcome,
                verified_at=len(rep.shapes.get("verified_at", [])))
-    files = {"original": original, "graphsub": data}
+    fused, fused_rep = optimize_model(graph, original, name, time_limit=args.time_limit,
+                                      target="ort-cpu", shape_profile=tuple(args.shapes),
+                                      ort_fusions=True)
+    row.update(fused_rules=fused_rep.rules_used, fused_kept_original=fused_rep.kept_original,
+               fused_outcome=fused_rep.outcome,
+               fused_verified_at=len(fused_rep.shapes.get("verified_at", [])))
+    files = {"original": original, "graphsub": data, "graphsub+fusions": fused}
     for peer, result in peers(name, path).items():
         if isinstance(result, bytes):
             files[peer] = result
@@ -176,7 +182,8 @@ def measure(name: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]
                 row[key][f"{label}_ratio"] = paired(timings["original"], timings[label])
         for peer in PEERS:
             if peer in files:
-                row[key][f"graphsub_vs_{peer}"] = paired(timings[peer], timings["graphsub"])
+                for ours in ("graphsub", "graphsub+fusions"):
+                    row[key][f"{ours}_vs_{peer}"] = paired(timings[peer], timings[ours])
     return row
 
 
@@ -198,22 +205,27 @@ def main() -> None:
     meta = cpu_meta()
     save_rows(args.out, meta, rows)
     print(f"\n{meta}\n")
-    headers = ["model", "shape", "original ms", "graphsub", "ort-transformers", "onnxscript",
-               "graphsub / ort-transformers", "graphsub / onnxscript"]
+    headers = ["model", "shape", "original ms", "graphsub", "graphsub+fusions",
+               "ort-transformers", "onnxscript", "graphsub+fusions / ort-transformers",
+               "graphsub+fusions / onnxscript"]
     lines = []
     for r in rows:
         for shape in r["shapes"]:
             m = r[shape]
             lines.append([r["model"], shape, f"{m['original_ms']:.2f}"] + [
                 f"{m[k]:.3f}" if k in m else "-" for k in (
-                    "graphsub_ratio", "ort-transformers_ratio", "onnxscript_ratio",
-                    "graphsub_vs_ort-transformers", "graphsub_vs_onnxscript")])
+                    "graphsub_ratio", "graphsub+fusions_ratio", "ort-transformers_ratio",
+                    "onnxscript_ratio", "graphsub+fusions_vs_ort-transformers",
+                    "graphsub+fusions_vs_onnxscript")])
     print(markdown(headers, lines))
     print()
-    print(markdown(["model", "graphsub kept", "search on the dynamic file", "search at the "
-                    "first shape (static)", "verified at"],
-                   [[r["model"], rules_text(r["rules"]), rules_text(r["search"]["dynamic"]),
-                     rules_text(r["search"]["static"]), f"{r['verified_at']} bindings"]
+    print(markdown(["model", "graphsub kept (outcome)", "graphsub+fusions kept (outcome)",
+                    "search on the dynamic file", "search at the first shape (static)"],
+                   [[r["model"], f"{rules_text(r['rules'])} ({r['outcome']}, verified at "
+                     f"{r['verified_at']} bindings)",
+                     f"{rules_text(r['fused_rules'])} ({r['fused_outcome']}, verified at "
+                     f"{r['fused_verified_at']} bindings)",
+                     rules_text(r["search"]["dynamic"]), rules_text(r["search"]["static"])]
                     for r in rows]))
 
 

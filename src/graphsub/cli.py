@@ -131,10 +131,19 @@ class LoadedModel:
             self.onnx = to_onnx_bytes(self.graph)
             self.label = spec
 
-    def input_specs(self):
+    @property
+    def sizes(self) -> dict[str, int]:
+        """A model with symbolic sizes is run at the default profile's (none for a static
+        one)."""
+        from graphsub.runtime.bindings import default_profile
+
+        profile = default_profile(self.graph.meta.get("symbols") or {})
+        return profile[0].values if profile else {}
+
+    def input_specs(self, sizes: dict[str, int] | None = None):
         from graphsub.runtime import graph_input_specs
 
-        return graph_input_specs(self.graph)
+        return graph_input_specs(self.graph, self.sizes if sizes is None else sizes)
 
 
 @app.command()
@@ -268,6 +277,7 @@ def check(a: Annotated[str, typer.Argument(help="Reference model (ONNX file or z
     default under the tolerances `graphsub optimize` verifies its output with."""
     from dataclasses import replace
 
+    from graphsub.runtime.bindings import check_bindings
     from graphsub.runtime.equivalence import SAME_FUNCTION, compare_models
 
     shapes = parse_input_shapes(input_shape)
@@ -278,15 +288,23 @@ def check(a: Annotated[str, typer.Argument(help="Reference model (ONNX file or z
     tolerance = SAME_FUNCTION if rtol is None else replace(SAME_FUNCTION, rtol=rtol)
     if atol is not None:
         tolerance = replace(tolerance, atol=atol, atol_scale=0.0)
-    result = compare_models(ma.onnx, mb.onnx, ma.input_specs(), tolerance, trials=trials,
-                            seed=seed)
+    # a model with symbolic sizes is compared at the bindings optimize verifies at
+    bindings = check_bindings(ma.graph.meta.get("symbols") or {}, [ma.sizes]) or [{}]
+    for sizes in bindings:
+        result = compare_models(ma.onnx, mb.onnx, ma.input_specs(sizes), tolerance,
+                                trials=trials, seed=seed)
+        if not result.equivalent:
+            break
     if as_json:
         emit_json(result.as_dict())
     else:
         atol_text = (f"atol {tolerance.atol:g}" if not tolerance.atol_scale else
                      f"atol {tolerance.atol_scale:g} of each output's largest magnitude")
+        at = (f", at {len(bindings)} bindings of the sizes"
+              + (f" (shown: {', '.join(f'{k}={v}' for k, v in sizes.items())})" if sizes else "")
+              if bindings != [{}] else "")
         table = Table(title=f"{escape(ma.label)} vs {escape(mb.label)} (rtol "
-                            f"{tolerance.rtol:g}, {atol_text}, {trials} input sets)",
+                            f"{tolerance.rtol:g}, {atol_text}, {trials} input sets{at})",
                       title_justify="left")
         for col in ("output", "max |diff|", "max rel", "worst element", "ok"):
             table.add_column(col)

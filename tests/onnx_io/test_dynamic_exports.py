@@ -9,7 +9,7 @@ import pytest
 
 import graphsub
 from graphsub.runtime import compare_models, graph_input_specs
-from graphsub.runtime.bindings import MIN_BINDINGS, check_bindings
+from graphsub.runtime.bindings import MIN_BINDINGS, check_bindings, parse_profile
 from graphsub.runtime.equivalence import Tolerance
 from tests.dynamic_models import EXPORTERS, TEXT_MODELS, export_cnn, export_ocr, export_text
 from tests.markers import requires_torch, requires_transformers
@@ -32,6 +32,8 @@ def _check(path, symbols: set[str]):
     for before, after in ((original.graph.input, exported.graph.input),
                           (original.graph.output, exported.graph.output)):
         assert [_dims(v) for v in before] == [_dims(v) for v in after]
+    # what graphsub writes, graphsub (and onnxruntime's symbolic inference) reads back
+    assert set(graphsub.load(exported).meta["symbols"]) == symbols
     bindings = check_bindings(graph.meta["symbols"])
     assert len(bindings) >= MIN_BINDINGS
     for binding in bindings:
@@ -64,3 +66,43 @@ def test_a_cnn_keeps_its_batch(folder, exporter):
 def test_an_ocr_model_keeps_its_width(folder, exporter):
     graph = _check(export_ocr(folder, exporter), {"batch", "width"})
     assert graph.meta["symbols"]["width"].low == 2  # its pooling needs two columns
+
+
+def _exported(kind: str, exporter: str, folder):
+    if kind in TEXT_MODELS:
+        return export_text(kind, exporter, folder)
+    return (export_cnn if kind == "cnn" else export_ocr)(folder, exporter)
+
+
+@pytest.mark.parametrize("kind, exporter", [
+    pytest.param(k, e, marks=requires_transformers) for k in TEXT_MODELS for e in EXPORTERS
+] + [("cnn", "dynamo"), ("ocr", "legacy")])
+def test_optimize_writes_a_model_that_keeps_its_sizes_and_equals_the_original(folder, kind,
+                                                                              exporter):
+    """The main job on the dynamic file, without --input-shape: whatever it writes (the
+    optimized model or the original) keeps the symbolic inputs and outputs and computes the
+    original's outputs at every check binding."""
+    import onnx
+
+    from graphsub.onnx_io.importer import model_bytes
+
+    path = _exported(kind, exporter, folder)
+    original = onnx.load(str(path))
+    graph = graphsub.load(original)
+    data, report = graphsub.optimize_model(graph, model_bytes(path), kind, cost="analytic",
+                                           time_limit=20)
+    written = onnx.load_from_string(data)
+    for before, after in ((original.graph.input, written.graph.input),
+                          (original.graph.output, written.graph.output)):
+        assert [_dims(v) for v in before] == [_dims(v) for v in after]
+    assert report.shapes["symbols"].keys() == graph.meta["symbols"].keys()
+    bindings = check_bindings(graph.meta["symbols"], [{n: v for n, v in p.binding}
+                                                      for p in map(parse_profile,
+                                                                   report.shapes["profile"])])
+    assert len(bindings) >= MIN_BINDINGS
+    for binding in bindings:
+        result = compare_models(model_bytes(path), data, graph_input_specs(graph, binding),
+                                Tolerance(rtol=1e-3))
+        assert result.equivalent, (binding, [d.describe() for d in result.outputs])
+    if not report.kept_original:
+        assert len(report.shapes["verified_at"]) >= MIN_BINDINGS

@@ -103,10 +103,10 @@ class ExportContext:
             if type(d) is not int and d.is_Symbol and d.name not in self._symbol_sources:
                 self._symbol_sources[d.name] = (name, axis)
 
-    def sizes(self, values: Sequence[Dim]) -> str:
+    def sizes(self, values: Sequence[Dim], out: str | None = None) -> str:
         """A 1-D int64 tensor of `values`: an initializer where they are numbers, else their
-        computation from the shapes of values already written."""
-        if is_static(values):
+        computation from the shapes of values already written (into `out` when given)."""
+        if is_static(values) and out is None:
             return self.const(np.array(values, dtype=np.int64))
         parts: list[str] = []
         run: list[int] = []
@@ -120,9 +120,11 @@ class ExportContext:
             parts.append(self.size(v))
         if run:
             parts.append(self.const(np.array(run, dtype=np.int64)))
-        if len(parts) == 1:
+        if len(parts) == 1 and out is None:
             return parts[0]
-        out = self.fresh("sizes")
+        out = out or self.fresh("sizes")
+        # a Concat even of one part: onnxruntime's symbolic shape inference follows sizes
+        # through Concat, not through Identity
         self.emit("Concat", parts, [out], axis=0)
         return out
 
@@ -172,16 +174,23 @@ class ExportContext:
     def emit_sizes(self, values: Sequence[Dim], shape: Sequence[int], dtype: str,
                    out: str) -> None:
         """Write a `sizes` node's tensor (of `shape` and `dtype`) into `out`."""
-        vector = self.sizes(values)
+        plain = tuple(shape) == (len(values),) and dtype == "int64"
+        vector = self.sizes(values, out if plain else None)
+        if plain:
+            return
         if tuple(shape) != (len(values),):
-            shaped = self.fresh("sizes_shaped")
-            self.emit("Reshape", [vector, self.const(np.array(shape, dtype=np.int64))], [shaped])
+            shaped = out if dtype == "int64" else self.fresh("sizes_shaped")
+            if tuple(shape) == ():  # a scalar as exporters write one, which onnxruntime's
+                # symbolic shape inference follows (it reads no sizes through Reshape)
+                self.emit("Squeeze", [vector, self.const(np.array([0], dtype=np.int64))],
+                          [shaped])
+            else:
+                self.emit("Reshape", [vector, self.const(np.array(shape, dtype=np.int64))],
+                          [shaped])
             vector = shaped
         if dtype != "int64":
             self.emit("Cast", [vector], [out],
                       to=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
-        else:
-            self.emit("Identity", [vector], [out])
 
 
 def _value_info(name: str, t, declared: Sequence[Any] | None = None) -> onnx.ValueInfoProto:

@@ -308,13 +308,13 @@ def _single_node_model(node: onnx.NodeProto, ctx: ImportContext,
 def _run_single(node: onnx.NodeProto, ctx: ImportContext,
                 in_types: dict[str, TensorType]) -> list[np.ndarray]:
     from graphsub.runtime.inputs import random_array
-    from graphsub.runtime.ort import make_session
+    from graphsub.runtime.ort import make_session, quiet_run
 
     model = _single_node_model(node, ctx, in_types)
-    sess = make_session(model.SerializeToString(), threads=1, optimize=False)
+    sess = make_session(model.SerializeToString(), threads=1, optimize=False, quiet=True)
     rng = np.random.default_rng(0)
     feeds = {i.name: random_array(in_types[i.name], rng) for i in sess.get_inputs()}
-    return sess.run(None, feeds)
+    return sess.run(None, feeds, quiet_run())
 
 
 def _infer_output_types(node: onnx.NodeProto, ctx: ImportContext,

@@ -51,10 +51,12 @@ def make_model(graph: onnx.GraphProto, opsets: Sequence[tuple[str, int]]) -> onn
 
 
 def make_session(model: Any, threads: int | None = None, optimize: bool = True,
-                 providers: Sequence[str] = ()):
+                 providers: Sequence[str] = (), quiet: bool = False):
     """An onnxruntime session with onnxruntime's default settings, as users run it.
     `optimize` turns on all of its graph optimizations (the baseline graphsub must beat);
-    threads defaults to the core count; providers default to the CPU provider alone."""
+    threads defaults to the core count; providers default to the CPU provider alone. A
+    `quiet` session logs nothing, not even its errors: for probes whose failures are
+    expected and handled (a node run on made-up inputs)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -63,9 +65,19 @@ def make_session(model: Any, threads: int | None = None, optimize: bool = True,
     opts.intra_op_num_threads = threads or os.cpu_count() or 1
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4 if quiet else 3
     return ort.InferenceSession(_as_bytes(model), sess_options=opts,
                                 providers=list(providers) or ["CPUExecutionProvider"])
+
+
+def quiet_run() -> Any:
+    """Run options that log nothing (what a `quiet` session's runs take: onnxruntime logs a
+    run's errors by the run's own level, not the session's)."""
+    import onnxruntime as ort
+
+    options = ort.RunOptions()
+    options.log_severity_level = 4
+    return options
 
 
 def run(model: Any, feeds: Mapping[str, np.ndarray], threads: int | None = None,
