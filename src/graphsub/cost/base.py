@@ -17,7 +17,8 @@ from typing import Any
 
 from graphsub.errors import GraphsubError
 from graphsub.ir.binding import bound_value
-from graphsub.ir.graph import Graph
+from graphsub.ir.symbolic import bind_all
+from graphsub.ir.graph import Graph, Node
 from graphsub.ir.incremental import GraphDelta
 from graphsub.ir.hashing import attrs_key
 from graphsub.ir.types import Attrs, Constant, TensorType
@@ -51,6 +52,25 @@ VALUE_LIMIT = 4096
 
 
 @dataclass(frozen=True)
+class SizesValue:
+    """The value of a `sizes` node an operator reads (a Range's limit, an Expand's shape),
+    in the signature of an operator over symbolic sizes: its size expressions, made the
+    constant they are at a binding when the signature is bound, so that the operator is
+    timed on the sizes it will see rather than on made-up ones (an Expand to a shape of
+    zeros does not run)."""
+
+    values: tuple[Any, ...]
+    shape: tuple[int, ...]
+    dtype: str
+
+    def bound(self, binding: Mapping[str, int]) -> Constant:
+        import numpy as np
+
+        return Constant(np.array(bind_all(self.values, binding), dtype=self.dtype)
+                        .reshape(self.shape))
+
+
+@dataclass(frozen=True)
 class OpSignature:
     """Everything an operator's cost may depend on."""
 
@@ -63,8 +83,9 @@ class OpSignature:
     #: where operators read views (torch); None when every input is contiguous.
     layouts: tuple[tuple[int, ...] | None, ...] | None = None
     #: The values of an opaque operator's small constant inputs (None where unknown or not a
-    #: small constant); None for every other operator, whose constants are data (weights).
-    values: tuple[Constant | None, ...] | None = None
+    #: small constant; sizes over symbols until the signature is bound); None for every
+    #: other operator, whose constants are data (weights).
+    values: tuple[Constant | SizesValue | None, ...] | None = None
 
     @property
     def is_static(self) -> bool:
@@ -73,11 +94,13 @@ class OpSignature:
 
     def bound(self, binding: Mapping[str, int]) -> OpSignature:
         """The signature with each size symbol at its value in `binding`."""
+        values = None if self.values is None else tuple(
+            v.bound(binding) if isinstance(v, SizesValue) else v for v in self.values)
         return dataclasses.replace(
             self, attrs=bound_value(self.attrs, binding),
             inputs=tuple(t.bound(binding) for t in self.inputs),
             outputs=tuple(t.bound(binding) for t in self.outputs),
-            layouts=bound_value(self.layouts, binding))
+            layouts=bound_value(self.layouts, binding), values=values)
 
     def key(self) -> str:
         """A stable text key (the same across processes), for persistent caches."""
@@ -91,18 +114,19 @@ class OpSignature:
         return key
 
 
-def signature_values(op: str, constants: tuple[Constant | None, ...]
-                     ) -> tuple[Constant | None, ...] | None:
+def signature_values(op: str, constants: tuple[Constant | SizesValue | None, ...]
+                     ) -> tuple[Constant | SizesValue | None, ...] | None:
     """What OpSignature.values holds for an op whose constant inputs are `constants` (None
     where an input is not a constant with known data)."""
     if op != "opaque":
         return None
-    return tuple(c if c is not None and c.type.numel <= VALUE_LIMIT else None for c in constants)
+    return tuple(c if isinstance(c, SizesValue) or (c is not None and c.type.numel <= VALUE_LIMIT)
+                 else None for c in constants)
 
 
 def make_signature(op: str, attrs: Attrs, inputs: tuple[TensorType, ...],
                    constant_inputs: tuple[bool, ...], outputs: tuple[TensorType, ...],
-                   constants: Callable[[], tuple[Constant | None, ...]],
+                   constants: Callable[[], tuple[Constant | SizesValue | None, ...]],
                    layouts: tuple[tuple[int, ...] | None, ...] | None = None) -> OpSignature:
     """The signature of one operator application, however its host stores it. `constants`
     gives the inputs' weight values (None where not a weight); it is read for opaque
@@ -119,10 +143,20 @@ def node_signature(graph: Graph, nid: int, layouts: LayoutFn | None = None) -> O
     weight_only = graph.weight_only()
     return make_signature(
         node.op, node.attrs, graph.input_types(nid),
-        tuple(v.node in weight_only for v in node.inputs), node.outputs,
-        lambda: tuple(graph[v.node].attrs["value"] if graph[v.node].op == "weight" else None
-                      for v in node.inputs),
+        tuple(v.node in weight_only or graph[v.node].op == "sizes" for v in node.inputs),
+        node.outputs, lambda: tuple(input_value(graph[v.node]) for v in node.inputs),
         layouts(graph, nid) if layouts is not None else None)
+
+
+def input_value(producer: Node) -> Constant | SizesValue | None:
+    """What a signature knows of an input's value from the node that produces it: a
+    weight's data, a `sizes` node's expressions, or nothing."""
+    if producer.op == "weight":
+        return producer.attrs["value"]
+    if producer.op == "sizes":
+        a = producer.attrs
+        return SizesValue(a["values"], a["shape"], a["dtype"])
+    return None
 
 
 class CostModel(ABC):

@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from graphsub.cost.base import CostModel, costs_nothing, make_signature
+from graphsub.cost.base import (CostModel, SizesValue, costs_nothing, input_value,
+                                make_signature)
 from graphsub.ir.graph import Graph, Node, Value, make_node
 from graphsub.ir.types import Constant, TensorType
 from graphsub.ops import is_deterministic
@@ -49,12 +50,12 @@ class _DryEditor:
         node = self.added.get(value.node)
         return (node if node is not None else self.base[value.node]).outputs[value.index]
 
-    def constants(self, node: Node) -> Callable[[], tuple[Constant | None, ...]]:
-        """The weight values a node of the rewrite reads, for its signature."""
-        def read() -> tuple[Constant | None, ...]:
-            nodes = [self.added.get(v.node) or self.base[v.node] for v in node.inputs]
-            return tuple(n.attrs["value"] if n.op == "weight" else None for n in nodes)
-        return read
+    def producer(self, value: Value) -> Node:
+        return self.added.get(value.node) or self.base[value.node]
+
+    def constants(self, node: Node) -> Callable[[], tuple[Constant | SizesValue | None, ...]]:
+        """The values a node of the rewrite reads, as its signature knows them."""
+        return lambda: tuple(input_value(self.producer(v)) for v in node.inputs)
 
     def add(self, op: str, inputs: Sequence[Value] = (), attrs: Mapping[str, Any] | None = None,
             name: str = "") -> tuple[Value, ...]:
@@ -153,6 +154,7 @@ def _price_dry(graph: Graph, editor: _DryEditor, replaced: dict[Value, Value],
             continue
         sig = make_signature(node.op, node.attrs, tuple(editor.type_of(v) for v in node.inputs),
                              tuple(v.node in weight_only or v.node in new_weight_only
-                                   for v in node.inputs), node.outputs, editor.constants(node))
+                                   or editor.producer(v).op == "sizes" for v in node.inputs),
+                             node.outputs, editor.constants(node))
         total += cost_model.signature_cost(sig)
     return PricedRewrite(total, len(graph) - len(removed) + len(live))
