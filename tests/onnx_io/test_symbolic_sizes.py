@@ -190,3 +190,17 @@ def test_outputs_keep_the_dimension_names_their_model_declared():
     assert _dims(exported.graph.output[0]) == ["batch", "seq_plus_one", 4]
     del g.meta["output_dims"]  # a graph built by hand writes the expression
     assert _dims(graphsub.to_onnx(g).graph.output[0]) == ["batch", "seq + 1", 4]
+
+
+def test_a_squeeze_of_every_unit_dimension_takes_a_size_symbol_to_be_more_than_one():
+    """Squeeze without axes over (s, 8, 1): at s = 1 the model would lose two dimensions, so
+    graphsub's import (one dimension) holds for s >= 2, which the range says and the check
+    bindings respect (found by the fuzzer)."""
+    model = make_model([helper.make_node("Unsqueeze", ["x", "axes"], ["u"]),
+                        helper.make_node("Squeeze", ["u"], ["y"])],
+                       [vi("x", ["s", 8])], [vi("y", ["s", 8])], [ints("axes", [2])])
+    g = graphsub.load(model)
+    assert g.type_of(g.outputs[0]).shape == (size_symbol("s"), 8)
+    assert g.meta["symbols"]["s"] == SymbolRange(2, None)
+    assert all(b["s"] >= 2 for b in check_bindings(g.meta["symbols"]))
+    assert_equal_at_bindings(model, g)

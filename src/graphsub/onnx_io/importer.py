@@ -212,6 +212,11 @@ class ImportContext:
                        axes: Sequence[int] | None) -> None:
         sizes.bound_by_slice(self.symbol_ranges, shape, starts, ends, axes)
 
+    def at_least(self, name: str, low: int) -> None:
+        """Record that the model is defined for the size `name` from `low` on."""
+        if name in self.symbol_ranges:
+            self.symbol_ranges[name] = self.symbol_ranges[name].narrowed(low=low)
+
     def symbol_source(self, name: str) -> tuple[Value, int]:
         """A value, and the axis, whose dimension is the size symbol `name`."""
         if name not in self.symbol_sources:

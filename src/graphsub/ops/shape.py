@@ -344,7 +344,19 @@ def _import_squeeze(ctx, node):
     axes = _axes_input(ctx, node)
     if axes is False:
         return None
-    return ctx.add("squeeze", ctx.inputs(node)[:1], axes=axes)
+    x = ctx.inputs(node)[0]
+    if axes is None:  # every dimension of 1: a size symbol is taken not to be 1, and the
+        # model is then defined for sizes from 2 (at 1 it would lose a dimension)
+        axes = []
+        for i, d in enumerate(ctx.type_of(x).shape):
+            if type(d) is int:
+                if d == 1:
+                    axes.append(i)
+            elif d.is_Symbol:
+                ctx.at_least(d.name, 2)
+            else:
+                return None
+    return ctx.add("squeeze", [x], axes=axes)
 
 
 @onnx_importer("Unsqueeze")
