@@ -15,18 +15,13 @@ import numpy as np
 
 from graphsub.errors import GraphsubError, ShapeError
 from graphsub.ir.graph import Graph, Node, make_node
-from graphsub.ir.symbolic import SymbolRange, bind, bind_all, is_symbolic, symbols_in
+from graphsub.ir.symbolic import SymbolRange, bind, bind_all, is_symbolic
 from graphsub.ir.types import Attrs, Constant, TensorType
 
 
 def is_symbolic_graph(graph: Graph) -> bool:
     """Whether some input of the graph has a symbolic dimension."""
     return any(not graph[i].type.is_static for i in graph.inputs)
-
-
-def graph_symbols(graph: Graph) -> frozenset[str]:
-    """The size symbols of the graph's inputs."""
-    return symbols_in(d for i in graph.inputs for d in graph[i].type.shape)
 
 
 def binding_of(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
@@ -115,4 +110,4 @@ def bound_value(value: Any, binding: Mapping[str, int]) -> Any:
     return value
 
 
-__all__ = ["bind_graph", "bound_value", "defined_ranges", "binding_of", "graph_symbols", "is_symbolic_graph"]
+__all__ = ["bind_graph", "binding_of", "bound_value", "defined_ranges", "is_symbolic_graph"]

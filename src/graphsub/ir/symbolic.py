@@ -164,9 +164,6 @@ def provably_equal(a: Dim, b: Dim) -> bool:
     return equal(a, b) is True
 
 
-def provably_different(a: Dim, b: Dim) -> bool:
-    return equal(a, b) is False
-
 
 def product(dims: Iterable[Dim]) -> Dim:
     return dim(math.prod(dims, start=1))
