@@ -13,7 +13,7 @@ TEXT_MODELS = ("bert", "llama")
 EXPORTERS = ("dynamo", "legacy")
 
 
-def _text_module(kind: str):
+def text_module(kind: str):
     import torch
     from transformers import BertConfig, BertModel, LlamaConfig, LlamaModel
 
@@ -69,7 +69,7 @@ def export_text(kind: str, exporter: str, folder: Path) -> Path:
     mask = torch.ones(2, 16, dtype=torch.int64)
     axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"},
             "last_hidden_state": {0: "batch", 1: "seq"}}
-    return _export(_text_module(kind), (ids, mask), folder / f"{kind}_{exporter}.onnx", exporter,
+    return _export(text_module(kind), (ids, mask), folder / f"{kind}_{exporter}.onnx", exporter,
                    (["input_ids", "attention_mask"], ["last_hidden_state"]), axes)
 
 

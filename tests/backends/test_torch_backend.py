@@ -226,3 +226,75 @@ def test_operators_on_cuda_match_the_reference(graph, feeds):
 def test_operators_on_cpu_match_the_reference(graph, feeds):
     assert_close(graphsub.runtime.evaluate(graph, feeds), TorchProgram(graph, "cpu").run(feeds),
                  rtol=1e-4, atol_scale=1e-5)
+
+
+# ---- sizes over symbols ------------------------------------------------------------------
+
+def _symbolic_graph():
+    """x: seq x 8 through a product with a weight, a transpose and a reshape whose target is a
+    size expression (2*seq x 4 from 8 x seq)."""
+    from graphsub.ir.symbolic import size_symbol
+
+    seq = size_symbol("seq")
+    rng = np.random.default_rng(0)
+    b = GraphBuilder()
+    y = b.op("matmul", b.input("x", (seq, 8)), b.weight(rng.standard_normal((8, 8))
+                                                         .astype(np.float32)))
+    t = b.op("transpose", y, perm=(1, 0))
+    b.output(b.op("reshape", b.op("relu", t), shape=(2 * seq, 4)), "out")
+    return b.build()
+
+
+def test_a_sized_program_runs_every_size_and_shares_its_weights():
+    from graphsub.backends.torch import SizedTorchProgram
+    from graphsub.ir.binding import bind_graph
+    from graphsub.runtime.reference import evaluate
+
+    graph = _symbolic_graph()
+    program = TorchCpuTarget().program(graph)
+    assert isinstance(program, SizedTorchProgram)
+    rng = np.random.default_rng(1)
+    for seq in (3, 8, 13):
+        feeds = {"x": rng.standard_normal((seq, 8)).astype(np.float32)}
+        want = evaluate(bind_graph(graph, {"seq": seq}), feeds)["out"]
+        np.testing.assert_allclose(program.run(feeds)["out"], want, rtol=1e-5, atol=1e-5)
+        with torch.inference_mode():
+            got = program.module(torch.from_numpy(feeds["x"]))[0]
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+    buffers = [{t.data_ptr() for t in program.at({"seq": s}).module.buffers()} for s in (3, 8)]
+    assert buffers[0] and buffers[0] == buffers[1]  # one copy of the weight for every size
+
+
+def test_a_program_cannot_be_built_where_a_symbol_is_no_input_dimension():
+    from graphsub.errors import GraphsubError
+    from graphsub.ir.symbolic import size_symbol
+
+    seq = size_symbol("seq")
+    b = GraphBuilder()
+    b.output(b.op("reshape", b.input("x", (2 * seq, 4)), shape=(seq, 8)), "out")
+    with pytest.raises(GraphsubError, match="seq"):
+        TorchCpuTarget().program(b.build())
+
+
+def test_view_strides_over_symbols_are_size_expressions():
+    from graphsub.ir.graph import Value
+    from graphsub.ir.symbolic import bind_all, size_symbol
+
+    graph = _symbolic_graph()
+    target = TorchCpuTarget()
+    seq = size_symbol("seq")
+    transpose = next(n for n in graph.topo_order() if graph[n].op == "transpose")
+    relu = next(n for n in graph.topo_order() if graph[n].op == "relu")
+    strides = target.strides_of(graph, Value(transpose, 0))
+    assert strides == (1, 8)  # the transposed seq x 8 product
+    assert target.input_layouts(graph, relu) == ((1, 8),)
+    # a stride that is a size, through a view of a view: a slice of a transposed 8 x seq
+    b = GraphBuilder()
+    x = b.op("transpose", b.input("x", (8, seq)), perm=(1, 0))
+    s = b.op("slice", x, starts=(0,), ends=(seq - 1,), axes=(0,), steps=(1,))
+    b.output(b.op("relu", s), "out")
+    g = b.build()
+    view = next(n for n in g.topo_order() if g[n].op == "slice")
+    got = target.strides_of(g, Value(view, 0))
+    assert got == (1, seq)
+    assert bind_all(got, {"seq": 11}) == (1, 11)

@@ -21,6 +21,7 @@ from torch.fx.passes.shape_prop import TensorMetadata
 from graphsub.errors import ConversionError
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
+from graphsub.ir.symbolic import Dim, SymbolRange, ceildiv, dim, floordiv, size_symbol
 from graphsub.ops import aten_importers
 from graphsub.ops.base import AtenCheckFn, AtenImportFn
 
@@ -48,20 +49,90 @@ def tensor_meta(node: Any) -> Any:
     return node.meta.get("tensor_meta") if isinstance(node, fx.Node) else None
 
 
+# ---- sizes traced with dynamic shapes ----------------------------------------------------
+# Traced with dynamic shapes (`make_fx` under torch's symbolic shapes), a node's `val` is a
+# fake tensor whose sizes are SymInts, and sizes flow between nodes as SymInt-valued nodes
+# (`sym_size`, products of sizes). Their expressions (sympy, over torch's symbols s0, s1, ...)
+# become graphsub size expressions over symbols of the same names.
+
+def _from_torch_expr(expr: Any) -> Dim:
+    """A graphsub size expression from a torch ShapeEnv expression."""
+    import sympy
+
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return size_symbol(expr.name)
+    args = [_from_torch_expr(a) for a in expr.args]
+    kind = type(expr).__name__
+    if isinstance(expr, sympy.Add):
+        return dim(sympy.Add(*args))
+    if isinstance(expr, sympy.Mul):
+        return dim(sympy.Mul(*args))
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer:
+        return dim(args[0] ** int(expr.exp))
+    if kind == "FloorDiv":
+        return floordiv(*args)
+    if kind == "CeilDiv" and isinstance(args[1], int):
+        return ceildiv(args[0], args[1])
+    if kind in ("Mod", "PythonMod"):
+        return dim(sympy.Mod(*args))
+    if kind in ("Min", "Max"):
+        return dim(getattr(sympy, kind)(*args))
+    raise ConversionError(f"size {expr} uses {kind}, which graphsub does not model")
+
+
+def symbolic_size(value: Any) -> Dim | None:
+    """A size as graphsub writes it: an int as it is, a SymInt as its expression (None for
+    anything else)."""
+    if isinstance(value, torch.SymInt):
+        return _from_torch_expr(value.node.expr)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _sym_value(node: fx.Node) -> Any:
+    """The SymInt a size-valued node computes (None: the node is not a size)."""
+    value = node.meta.get("val")
+    return value if isinstance(value, torch.SymInt) else None
+
+
+def node_shape(node: Any) -> tuple[Dim, ...] | None:
+    """A tensor node's shape: symbolic where it was traced with dynamic shapes."""
+    if not isinstance(node, fx.Node):
+        return None
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in val.shape):
+        return tuple(symbolic_size(d) for d in val.shape)
+    meta = tensor_meta(node)
+    return None if meta is None else tuple(int(d) for d in meta.shape)
+
+
+def _sizes_resolved(arg: Any) -> Any:
+    """An argument with each size-valued node replaced by its size expression."""
+    if isinstance(arg, fx.Node):
+        value = _sym_value(arg)
+        return arg if value is None else symbolic_size(value)
+    if isinstance(arg, (list, tuple)):
+        return type(arg)(_sizes_resolved(a) for a in arg)
+    return arg
+
+
 class AtenNode:
-    """One FX node as the operators' ATen importers see it (graphsub.ops.base.AtenCall)."""
+    """One FX node as the operators' ATen importers see it (graphsub.ops.base.AtenCall): a
+    size computed from other sizes is given as its expression, like a number."""
 
     def __init__(self, node: fx.Node) -> None:
         self.node = node
-        self.args = arguments(node)
+        self.args = {k: _sizes_resolved(v) for k, v in arguments(node).items()}
         self.kwargs = dict(node.kwargs)
 
-    def out_shape(self) -> tuple[int, ...]:
-        return tuple(int(d) for d in tensor_meta(self.node).shape)
+    def out_shape(self) -> tuple[Dim, ...]:
+        shape = node_shape(self.node)
+        assert shape is not None
+        return shape
 
-    def shape_of(self, arg: Any) -> tuple[int, ...] | None:
-        meta = tensor_meta(arg)
-        return None if meta is None else tuple(int(d) for d in meta.shape)
+    def shape_of(self, arg: Any) -> tuple[Dim, ...] | None:
+        return node_shape(arg)
 
 
 class Converter:
@@ -162,13 +233,14 @@ def convert_graph(graph: fx.Graph, constants: dict[fx.Node, torch.Tensor],
         if node.op == "placeholder":
             if node in constants:
                 c.env[node] = c.b.weight(constants[node].detach().cpu().numpy())
+            elif _sym_value(node) is not None:
+                continue  # a size: its readers see its expression (AtenNode)
             else:
                 meta = tensor_meta(node)
                 if meta is None or meta.dtype not in _DTYPES:
                     raise ConversionError(f"input {node.name} is not a tensor graphsub models")
                 name = (input_names or {}).get(node, node.name)
-                c.env[node] = c.b.input(name, tuple(int(d) for d in meta.shape),
-                                        _DTYPES[meta.dtype])
+                c.env[node] = c.b.input(name, node_shape(node), _DTYPES[meta.dtype])
                 inputs.append(node)
         elif node.op == "call_function":
             if node.target is operator.getitem:
@@ -189,4 +261,19 @@ def convert_graph(graph: fx.Graph, constants: dict[fx.Node, torch.Tensor],
                 c.b.output(c.value(o), f"out{i}")
         else:
             raise ConversionError(f"{node.op} node {node.name}")
-    return c.b.build().cse(), inputs
+    out = c.b.build().cse()
+    ranges = _symbol_ranges(graph)
+    if ranges:
+        out.meta["symbols"] = ranges
+    return out, inputs
+
+
+def _symbol_ranges(graph: fx.Graph) -> dict[str, SymbolRange]:
+    """The range torch's shape environment gives each size symbol of the graph's inputs
+    (torch.compile assumes a dynamic size is at least 2: a size of 1 gets a graph of its
+    own)."""
+    from graphsub.frontends.dynamic_trace import input_symbols, range_bound
+
+    return {name: SymbolRange(max(1, range_bound(r.lower) or 1) if r is not None else 1,
+                              range_bound(r.upper) if r is not None else None)
+            for name, r in input_symbols(graph).items()}

@@ -51,9 +51,16 @@ import torch.fx as fx
 
 from graphsub.budget import Budget, StageClock
 from graphsub.errors import GraphsubError
-from graphsub.frontends.fx_import import ConversionError, convert_graph, unsupported_reason
+from graphsub.backends.torch.program import SizedTorchProgram
+from graphsub.frontends.dynamic_trace import (has_dynamic_sizes, input_symbols, inputs_at,
+                                              other_bindings, trace_dynamic)
+from graphsub.frontends.fx_import import (ConversionError, convert_graph, symbolic_size,
+                                          unsupported_reason)
+from graphsub.ir.binding import is_symbolic_graph
+from graphsub.ir.symbolic import bind_all
 from graphsub.pipeline import FISSION, SEARCH, Run, Settings, Stage, run_stages, start_run
 from graphsub.rules import Rule
+from graphsub.runtime.bindings import ProfileShape
 from graphsub.runtime.speedup import MIN_ROUNDS, Decision, HeadToHead, sequential
 from graphsub.runtime.timing import CallTimer
 
@@ -131,6 +138,9 @@ class CompileReport:
     race: dict[str, float] = field(default_factory=dict)
     speedup: float | None = None
     chosen: str = ""
+    #: With dynamic sizes: each size symbol's range, its value in the example (what costs were
+    #: measured at) and the other sizes the optimized graph was checked at.
+    sizes: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -189,28 +199,37 @@ def _inductor(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
 
 def _compile(gm: fx.GraphModule, example_inputs: list[Any],
              opts: BackendOptions) -> tuple[Callable, CompileReport]:
-    from torch.fx.experimental.proxy_tensor import make_fx
-    from torch.fx.passes.shape_prop import ShapeProp
-
-    if any(not isinstance(t, torch.Tensor) for t in example_inputs):
-        raise GraphsubError("graphsub needs static shapes; compile with dynamic=False")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in example_inputs):
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    dynamic = has_dynamic_sizes(gm, example_inputs)
+    if not dynamic and len(tensors) < len(example_inputs):
+        raise GraphsubError("graphsub takes tensors and sizes as inputs of a graph")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         raise GraphsubError("graphsub optimizes inference: call the compiled model under "
                             "torch.no_grad() or torch.inference_mode()")
-    devices = {t.device.type for t in example_inputs}
+    devices = {t.device.type for t in tensors}
     target_name = opts.target or ("torch-cuda" if "cuda" in devices else "torch-cpu")
     report = CompileReport(target_name)
 
     constants = _constant_positions(gm, example_inputs)
-    with torch.no_grad():
-        aten_gm = make_fx(torch.func.functionalize(gm, remove="mutations_and_views"),
-                          decomposition_table={})(*example_inputs)
-        aten_gm.graph.eliminate_dead_code()  # unused outputs: batch norm's statistics, ...
-        aten_gm.recompile()
-        ShapeProp(aten_gm).propagate(*example_inputs)
+    hints: dict[str, int] = {}
+    if dynamic:
+        aten_gm, inputs, hints = trace_dynamic(gm, example_inputs)
+    else:
+        aten_gm, inputs = _trace_static(gm, example_inputs), list(example_inputs)
+    propagate_shapes(aten_gm, inputs)
+    # The inputs the optimized graph is checked on: the example, and with dynamic sizes the
+    # same graph at other sizes (where the original runs at all).
+    checks = [inputs]
+    if dynamic:
+        symbols = input_symbols(aten_gm.graph)
+        hints = {name: hints[name] for name in symbols}
+        checks += _runnable_inputs(aten_gm, inputs, other_bindings(aten_gm, hints), constants)
+        report.sizes = {"symbols": {name: str(r) for name, r in symbols.items()},
+                        "example": hints, "checked_at": [_binding_of(aten_gm, c)
+                                                         for c in checks[1:]]}
     # Constant values by node name (partitioning rebuilds the graph; names survive it).
     placeholders = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
-    known: dict[str, torch.Tensor] = {placeholders[i].name: example_inputs[i] for i in constants}
+    known: dict[str, torch.Tensor] = {placeholders[i].name: inputs[i] for i in constants}
     for node in aten_gm.graph.nodes:
         if node.op == "get_attr":
             value = getattr(aten_gm, node.target)
@@ -225,7 +244,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
              and n.target.startswith("fused_")]
     if not parts:
         raise GraphsubError("no operator of this graph is one graphsub models")
-    captured = _capture_part_inputs(parent, example_inputs, {p.target for p in parts})
+    names = {p.target for p in parts}
+    captured = [_capture_part_inputs(parent, c, names) for c in checks]
 
     from graphsub.backends import get_target
     from graphsub.pipeline import load_rule_files
@@ -249,20 +269,23 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
                 part_constants[ph] = known[arg.name]
         budget = opts.time_limit * sizes[part.target] / total
         replacement, part_report = _optimize_part(
-            _Part(sub, captured[part.target], part_constants, sub_placeholders), target,
-            rules, opts.settings(target, budget), opts)
+            _Part(sub, [c[part.target] for c in captured], part_constants, sub_placeholders),
+            target, rules, opts.settings(target, budget), opts, hints)
         report.parts.append(part_report)
         if replacement is not None:
             setattr(optimized, part.target, replacement)
             replaced.append((part.target, part_report))
     optimized.recompile()
-    _undo_until_equal(parent, optimized, replaced, example_inputs, constants, opts.rtol)
-    compiled = _inductor(optimized, example_inputs) if opts.inductor else optimized
+    _undo_until_equal(parent, optimized, replaced, checks, constants, opts.rtol)
+    # A graph with dynamic sizes goes to inductor whole or not at all: inductor would trace
+    # graphsub's parts at the example's sizes.
+    with_inductor = opts.inductor and not dynamic
+    compiled = _inductor(optimized, example_inputs) if with_inductor else optimized
     if opts.race and replaced:
         baseline = _inductor(gm, example_inputs) if opts.inductor else gm.forward
-        contenders = {"graphsub+inductor": compiled, "graphsub": optimized} if opts.inductor \
+        contenders = {"graphsub+inductor": compiled, "graphsub": optimized} if with_inductor \
             else {"graphsub": optimized}
-        speedups = {name: _speedup(fn, baseline, example_inputs, target.torch_device)
+        speedups = {name: _speedup(fn, baseline, inputs, target.torch_device)
                     for name, fn in contenders.items()}
         report.race = {name: round(x.speedup, 4) for name, x in speedups.items()}
         best = max(speedups, key=lambda name: speedups[name].speedup)
@@ -272,17 +295,83 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
             compiled = baseline
         else:
             report.chosen, compiled = best, contenders[best]
+    elif dynamic and opts.inductor:
+        compiled = _inductor(gm, example_inputs)
     return compiled, report
 
 
+def _trace_static(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> fx.GraphModule:
+    """The graph at the ATen level at the example's sizes, views functionalized."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with torch.no_grad():
+        aten_gm = make_fx(torch.func.functionalize(gm, remove="mutations_and_views"),
+                          decomposition_table={})(*example_inputs)
+    aten_gm.graph.eliminate_dead_code()  # unused outputs: batch norm's statistics, ...
+    aten_gm.recompile()
+    return aten_gm
+
+
+def propagate_shapes(gm: fx.GraphModule, args: Sequence[Any]) -> None:
+    """Each node's `tensor_meta` from running the graph on these real inputs. (torch's
+    ShapeProp runs in the fake mode of the compilation under way, where static inputs meet
+    dynamo's size symbols and would pin them to the example's values.)"""
+    from torch.fx.node import map_aggregate
+    from torch.fx.passes.shape_prop import _extract_tensor_metadata
+
+    class Recorder(fx.Interpreter):
+        def run_node(self, n: fx.Node) -> Any:
+            result = super().run_node(n)
+            tensors: list[torch.Tensor] = []
+            meta = map_aggregate(result, lambda r: tensors.append(r) or _extract_tensor_metadata(r)
+                                 if isinstance(r, torch.Tensor) else r)
+            if tensors:
+                n.meta["tensor_meta"] = meta
+            return result
+
+    with torch.no_grad():
+        Recorder(gm).run(*args)
+
+
+def _runnable_inputs(gm: fx.GraphModule, example: list[Any], bindings: list[dict[str, int]],
+                     constants: Sequence[int]) -> list[list[Any]]:
+    """The graph's inputs at each of these sizes where the original graph runs (a model may
+    be defined for fewer sizes than torch.compile's ranges say: a table of 512 positions)."""
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for binding in bindings:
+        args = inputs_at(gm, example, binding, constants, gen)
+        try:
+            with torch.no_grad():
+                gm(*args)
+        except Exception:  # noqa: BLE001 - not defined at these sizes: nothing to check there
+            log.info("the graph does not run at %s: not checked there", binding)
+            continue
+        out.append(args)
+    return out
+
+
+def _binding_of(gm: fx.GraphModule, args: Sequence[Any]) -> dict[str, int]:
+    """The symbols' values these inputs give (for the report)."""
+    out: dict[str, int] = {}
+    for node, arg in zip(gm.graph.find_nodes(op="placeholder"), args):
+        val = node.meta.get("val")
+        dims = [(val, arg)] if isinstance(val, torch.SymInt) else \
+            list(zip(val.shape, arg.shape)) if isinstance(val, torch.Tensor) else []
+        for d, given in dims:
+            if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
+                out[d.node.expr.name] = int(given)
+    return out
+
+
 def _undo_until_equal(original: fx.GraphModule, optimized: fx.GraphModule,
-                      replaced: list[tuple[str, PartReport]], example_inputs: Sequence[Any],
+                      replaced: list[tuple[str, PartReport]], checks: Sequence[Sequence[Any]],
                       constants: Sequence[int], rtol: float) -> None:
     """Check the assembled graph end to end, since each part was checked alone and the torch
     code between parts sees only their outputs' values; put original parts back, the last
-    first, until it agrees with the original."""
-    varied = [i for i in range(len(example_inputs)) if i not in set(constants)]
-    problem = _disagreement(original, optimized, example_inputs, varied, rtol)
+    first, until it agrees with the original on every set of inputs in `checks`."""
+    varied = [i for i in range(len(checks[0])) if i not in set(constants)]
+    problem = _disagreement(original, optimized, checks, varied, rtol)
     while problem is not None and replaced:
         name, part_report = replaced.pop()
         part_report.kept = f"end-to-end verification: {problem}"
@@ -290,7 +379,7 @@ def _undo_until_equal(original: fx.GraphModule, optimized: fx.GraphModule,
                       f"disagreed with the original ({problem})", GraphsubWarning, stacklevel=4)
         setattr(optimized, name, getattr(original, name))
         optimized.recompile()
-        problem = _disagreement(original, optimized, example_inputs, varied, rtol)
+        problem = _disagreement(original, optimized, checks, varied, rtol)
 
 
 def _constant_positions(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> list[int]:
@@ -343,19 +432,35 @@ class GraphsubPart(torch.nn.Module):
     slices of one product, a transposed product hands out a transposed view) while the ATen
     operators left in torch are the ones the dispatcher picked for the original layout: the
     CPU's flash attention, for one, computes garbage from operands whose last dimension is not
-    contiguous instead of failing."""
+    contiguous instead of failing.
+
+    With dynamic sizes the program is a SizedTorchProgram and the original's strides are
+    expressions over the size symbols, computed once for each binding the part meets."""
 
     def __init__(self, program: Any, positions: Sequence[int], single: bool,
-                 strides: Sequence[tuple[int, ...] | None]) -> None:
+                 strides: Sequence[tuple[Any, ...] | None]) -> None:
         super().__init__()
         self.program = program.module
+        self._sized = program if isinstance(program, SizedTorchProgram) else None
         self.positions = list(positions)
         self.single = single
         self.strides = list(strides)
+        self._strides_at: dict[tuple[int, ...], list[tuple[int, ...] | None]] = {}
 
     def forward(self, *args: Any) -> Any:
-        outs = self.program(*(args[i] for i in self.positions))
-        outs = [_restrided(o, s) for o, s in zip(outs, self.strides)]
+        inputs = [args[i] for i in self.positions]
+        strides = self.strides
+        if self._sized is not None:
+            binding = self._sized.binding(inputs)
+            key = tuple(binding.values())
+            if key not in self._strides_at:
+                self._strides_at[key] = [None if s is None else bind_all(s, binding)
+                                         for s in self.strides]
+            strides = self._strides_at[key]
+            outs = self._sized.at(binding).module(*inputs)
+        else:
+            outs = self.program(*inputs)
+        outs = [_restrided(o, s) for o, s in zip(outs, strides)]
         return outs[0] if self.single else tuple(outs)
 
 
@@ -367,42 +472,60 @@ def _restrided(t: Any, stride: tuple[int, ...] | None) -> Any:
     return out.copy_(t)
 
 
-def _output_strides(sub: fx.GraphModule, args: list[Any]) -> list[tuple[int, ...] | None]:
-    """The strides of what the original part returns on the example arguments (None where an
-    output is not a tensor or is broadcast, which a fresh tensor cannot reproduce)."""
-    with torch.no_grad():
-        outs = sub(*args)
-    outs = outs if isinstance(outs, (tuple, list)) else (outs,)
-    strides: list[tuple[int, ...] | None] = []
+def _output_strides(sub: fx.GraphModule, args: list[Any]) -> list[tuple[Any, ...] | None]:
+    """The strides of what the original part returns (None where an output is not a tensor
+    or is broadcast, which a fresh tensor cannot reproduce): on the example arguments, or as
+    size expressions where the part was traced with dynamic sizes."""
+    output = next(n for n in sub.graph.nodes if n.op == "output")
+    results = output.args[0] if isinstance(output.args[0], (tuple, list)) else (output.args[0],)
+    vals = [r.meta.get("val") if isinstance(r, fx.Node) else None for r in results]
+    if any(isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape)
+           for v in vals):
+        outs: Sequence[Any] = vals
+    else:
+        with torch.no_grad():
+            outs = sub(*args)
+        outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+    strides: list[tuple[Any, ...] | None] = []
     for o in outs:
-        broadcast = not isinstance(o, torch.Tensor) or any(
-            step == 0 and n > 1 for n, step in zip(o.shape, o.stride()))
-        strides.append(None if broadcast else tuple(o.stride()))
+        if not isinstance(o, torch.Tensor):
+            strides.append(None)
+            continue
+        shape = [symbolic_size(d) for d in o.shape]
+        stride = tuple(symbolic_size(d) for d in o.stride())
+        broadcast = any(step == 0 and n != 1 for n, step in zip(shape, stride))
+        strides.append(None if broadcast else stride)
     return strides
 
 
 @dataclass
 class _Part:
-    """A captured part: its FX graph, the arguments it received on the example inputs, the
-    constant ones by placeholder, and its placeholders in order."""
+    """A captured part: its FX graph, the arguments it received on each set of inputs the
+    graph is checked on (the example's first), the constant ones by placeholder, and its
+    placeholders in order."""
 
     sub: fx.GraphModule
-    args: list[Any]
+    checks: list[list[Any]]
     constants: dict[fx.Node, torch.Tensor]
     placeholders: list[fx.Node]
 
 
 def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Settings,
-                   opts: BackendOptions) -> tuple[GraphsubPart | None, PartReport]:
+                   opts: BackendOptions, hints: dict[str, int]
+                   ) -> tuple[GraphsubPart | None, PartReport]:
     """One part through the pipeline's stages (search, fission and the race between their
-    graphs), then checked against the original part."""
-    from torch.fx.passes.shape_prop import ShapeProp
+    graphs), then checked against the original part. With dynamic sizes, costs are measured
+    at the example's sizes (`hints`)."""
 
-    with torch.no_grad():
-        ShapeProp(part.sub).propagate(*part.args)
+    example = part.checks[0]
+    propagate_shapes(part.sub, example)
     try:
         graph, inputs = convert_graph(part.sub.graph, part.constants)
-    except ConversionError as exc:
+        if is_symbolic_graph(graph):
+            SizedTorchProgram.symbol_sources(graph)  # each size must be read from an input
+            settings = settings.replace(shape_profile=(ProfileShape.of(
+                {name: hints[name] for name in graph.meta["symbols"]}),))
+    except (ConversionError, GraphsubError, KeyError) as exc:
         return None, PartReport(0, {}, 0.0, 0.0, 0.0, kept=f"conversion: {exc}")
     positions = [part.placeholders.index(n) for n in inputs]
     # Generated kernels only where graphsub's program runs them: a graph handed on to
@@ -410,7 +533,7 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
     run = start_run(graph, settings, rules,
                     Budget(settings.time_limit, fission=settings.fission, measuring=False),
                     generate_kernels=not opts.inductor,
-                    example_inputs=[part.args[i] for i in positions], warning=GraphsubWarning)
+                    example_inputs=[example[i] for i in positions], warning=GraphsubWarning)
     run_stages(run, [SEARCH, *((FISSION, RACE) if settings.fission else ())])
     result = run.result
     assert result is not None
@@ -425,8 +548,8 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
     program = target.program(best)
     output = next(n for n in part.sub.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))
-    module = GraphsubPart(program, positions, single, _output_strides(part.sub, part.args))
-    problem = _disagreement(part.sub, module, part.args, positions, opts.rtol)
+    module = GraphsubPart(program, positions, single, _output_strides(part.sub, example))
+    problem = _disagreement(part.sub, module, part.checks, positions, opts.rtol)
     if problem is not None:
         report.kept = f"verification: {problem}"
         warnings.warn(f"graphsub: kept a part of the graph as it was: {problem}", GraphsubWarning,
@@ -482,32 +605,48 @@ def _runs_faster(candidate: Any, incumbent: Any, target: Any, inputs: list[Any])
     return _speedup(*programs, inputs, target.torch_device).decision is Decision.FASTER
 
 
-def _disagreement(original: Callable, optimized: Callable, args: Sequence[Any],
+def _disagreement(original: Callable, optimized: Callable, checks: Sequence[Sequence[Any]],
                   positions: Sequence[int], rtol: float, trials: int = 2) -> str | None:
     """Where the optimized module's outputs differ from the original's (None: they agree), on
-    the example arguments and on random ones of the same shapes in `positions`."""
+    each set of arguments in `checks` and on random ones of the same shapes in `positions`."""
+    gen = torch.Generator().manual_seed(0)
+    for args in checks:
+        for trial in range(trials + 1):
+            run_args = list(args)
+            if trial:
+                for i in positions:
+                    a = args[i]
+                    if isinstance(a, torch.Tensor) and a.is_floating_point() \
+                            and 0 not in a.stride():  # (a broadcast input stays as it is)
+                        # in the argument's layout: a graph traced without functionalization
+                        # views its inputs, and a view needs the strides it was traced with
+                        random = torch.randn(a.shape, generator=gen, dtype=a.dtype)
+                        run_args[i] = _restrided(random.to(a.device), tuple(a.stride()))
+            problem = _compared(original, optimized, run_args, rtol)
+            if problem is not None:
+                return problem if len(checks) == 1 else f"{problem} (at {_shapes(args)})"
+    return None
+
+
+def _compared(original: Callable, optimized: Callable, args: Sequence[Any],
+              rtol: float) -> str | None:
     from graphsub.runtime.equivalence import SAME_FUNCTION, compare_outputs
 
-    gen = torch.Generator().manual_seed(0)
-    for trial in range(trials + 1):
-        run_args = list(args)
-        if trial:
-            for i in positions:
-                a = args[i]
-                if isinstance(a, torch.Tensor) and a.is_floating_point():
-                    run_args[i] = torch.randn(a.shape, generator=gen, dtype=a.dtype).to(a.device)
-        with torch.no_grad():
-            want = original(*run_args)
-            got = optimized(*run_args)
-        want = want if isinstance(want, (tuple, list)) else (want,)
-        got = got if isinstance(got, (tuple, list)) else (got,)
-        diffs, problems = compare_outputs(
-            {f"output {k}": w.detach().cpu().numpy() for k, w in enumerate(want)},
-            {f"output {k}": g.detach().cpu().numpy() for k, g in enumerate(got)},
-            replace(SAME_FUNCTION, rtol=rtol))
-        if problems:
-            return problems[0]
-        wrong = [d for d in diffs if not d.ok]
-        if wrong:
-            return wrong[0].describe()
-    return None
+    with torch.no_grad():
+        want = original(*args)
+        got = optimized(*args)
+    want = want if isinstance(want, (tuple, list)) else (want,)
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    diffs, problems = compare_outputs(
+        {f"output {k}": w.detach().cpu().numpy() for k, w in enumerate(want)},
+        {f"output {k}": g.detach().cpu().numpy() for k, g in enumerate(got)},
+        replace(SAME_FUNCTION, rtol=rtol))
+    if problems:
+        return problems[0]
+    wrong = [d for d in diffs if not d.ok]
+    return wrong[0].describe() if wrong else None
+
+
+def _shapes(args: Sequence[Any]) -> str:
+    return ", ".join("x".join(map(str, a.shape)) for a in args
+                     if isinstance(a, torch.Tensor) and a.dim())

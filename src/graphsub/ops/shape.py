@@ -694,7 +694,11 @@ def _aten_slice(c: AtenBuilder, n: AtenCall) -> object:
     big = 2 ** 62
     start = a.get("start") if a.get("start") is not None else 0
     end = a.get("end") if a.get("end") is not None else big
-    return c.op("slice", x, starts=[max(min(start, big), -big)], ends=[max(min(end, big), -big)],
+
+    def clamped(i: Any) -> Any:  # a size expression (dynamic sizes) is in range already
+        return max(min(i, big), -big) if isinstance(i, int) else i
+
+    return c.op("slice", x, starts=[clamped(start)], ends=[clamped(end)],
                 axes=[a.get("dim", 0)], steps=[a.get("step", 1)])
 
 

@@ -5,12 +5,16 @@ or a GPU (optionally captured in CUDA graphs), and the `torch-cpu` / `torch-cuda
     program = TorchProgram(graph, "cuda")
     outputs = program(*inputs)           # device tensors in, device tensors out
     program.module                       # the torch.fx.GraphModule (hand it to inductor)
+
+A graph with size symbols gets a SizedTorchProgram (`TorchTarget.program` picks it), which
+runs inputs of every size in the symbols' ranges.
 """
 
 from graphsub.backends.torch.lowering import lowered_ops
-from graphsub.backends.torch.program import CudaGraphReplay, TorchProgram, TorchRunnable
+from graphsub.backends.torch.program import (CudaGraphReplay, SizedTorchProgram, TorchProgram,
+                                             TorchRunnable)
 from graphsub.backends.torch.target import TorchCpuTarget, TorchCudaTarget, TorchTarget
 from graphsub.errors import NoLoweringError
 
-__all__ = ["CudaGraphReplay", "NoLoweringError", "TorchCpuTarget",
+__all__ = ["CudaGraphReplay", "NoLoweringError", "SizedTorchProgram", "TorchCpuTarget",
            "TorchCudaTarget", "TorchProgram", "TorchRunnable", "TorchTarget", "lowered_ops"]

@@ -10,6 +10,7 @@ in a CUDA graph (`TorchRunnable(cuda_graphs=True)`), or is handed to inductor.
 from __future__ import annotations
 
 import keyword
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -50,9 +51,11 @@ class TorchProgram:
     the kinds made."""
 
     def __init__(self, graph: Graph, device: str | torch.device = "cpu",
-                 fused_conv_relu: Any = None, fuse: bool = True) -> None:
+                 fused_conv_relu: Any = None, fuse: bool = True,
+                 shared: SharedTensors | None = None) -> None:
         self.graph = graph
         self.device = torch.device(device)
+        self._shared = shared
         self.input_names = list(graph.input_names)
         self.output_names = list(graph.output_names)
         self.input_types = [graph[i].type for i in graph.inputs]
@@ -69,7 +72,9 @@ class TorchProgram:
 
         def const(array: np.ndarray) -> fx.Proxy:
             name = _identifier(f"c{len(used)}", used)
-            root.register_buffer(name, to_tensor(array, self.device))
+            tensor = (self._shared.tensor(array) if self._shared is not None
+                      else to_tensor(array, self.device))
+            root.register_buffer(name, tensor)
             return fx.Proxy(fx_graph.get_attr(name), tracer)
 
         def leaf(fn: Any, *args: Any) -> fx.Proxy:
@@ -131,6 +136,111 @@ class TorchProgram:
         with torch.inference_mode():
             outs = self(*self.inputs_from(feeds))
         return {name: to_numpy(t) for name, t in zip(self.output_names, outs)}
+
+
+class SharedTensors:
+    """Device copies of weight arrays, one per array, for programs of the same graph at
+    several sizes: their weights are the same arrays (`bind_graph` keeps them)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._tensors: dict[int, tuple[np.ndarray, torch.Tensor]] = {}  # the array keeps its id
+
+    def tensor(self, array: np.ndarray) -> torch.Tensor:
+        entry = self._tensors.get(id(array))
+        if entry is None:
+            entry = self._tensors[id(array)] = (array, to_tensor(array, self.device))
+        return entry[1]
+
+
+class SizedTorchProgram:
+    """A graph with size symbols as a torch program: `module(*inputs)` takes inputs of any
+    sizes in the symbols' ranges. The graph is searched, checked and lowered for all sizes
+    alike; each new binding of the symbols (read from the inputs' shapes) gets its own
+    lowering of the bound graph (`bind_graph`: every reshape target and slice end a number,
+    so torch runs no size arithmetic), built on first use in milliseconds and kept for the
+    last `KEPT` bindings. Weights are on the device once, shared by all of them."""
+
+    KEPT = 32
+
+    def __init__(self, graph: Graph, device: str | torch.device = "cpu",
+                 fused_conv_relu: Any = None, fuse: bool = True) -> None:
+        self.graph = graph
+        self.device = torch.device(device)
+        self.input_names = list(graph.input_names)
+        self.output_names = list(graph.output_names)
+        self._options = (fused_conv_relu, fuse)
+        self._shared = SharedTensors(self.device)
+        self._programs: OrderedDict[tuple[tuple[str, int], ...], TorchProgram] = OrderedDict()
+        self.sources = self.symbol_sources(graph)
+        self.module = _SizedModule(self)
+
+    @staticmethod
+    def symbol_sources(graph: Graph) -> dict[str, tuple[int, int]]:
+        """Where each size symbol is read: the (input position, axis) of a dimension that is
+        the symbol. An error names the symbols no input has as a dimension."""
+        from graphsub.ir.symbolic import symbols_in
+
+        sources: dict[str, tuple[int, int]] = {}
+        needed: set[str] = set()
+        for k, nid in enumerate(graph.inputs):
+            for axis, d in enumerate(graph[nid].type.shape):
+                needed |= symbols_in((d,))
+                if getattr(d, "is_Symbol", False):
+                    sources.setdefault(d.name, (k, axis))
+        unread = sorted(needed - set(sources))
+        if unread:
+            from graphsub.errors import GraphsubError
+
+            raise GraphsubError(f"size symbol(s) {', '.join(unread)} are not a dimension of "
+                                f"any input: a program cannot read them")
+        return sources
+
+    def binding(self, inputs: Sequence[torch.Tensor]) -> dict[str, int]:
+        return {name: int(inputs[k].shape[axis]) for name, (k, axis) in self.sources.items()}
+
+    def at(self, binding: Mapping[str, int]) -> TorchProgram:
+        """The program of the graph at these sizes (built now if not kept)."""
+        from graphsub.ir.binding import bind_graph
+
+        key = tuple(sorted(binding.items()))
+        program = self._programs.get(key)
+        if program is None:
+            program = TorchProgram(bind_graph(self.graph, dict(key)), self.device,
+                                   *self._options, shared=self._shared)
+            self._programs[key] = program
+            if len(self._programs) > self.KEPT:
+                self._programs.popitem(last=False)
+        else:
+            self._programs.move_to_end(key)
+        return program
+
+    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.at(self.binding(inputs)).module(*inputs)
+
+    def _at_feeds(self, feeds: Mapping[str, np.ndarray]) -> TorchProgram:
+        from graphsub.ir.binding import binding_of
+
+        shapes = {n: np.shape(feeds[n]) for n in self.input_names if n in feeds}
+        return self.at(binding_of(self.graph, shapes))
+
+    def inputs_from(self, feeds: Mapping[str, np.ndarray]) -> list[torch.Tensor]:
+        return self._at_feeds(feeds).inputs_from(feeds)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Numpy in, numpy out."""
+        return self._at_feeds(feeds).run(feeds)
+
+
+class _SizedModule(torch.nn.Module):
+    """A SizedTorchProgram as a module (what a TorchProgram's `module` is for static sizes)."""
+
+    def __init__(self, program: SizedTorchProgram) -> None:
+        super().__init__()
+        self._program = program
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self._program(*inputs)
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:

@@ -24,8 +24,11 @@ from graphsub.backends.base import (DeviceInfo, Target, TargetUnavailableError, 
                                    signature_graph)
 from graphsub.backends.torch import fusion
 from graphsub.backends.torch.lowering import LowerContext, lower, torch_dtype
-from graphsub.backends.torch.program import TorchProgram, TorchRunnable, cuda_event, to_tensor
+from graphsub.backends.torch.program import (SizedTorchProgram, TorchProgram, TorchRunnable,
+                                             cuda_event, to_tensor)
 from graphsub.cost.base import OpSignature, costs_nothing, runs_as_view
+from graphsub.backends.torch.symbolic_strides import is_static_value, symbolic_view_strides
+from graphsub.ir.binding import is_symbolic_graph
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Node, Value
 from graphsub.runtime.timing import event_timed_calls, median_call_time
@@ -64,8 +67,11 @@ class TorchTarget(Target):
         """Settings the target's timings depend on (the GPU target's)."""
 
     # ---- running models ----------------------------------------------------------------
-    def program(self, graph: Graph) -> TorchProgram:
-        """graphsub's torch program of a graph, as this target runs it."""
+    def program(self, graph: Graph) -> TorchProgram | SizedTorchProgram:
+        """graphsub's torch program of a graph, as this target runs it (for every size the
+        inputs may have, where the graph has size symbols)."""
+        if is_symbolic_graph(graph):
+            return SizedTorchProgram(graph, self.torch_device, self.fused_conv_relu)
         return TorchProgram(graph, self.torch_device, self.fused_conv_relu)
 
     def prepare(self, graph: Graph | None, onnx: bytes | str | None = None,
@@ -98,12 +104,16 @@ class TorchTarget(Target):
         key = (producer, value.index, in_strides)
         if key not in self._strides:
             t = graph.type_of(source)
-            base = (torch.empty_strided(t.shape, in_strides, dtype=torch_dtype(t.dtype),
-                                        device="meta") if in_strides is not None
-                    else torch.empty(t.shape, dtype=torch_dtype(t.dtype), device="meta"))
-            fn = lower(self._meta, producer.op, producer.attrs, (t,), producer.outputs)
-            out = fn(base)[value.index]
-            self._strides[key] = None if out.is_contiguous() else tuple(out.stride())
+            if t.is_static and is_static_value(producer.attrs):
+                base = (torch.empty_strided(t.shape, in_strides, dtype=torch_dtype(t.dtype),
+                                            device="meta") if in_strides is not None
+                        else torch.empty(t.shape, dtype=torch_dtype(t.dtype), device="meta"))
+                fn = lower(self._meta, producer.op, producer.attrs, (t,), producer.outputs)
+                out = fn(base)[value.index]
+                self._strides[key] = None if out.is_contiguous() else tuple(out.stride())
+            else:
+                self._strides[key] = symbolic_view_strides(self._meta, producer, value.index,
+                                                           t, in_strides)
         return self._strides[key]
 
     # ---- pricing one operator ------------------------------------------------------------
