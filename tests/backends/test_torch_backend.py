@@ -231,8 +231,8 @@ def test_operators_on_cpu_match_the_reference(graph, feeds):
 # ---- sizes over symbols ------------------------------------------------------------------
 
 def _symbolic_graph():
-    """x: seq x 8 through a product with a weight, a transpose and a reshape whose target is a
-    size expression (2*seq x 4 from 8 x seq)."""
+    """x: seq x 8 through a product with a weight, a relu, a reshape whose target is a size
+    expression (2*seq x 4) and a transpose."""
     from graphsub.ir.symbolic import size_symbol
 
     seq = size_symbol("seq")
@@ -240,19 +240,21 @@ def _symbolic_graph():
     b = GraphBuilder()
     y = b.op("matmul", b.input("x", (seq, 8)), b.weight(rng.standard_normal((8, 8))
                                                          .astype(np.float32)))
-    t = b.op("transpose", y, perm=(1, 0))
-    b.output(b.op("reshape", b.op("relu", t), shape=(2 * seq, 4)), "out")
+    r = b.op("reshape", b.op("relu", y), shape=(2 * seq, 4))
+    b.output(b.op("transpose", r, perm=(1, 0)), "out")
     return b.build()
 
 
-def test_a_sized_program_runs_every_size_and_shares_its_weights():
+@pytest.mark.parametrize("kind", ["one program", "per size"])
+def test_a_program_over_size_symbols_runs_every_size(kind):
     from graphsub.backends.torch import SizedTorchProgram
     from graphsub.ir.binding import bind_graph
     from graphsub.runtime.reference import evaluate
 
     graph = _symbolic_graph()
-    program = TorchCpuTarget().program(graph)
-    assert isinstance(program, SizedTorchProgram)
+    program = TorchCpuTarget().program(graph) if kind == "one program" \
+        else SizedTorchProgram(graph)
+    assert isinstance(program, TorchProgram if kind == "one program" else SizedTorchProgram)
     rng = np.random.default_rng(1)
     for seq in (3, 8, 13):
         feeds = {"x": rng.standard_normal((seq, 8)).astype(np.float32)}
@@ -261,8 +263,29 @@ def test_a_sized_program_runs_every_size_and_shares_its_weights():
         with torch.inference_mode():
             got = program.module(torch.from_numpy(feeds["x"]))[0]
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
-    buffers = [{t.data_ptr() for t in program.at({"seq": s}).module.buffers()} for s in (3, 8)]
-    assert buffers[0] and buffers[0] == buffers[1]  # one copy of the weight for every size
+    if kind == "per size":  # one copy of the weight for every size
+        buffers = [{t.data_ptr() for t in program.at({"seq": s}).module.buffers()}
+                   for s in (3, 8)]
+        assert buffers[0] and buffers[0] == buffers[1]
+
+
+def test_one_program_over_size_symbols_compiles_once_with_dynamic_shapes():
+    # The program reads its sizes from its inputs, so torch.compile captures it once with
+    # symbolic sizes (SymInt), and that one graph runs at every size.
+    program = TorchCpuTarget().program(_symbolic_graph())
+    assert "sym_size" in program.module.code
+    captured = []
+
+    def backend(gm, example_inputs):
+        captured.append([type(x).__name__ for x in example_inputs])
+        return gm.forward
+
+    compiled = torch.compile(program.module, backend=backend, dynamic=True)
+    with torch.inference_mode():
+        for seq in (3, 9, 20):
+            x = torch.randn(seq, 8)
+            torch.testing.assert_close(compiled(x)[0], program.module(x)[0])
+    assert len(captured) == 1 and "SymInt" in captured[0]
 
 
 def test_a_program_cannot_be_built_where_a_symbol_is_no_input_dimension():
@@ -280,14 +303,8 @@ def test_view_strides_over_symbols_are_size_expressions():
     from graphsub.ir.graph import Value
     from graphsub.ir.symbolic import bind_all, size_symbol
 
-    graph = _symbolic_graph()
     target = TorchCpuTarget()
     seq = size_symbol("seq")
-    transpose = next(n for n in graph.topo_order() if graph[n].op == "transpose")
-    relu = next(n for n in graph.topo_order() if graph[n].op == "relu")
-    strides = target.strides_of(graph, Value(transpose, 0))
-    assert strides == (1, 8)  # the transposed seq x 8 product
-    assert target.input_layouts(graph, relu) == ((1, 8),)
     # a stride that is a size, through a view of a view: a slice of a transposed 8 x seq
     b = GraphBuilder()
     x = b.op("transpose", b.input("x", (8, seq)), perm=(1, 0))
@@ -295,6 +312,8 @@ def test_view_strides_over_symbols_are_size_expressions():
     b.output(b.op("relu", s), "out")
     g = b.build()
     view = next(n for n in g.topo_order() if g[n].op == "slice")
+    relu = next(n for n in g.topo_order() if g[n].op == "relu")
     got = target.strides_of(g, Value(view, 0))
     assert got == (1, seq)
+    assert target.input_layouts(g, relu) == ((1, seq),)
     assert bind_all(got, {"seq": 11}) == (1, 11)

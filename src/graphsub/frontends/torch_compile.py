@@ -51,7 +51,7 @@ import torch.fx as fx
 
 from graphsub.budget import Budget, StageClock
 from graphsub.errors import GraphsubError
-from graphsub.backends.torch.program import SizedTorchProgram
+from graphsub.backends.torch.program import symbol_sources
 from graphsub.frontends.dynamic_trace import (has_dynamic_sizes, input_symbols, inputs_at,
                                               other_bindings, trace_dynamic)
 from graphsub.frontends.fx_import import (ConversionError, convert_graph, symbolic_size,
@@ -434,14 +434,14 @@ class GraphsubPart(torch.nn.Module):
     CPU's flash attention, for one, computes garbage from operands whose last dimension is not
     contiguous instead of failing.
 
-    With dynamic sizes the program is a SizedTorchProgram and the original's strides are
-    expressions over the size symbols, computed once for each binding the part meets."""
+    With dynamic sizes the original's strides are expressions over the size symbols,
+    computed once for each binding the part meets."""
 
     def __init__(self, program: Any, positions: Sequence[int], single: bool,
                  strides: Sequence[tuple[Any, ...] | None]) -> None:
         super().__init__()
         self.program = program.module
-        self._sized = program if isinstance(program, SizedTorchProgram) else None
+        self._sizes = program if program.sources else None  # reads the symbols' values
         self.positions = list(positions)
         self.single = single
         self.strides = list(strides)
@@ -450,16 +450,14 @@ class GraphsubPart(torch.nn.Module):
     def forward(self, *args: Any) -> Any:
         inputs = [args[i] for i in self.positions]
         strides = self.strides
-        if self._sized is not None:
-            binding = self._sized.binding(inputs)
+        if self._sizes is not None:
+            binding = self._sizes.binding(inputs)
             key = tuple(binding.values())
             if key not in self._strides_at:
                 self._strides_at[key] = [None if s is None else bind_all(s, binding)
                                          for s in self.strides]
             strides = self._strides_at[key]
-            outs = self._sized.at(binding).module(*inputs)
-        else:
-            outs = self.program(*inputs)
+        outs = self.program(*inputs)
         outs = [_restrided(o, s) for o, s in zip(outs, strides)]
         return outs[0] if self.single else tuple(outs)
 
@@ -522,7 +520,7 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
     try:
         graph, inputs = convert_graph(part.sub.graph, part.constants)
         if is_symbolic_graph(graph):
-            SizedTorchProgram.symbol_sources(graph)  # each size must be read from an input
+            symbol_sources(graph)  # each size must be read from an input
             settings = settings.replace(shape_profile=(ProfileShape.of(
                 {name: hints[name] for name in graph.meta["symbols"]}),))
     except (ConversionError, GraphsubError, KeyError) as exc:
@@ -545,7 +543,7 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
         report.fission = {**run.fission.as_dict(), "kept": kept}
         if kept:
             best, report.predicted_after = run.fission.graph, run.fission.cost
-    program = target.program(best)
+    program = target.program(best, reference=hints)
     output = next(n for n in part.sub.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))
     module = GraphsubPart(program, positions, single, _output_strides(part.sub, example))

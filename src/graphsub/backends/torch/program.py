@@ -10,8 +10,10 @@ in a CUDA graph (`TorchRunnable(cuda_graphs=True)`), or is handed to inductor.
 from __future__ import annotations
 
 import keyword
+import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,7 +23,11 @@ from torch.fx.proxy import GraphAppendingTracer
 
 from graphsub.backends.torch import fusion
 from graphsub.backends.torch.lowering import LowerContext, lower, torch_dtype
+from graphsub.errors import GraphsubError
+from graphsub.ir.binding import bind_graph, binding_of, is_symbolic_graph
 from graphsub.ir.graph import Graph, Value
+from graphsub.ir.symbolic import SymbolRange, evaluate_size, is_symbolic, symbols_in
+from graphsub.ir.types import TensorType
 from graphsub.runtime.reference import materialized_weights
 from graphsub.runtime.timing import Runnable, event_timed_calls, timed_calls
 
@@ -38,6 +44,60 @@ def _identifier(name: str, used: set[str]) -> str:
     return out
 
 
+def symbol_sources(graph: Graph) -> dict[str, tuple[int, int]]:
+    """Where a program reads each size symbol: the (input position, axis) of a dimension that
+    is the symbol. An error names the symbols no input has as a dimension."""
+    sources: dict[str, tuple[int, int]] = {}
+    needed: set[str] = set()
+    for k, nid in enumerate(graph.inputs):
+        for axis, d in enumerate(graph[nid].type.shape):
+            needed |= symbols_in((d,))
+            if getattr(d, "is_Symbol", False):
+                sources.setdefault(d.name, (k, axis))
+    unread = sorted(needed - set(sources))
+    if unread:
+        raise GraphsubError(f"size symbol(s) {', '.join(unread)} are not a dimension of any "
+                            f"input: a program cannot read them")
+    return sources
+
+
+def _computed_attrs(attrs: Mapping[str, Any], sizes: Mapping[str, Any]) -> dict[str, Any]:
+    """Attributes with each size expression computed from the program's size values."""
+
+    def computed(value: Any) -> Any:
+        if is_symbolic(value):
+            return evaluate_size(value, sizes)
+        if isinstance(value, tuple):
+            return tuple(computed(v) for v in value)
+        return value
+
+    return {k: computed(v) for k, v in attrs.items()}
+
+
+@dataclass(frozen=True)
+class ComputedType:
+    """A tensor type whose symbolic dimensions are the program's computed sizes: what a
+    lowering sees of its operands in a program over size symbols (a lowering that needs a
+    size as a number fails on it, and the target then lowers per size)."""
+
+    shape: tuple[Any, ...]
+    dtype: str
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> Any:
+        return math.prod(self.shape, start=1)
+
+
+def _computed_type(t: TensorType, sizes: Mapping[str, Any]) -> TensorType | ComputedType:
+    if t.is_static:
+        return t
+    return ComputedType(tuple(evaluate_size(d, sizes) for d in t.shape), t.dtype)
+
+
 def to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
     """A device tensor holding a copy of the array (weights are read-only numpy arrays)."""
     return torch.tensor(np.require(array, requirements="C"), device=device)
@@ -52,7 +112,8 @@ class TorchProgram:
 
     def __init__(self, graph: Graph, device: str | torch.device = "cpu",
                  fused_conv_relu: Any = None, fuse: bool = True,
-                 shared: SharedTensors | None = None) -> None:
+                 shared: SharedTensors | None = None,
+                 reference: Mapping[str, int] | None = None) -> None:
         self.graph = graph
         self.device = torch.device(device)
         self._shared = shared
@@ -60,7 +121,14 @@ class TorchProgram:
         self.output_names = list(graph.output_names)
         self.input_types = [graph[i].type for i in graph.inputs]
         self.fusions: list[str] = []
+        #: Where each size symbol is read (input position, axis); empty for static sizes.
+        self.sources = symbol_sources(graph) if is_symbolic_graph(graph) else {}
+        self._reference = dict(reference or {})
         self.module = self._build(fused_conv_relu, fuse)
+
+    def binding(self, inputs: Sequence[torch.Tensor]) -> dict[str, int]:
+        """The size symbols' values these inputs give."""
+        return {name: int(inputs[k].shape[axis]) for name, (k, axis) in self.sources.items()}
 
     def _build(self, fused_conv_relu: Any, fuse: bool) -> fx.GraphModule:
         graph = self.graph
@@ -93,7 +161,16 @@ class TorchProgram:
         for nid in graph.inputs:
             env[Value(nid, 0)] = fx.Proxy(
                 fx_graph.placeholder(_identifier(graph[nid].attrs["name"], used)), tracer)
-        fusions = fusion.plan(graph, weights, self.device) if fuse else {}
+        # Over size symbols, each symbol is read from its input's shape when the program
+        # runs (an int; a SymInt where torch traces the program with dynamic shapes) and
+        # every size attribute is computed from them: one program for every size.
+        sizes = {name: fx.Proxy(fx_graph.call_function(
+            torch.ops.aten.sym_size.int, (env[Value(graph.inputs[k], 0)].node, axis)), tracer)
+            for name, (k, axis) in self.sources.items()}
+        # Which groups become library kernels does not depend on sizes, only whether they
+        # pay: decided at the reference sizes.
+        planned = bind_graph(graph, self._reference_binding()) if sizes else graph
+        fusions = fusion.plan(planned, weights, self.device) if fuse else {}
         absorbed = {n for f in fusions.values() for n in f.absorbed}
         weight_only = graph.weight_only()
         for nid in graph.topo_order():
@@ -106,7 +183,12 @@ class TorchProgram:
                 env[Value(nid, 0)] = f.build(ctx, *args)
                 self.fusions.append(f.kind)
                 continue
-            fn = lower(ctx, node.op, node.attrs, graph.input_types(nid), node.outputs)
+            if sizes:
+                fn = lower(ctx, node.op, _computed_attrs(node.attrs, sizes),
+                           tuple(_computed_type(t, sizes) for t in graph.input_types(nid)),
+                           tuple(_computed_type(t, sizes) for t in node.outputs))
+            else:
+                fn = lower(ctx, node.op, node.attrs, graph.input_types(nid), node.outputs)
             results = fn(*(value(v) for v in node.inputs))
             for i in range(len(node.outputs)):
                 env[Value(nid, i)] = results[i]
@@ -114,6 +196,17 @@ class TorchProgram:
         if fusions:  # views whose only reader a fusion absorbed
             fx_graph.eliminate_dead_code()
         return fx.GraphModule(root, fx_graph, class_name="GraphsubProgram")
+
+    def _reference_binding(self) -> dict[str, int]:
+        """The sizes fusions are decided at: those given, else each symbol at the default
+        of a shape profile within its range (runtime.bindings)."""
+        from graphsub.runtime.bindings import default_profile
+
+        symbols = self.graph.meta.get("symbols") or {name: SymbolRange()
+                                                     for name in self.sources}
+        binding = default_profile(symbols)[0].values
+        binding.update({k: v for k, v in self._reference.items() if k in binding})
+        return binding
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return self.module(*inputs)
@@ -154,12 +247,12 @@ class SharedTensors:
 
 
 class SizedTorchProgram:
-    """A graph with size symbols as a torch program: `module(*inputs)` takes inputs of any
-    sizes in the symbols' ranges. The graph is searched, checked and lowered for all sizes
-    alike; each new binding of the symbols (read from the inputs' shapes) gets its own
-    lowering of the bound graph (`bind_graph`: every reshape target and slice end a number,
-    so torch runs no size arithmetic), built on first use in milliseconds and kept for the
-    last `KEPT` bindings. Weights are on the device once, shared by all of them."""
+    """A graph with size symbols as torch programs lowered per size: what `TorchTarget.
+    program` falls back to where some operator's lowering cannot compute its sizes from the
+    inputs' shapes. `module(*inputs)` takes inputs of any sizes in the symbols' ranges; each
+    new binding of the symbols (read from the inputs' shapes) gets its own lowering of the
+    bound graph (`bind_graph`), built on first use and kept for the last `KEPT` bindings.
+    Weights are on the device once, shared by all of them."""
 
     KEPT = 32
 
@@ -172,37 +265,14 @@ class SizedTorchProgram:
         self._options = (fused_conv_relu, fuse)
         self._shared = SharedTensors(self.device)
         self._programs: OrderedDict[tuple[tuple[str, int], ...], TorchProgram] = OrderedDict()
-        self.sources = self.symbol_sources(graph)
+        self.sources = symbol_sources(graph)
         self.module = _SizedModule(self)
-
-    @staticmethod
-    def symbol_sources(graph: Graph) -> dict[str, tuple[int, int]]:
-        """Where each size symbol is read: the (input position, axis) of a dimension that is
-        the symbol. An error names the symbols no input has as a dimension."""
-        from graphsub.ir.symbolic import symbols_in
-
-        sources: dict[str, tuple[int, int]] = {}
-        needed: set[str] = set()
-        for k, nid in enumerate(graph.inputs):
-            for axis, d in enumerate(graph[nid].type.shape):
-                needed |= symbols_in((d,))
-                if getattr(d, "is_Symbol", False):
-                    sources.setdefault(d.name, (k, axis))
-        unread = sorted(needed - set(sources))
-        if unread:
-            from graphsub.errors import GraphsubError
-
-            raise GraphsubError(f"size symbol(s) {', '.join(unread)} are not a dimension of "
-                                f"any input: a program cannot read them")
-        return sources
 
     def binding(self, inputs: Sequence[torch.Tensor]) -> dict[str, int]:
         return {name: int(inputs[k].shape[axis]) for name, (k, axis) in self.sources.items()}
 
     def at(self, binding: Mapping[str, int]) -> TorchProgram:
         """The program of the graph at these sizes (built now if not kept)."""
-        from graphsub.ir.binding import bind_graph
-
         key = tuple(sorted(binding.items()))
         program = self._programs.get(key)
         if program is None:
@@ -219,8 +289,6 @@ class SizedTorchProgram:
         return self.at(self.binding(inputs)).module(*inputs)
 
     def _at_feeds(self, feeds: Mapping[str, np.ndarray]) -> TorchProgram:
-        from graphsub.ir.binding import binding_of
-
         shapes = {n: np.shape(feeds[n]) for n in self.input_names if n in feeds}
         return self.at(binding_of(self.graph, shapes))
 

@@ -13,8 +13,9 @@ TF32 is off unless asked for (it changes results).
 
 from __future__ import annotations
 
+import logging
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -26,14 +27,16 @@ from graphsub.backends.torch import fusion
 from graphsub.backends.torch.lowering import LowerContext, lower, torch_dtype
 from graphsub.backends.torch.program import (SizedTorchProgram, TorchProgram, TorchRunnable,
                                              cuda_event, to_tensor)
-from graphsub.cost.base import OpSignature, costs_nothing, runs_as_view
 from graphsub.backends.torch.symbolic_strides import is_static_value, symbolic_view_strides
+from graphsub.cost.base import OpSignature, costs_nothing, runs_as_view
+from graphsub.errors import GraphsubError
 from graphsub.ir.binding import is_symbolic_graph
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Node, Value
 from graphsub.runtime.timing import event_timed_calls, median_call_time
 
 Strides = tuple[int, ...]
+log = logging.getLogger("graphsub.torch")
 
 
 class TorchTarget(Target):
@@ -67,11 +70,22 @@ class TorchTarget(Target):
         """Settings the target's timings depend on (the GPU target's)."""
 
     # ---- running models ----------------------------------------------------------------
-    def program(self, graph: Graph) -> TorchProgram | SizedTorchProgram:
-        """graphsub's torch program of a graph, as this target runs it (for every size the
-        inputs may have, where the graph has size symbols)."""
+    def program(self, graph: Graph, reference: Mapping[str, int] | None = None
+                ) -> TorchProgram | SizedTorchProgram:
+        """graphsub's torch program of a graph, as this target runs it. Over size symbols,
+        one program computes every size from its inputs' shapes (library kernels chosen at
+        the `reference` sizes); where some operator's lowering cannot take a size
+        expression, a SizedTorchProgram lowers the graph once per size instead."""
         if is_symbolic_graph(graph):
-            return SizedTorchProgram(graph, self.torch_device, self.fused_conv_relu)
+            try:
+                return TorchProgram(graph, self.torch_device, self.fused_conv_relu,
+                                    reference=reference)
+            except GraphsubError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any lowering's failure: per-size programs
+                log.info("a program over size symbols could not be built (%s: %s); "
+                         "lowering per size", type(exc).__name__, exc)
+                return SizedTorchProgram(graph, self.torch_device, self.fused_conv_relu)
         return TorchProgram(graph, self.torch_device, self.fused_conv_relu)
 
     def prepare(self, graph: Graph | None, onnx: bytes | str | None = None,
