@@ -95,22 +95,25 @@ def test_rewritten_layouts_are_restored_at_every_size(monkeypatch):
 def test_parts_checked_at_other_sizes_catch_a_size_specific_error(monkeypatch):
     # A part that is right at the example's size and wrong at others must be kept as it
     # was: the check runs the optimized graph at sizes other than the example's.
-    from graphsub.backends.torch import program as torch_program
+    from graphsub.backends.torch.target import TorchTarget
 
-    real_at = torch_program.SizedTorchProgram.at
-    example: dict = {}
+    real_program = TorchTarget.program
 
-    def wrong_elsewhere(self, binding):
-        program = real_at(self, binding)
-        example.setdefault("binding", dict(binding))
-        if dict(binding) == example["binding"]:
-            return program
+    def wrong_elsewhere(self, graph, reference=None):
+        program = real_program(self, graph, reference)
+        inner, first = program.module, []
 
-        class Off:
-            module = staticmethod(lambda *xs: tuple(o + 1 for o in program.module(*xs)))
-        return Off()
+        class Off(torch.nn.Module):
+            def forward(self, *xs):
+                shapes = [tuple(x.shape) for x in xs]
+                first.append(shapes) if not first else None
+                outs = inner(*xs)
+                return outs if shapes == first[0] else tuple(o + 1 for o in outs)
 
-    monkeypatch.setattr(torch_program.SizedTorchProgram, "at", wrong_elsewhere)
+        program.module = Off()
+        return program
+
+    monkeypatch.setattr(TorchTarget, "program", wrong_elsewhere)
     model = TransformerBlock().eval()
     compiled = torch.compile(model, backend="graphsub", dynamic=True,
                              options={"time_limit": 1, "cost": "analytic", "race": False})
@@ -143,3 +146,20 @@ def test_in_place_writes_with_dynamic_sizes_run_unoptimized_with_a_reason():
     with torch.no_grad():
         x = torch.randn(9, 16)
         torch.testing.assert_close(compiled(x), model(x))
+
+
+@pytest.mark.slow
+def test_with_inductor_the_optimized_graph_is_compiled_once_over_the_symbols():
+    # graphsub's parts are one program for every size, so inductor traces the optimized
+    # graph with dynamo's symbols: one compilation, right at every size.
+    model = TransformerBlock().eval()
+    before = len(torch_compile.reports())
+    compiled = torch.compile(model, backend="graphsub", dynamic=True,
+                             options={"time_limit": 1, "cost": "analytic", "inductor": True})
+    with torch.no_grad():
+        for batch, seq in [(2, 16), (3, 5), (2, 33)]:
+            x = torch.randn(batch, seq, 64)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    reports = new_reports(before)
+    assert len(reports) == 1 and not reports[0].fallback
+    assert "graphsub+inductor" in reports[0].race  # composed, then raced against inductor

@@ -51,13 +51,13 @@ import torch.fx as fx
 
 from graphsub.budget import Budget, StageClock
 from graphsub.errors import GraphsubError
-from graphsub.backends.torch.program import symbol_sources
+from graphsub.backends.torch.program import SizedTorchProgram, symbol_sources
 from graphsub.frontends.dynamic_trace import (has_dynamic_sizes, input_symbols, inputs_at,
                                               other_bindings, trace_dynamic)
 from graphsub.frontends.fx_import import (ConversionError, convert_graph, symbolic_size,
                                           unsupported_reason)
 from graphsub.ir.binding import is_symbolic_graph
-from graphsub.ir.symbolic import bind_all
+from graphsub.ir.symbolic import bind_all, evaluate_size
 from graphsub.pipeline import FISSION, SEARCH, Run, Settings, Stage, run_stages, start_run
 from graphsub.rules import Rule
 from graphsub.runtime.bindings import ProfileShape
@@ -165,6 +165,8 @@ def graphsub_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
     try:
         with _global_state_kept():
             compiled, report = _compile(gm, list(example_inputs), opts)
+    except _restart_analysis():
+        raise  # dynamo asks to capture the graph again (and calls the backend again)
     except Exception as exc:  # noqa: BLE001 - the user's model must run whatever happened here
         report = CompileReport(opts.target or "", fallback=str(exc) or type(exc).__name__)
         warnings.warn(f"graphsub: this graph runs unoptimized: {report.fallback}", GraphsubWarning,
@@ -191,6 +193,14 @@ def _global_state_kept() -> Iterator[None]:
          torch.backends.cudnn.allow_tf32) = flags
 
 
+def _restart_analysis() -> type[BaseException]:
+    """The exception with which inductor asks dynamo to capture the graph again (a float
+    made a tensor): not a failure, and it must reach dynamo."""
+    from torch._dynamo.exc import RestartAnalysis
+
+    return RestartAnalysis
+
+
 def _inductor(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
     from torch._inductor.compile_fx import compile_fx
 
@@ -210,6 +220,9 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     target_name = opts.target or ("torch-cuda" if "cuda" in devices else "torch-cpu")
     report = CompileReport(target_name)
 
+    # inductor's own compilation first: it may ask dynamo to capture the graph again, which
+    # is better asked before the search than after it.
+    baseline = _inductor(gm, example_inputs) if opts.inductor else gm.forward
     constants = _constant_positions(gm, example_inputs)
     hints: dict[str, int] = {}
     if dynamic:
@@ -277,12 +290,13 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
             replaced.append((part.target, part_report))
     optimized.recompile()
     _undo_until_equal(parent, optimized, replaced, checks, constants, opts.rtol)
-    # A graph with dynamic sizes goes to inductor whole or not at all: inductor would trace
-    # graphsub's parts at the example's sizes.
-    with_inductor = opts.inductor and not dynamic
+    # With dynamic sizes inductor traces graphsub's parts over the symbols: only parts that
+    # are one program for every size can be traced so (a part lowered per size would pin
+    # inductor's graph to the example's sizes).
+    with_inductor = opts.inductor and all(
+        getattr(optimized, name).one_program for name, _ in replaced)
     compiled = _inductor(optimized, example_inputs) if with_inductor else optimized
     if opts.race and replaced:
-        baseline = _inductor(gm, example_inputs) if opts.inductor else gm.forward
         contenders = {"graphsub+inductor": compiled, "graphsub": optimized} if with_inductor \
             else {"graphsub": optimized}
         speedups = {name: _speedup(fn, baseline, inputs, target.torch_device)
@@ -295,8 +309,6 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
             compiled = baseline
         else:
             report.chosen, compiled = best, contenders[best]
-    elif dynamic and opts.inductor:
-        compiled = _inductor(gm, example_inputs)
     return compiled, report
 
 
@@ -447,16 +459,27 @@ class GraphsubPart(torch.nn.Module):
         self.strides = list(strides)
         self._strides_at: dict[tuple[int, ...], list[tuple[int, ...] | None]] = {}
 
+    @property
+    def one_program(self) -> bool:
+        """Whether one program serves every size (so that torch can trace this part with
+        dynamic sizes, as inductor does), rather than one lowering per size."""
+        return not isinstance(self._sizes, SizedTorchProgram)
+
     def forward(self, *args: Any) -> Any:
         inputs = [args[i] for i in self.positions]
         strides = self.strides
         if self._sizes is not None:
-            binding = self._sizes.binding(inputs)
-            key = tuple(binding.values())
-            if key not in self._strides_at:
-                self._strides_at[key] = [None if s is None else bind_all(s, binding)
-                                         for s in self.strides]
-            strides = self._strides_at[key]
+            sizes = {name: inputs[k].shape[axis]
+                     for name, (k, axis) in self._sizes.sources.items()}
+            if any(isinstance(v, torch.SymInt) for v in sizes.values()):  # traced by torch
+                strides = [None if s is None else tuple(evaluate_size(d, sizes) for d in s)
+                           for s in self.strides]
+            else:
+                key = tuple(sizes.values())
+                if key not in self._strides_at:
+                    self._strides_at[key] = [None if s is None else bind_all(s, sizes)
+                                             for s in self.strides]
+                strides = self._strides_at[key]
         outs = self.program(*inputs)
         outs = [_restrided(o, s) for o, s in zip(outs, strides)]
         return outs[0] if self.single else tuple(outs)
