@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import math
 import time
 import warnings
 from collections import deque
@@ -232,14 +233,24 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     propagate_shapes(aten_gm, inputs)
     # The inputs the optimized graph is checked on: the example, and with dynamic sizes the
     # same graph at other sizes (where the original runs at all).
-    checks = [inputs]
+    checks, race_inputs = [inputs], [inputs]
+    profile: list[dict[str, int]] = []
     if dynamic:
         symbols = input_symbols(aten_gm.graph)
         hints = {name: hints[name] for name in symbols}
+        profile.append(hints)
         checks += _runnable_inputs(aten_gm, inputs, other_bindings(aten_gm, hints), constants)
+        checked = [_binding_of(aten_gm, c) for c in checks[1:]]
+        # Costs are measured, and the result raced, at the example's sizes and at the
+        # largest the graph was checked at: a choice made for short sequences alone can
+        # lose on long ones.
+        largest = max(range(len(checked)), key=lambda i: math.prod(checked[i].values()),
+                      default=None)
+        if largest is not None:
+            profile.append(checked[largest])
+            race_inputs.append(checks[1 + largest])
         report.sizes = {"symbols": {name: str(r) for name, r in symbols.items()},
-                        "example": hints, "checked_at": [_binding_of(aten_gm, c)
-                                                         for c in checks[1:]]}
+                        "example": hints, "checked_at": checked, "profile": profile}
     # Constant values by node name (partitioning rebuilds the graph; names survive it).
     placeholders = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
     known: dict[str, torch.Tensor] = {placeholders[i].name: inputs[i] for i in constants}
@@ -283,7 +294,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
         budget = opts.time_limit * sizes[part.target] / total
         replacement, part_report = _optimize_part(
             _Part(sub, [c[part.target] for c in captured], part_constants, sub_placeholders),
-            target, rules, opts.settings(target, budget), opts, hints)
+            target, rules, opts.settings(target, budget), opts, profile)
         report.parts.append(part_report)
         if replacement is not None:
             setattr(optimized, part.target, replacement)
@@ -304,7 +315,15 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
         report.race = {name: round(x.speedup, 4) for name, x in speedups.items()}
         best = max(speedups, key=lambda name: speedups[name].speedup)
         report.speedup = speedups[best].speedup
-        if speedups[best].decision is not Decision.FASTER:
+        faster = speedups[best].decision is Decision.FASTER
+        for other in race_inputs[1:] if faster else ():
+            # not slower at the other sizes either (decided with no margin, as the
+            # optimizer's profile shapes are)
+            there = _speedup(contenders[best], baseline, other, target.torch_device,
+                             min_gain=0.0)
+            report.race[f"{best} at {_shapes(other)}"] = round(there.speedup, 4)
+            faster = there.decision is not Decision.NOT_FASTER
+        if not faster:
             report.chosen = "inductor" if opts.inductor else "eager"
             compiled = baseline
         else:
@@ -532,11 +551,11 @@ class _Part:
 
 
 def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Settings,
-                   opts: BackendOptions, hints: dict[str, int]
+                   opts: BackendOptions, profile: Sequence[dict[str, int]]
                    ) -> tuple[GraphsubPart | None, PartReport]:
     """One part through the pipeline's stages (search, fission and the race between their
     graphs), then checked against the original part. With dynamic sizes, costs are measured
-    at the example's sizes (`hints`)."""
+    at the `profile`'s sizes (the example's first)."""
 
     example = part.checks[0]
     propagate_shapes(part.sub, example)
@@ -544,8 +563,10 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
         graph, inputs = convert_graph(part.sub.graph, part.constants)
         if is_symbolic_graph(graph):
             symbol_sources(graph)  # each size must be read from an input
-            settings = settings.replace(shape_profile=(ProfileShape.of(
-                {name: hints[name] for name in graph.meta["symbols"]}),))
+            shapes = {tuple(sorted((n, b[n]) for n in graph.meta["symbols"])): None
+                      for b in profile}  # in order, without repeats
+            settings = settings.replace(shape_profile=tuple(
+                ProfileShape.of(dict(shape)) for shape in shapes))
     except (ConversionError, GraphsubError, KeyError) as exc:
         return None, PartReport(0, {}, 0.0, 0.0, 0.0, kept=f"conversion: {exc}")
     positions = [part.placeholders.index(n) for n in inputs]
@@ -566,7 +587,7 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
         report.fission = {**run.fission.as_dict(), "kept": kept}
         if kept:
             best, report.predicted_after = run.fission.graph, run.fission.cost
-    program = target.program(best, reference=hints)
+    program = target.program(best, reference=profile[0] if profile else None)
     output = next(n for n in part.sub.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))
     module = GraphsubPart(program, positions, single, _output_strides(part.sub, example))
@@ -602,7 +623,7 @@ RACE_SECONDS = 3.0
 
 
 def _speedup(challenger: Callable, incumbent: Callable, inputs: Sequence[Any],
-             device: torch.device) -> HeadToHead:
+             device: torch.device, **decide: Any) -> HeadToHead:
     """The challenger against the incumbent on `inputs`, decided as the optimizer decides
     (runtime.speedup: the median round's speedup, above 1 when the challenger is faster, its
     interval, and whether that clears MIN_GAIN), so that a slow spell of this machine hits
@@ -614,7 +635,7 @@ def _speedup(challenger: Callable, incumbent: Callable, inputs: Sequence[Any],
             timer.timed(1)
         once = max(timer.timed(1)[0] for timer in timers)  # the pace
         deadline = time.perf_counter() + max(RACE_SECONDS, 2 * MIN_ROUNDS * once)
-        _, result = sequential(*timers, {}, deadline, warmup=0, block=1, pause=0.0)
+        _, result = sequential(*timers, {}, deadline, warmup=0, block=1, pause=0.0, **decide)
     return result
 
 

@@ -48,7 +48,6 @@ from graphsub.budget import Budget
 from graphsub.errors import GraphsubError
 from graphsub.fission import fission
 from graphsub.fuzz.models import fuzz_sizes, other_sizes, random_inputs, run_reference
-from graphsub.ir.binding import bind_graph, binding_of, is_symbolic_graph
 from graphsub.ir.graph import Graph
 from graphsub.onnx_io import load, to_onnx_bytes
 from graphsub.optimizer import VerificationError, optimize, optimize_model
@@ -418,11 +417,7 @@ def _torch_cpu(subject: _Subject) -> Outcome:
         return Outcome("torch-cpu", "skipped", str(exc))
 
     def runner(graph: Graph) -> ModelFn:
-        if is_symbolic_graph(graph):  # a static program for each size the inputs have
-            def run_bound(feeds: Mapping[str, np.ndarray]) -> Outputs:
-                sizes = binding_of(graph, {n: np.shape(a) for n, a in feeds.items()})
-                return target.prepare(bind_graph(graph, sizes)).run(feeds)
-            return run_bound
+        # over size symbols, one program for every size the inputs have (TorchTarget.program)
         runnable = target.prepare(graph, subject.data if graph is subject.graph else None)
         return runnable.run
 
