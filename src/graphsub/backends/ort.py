@@ -22,7 +22,7 @@ from graphsub.cost.base import OpSignature
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph
 from graphsub.runtime.equivalence import Tolerance, compare_outputs
-from graphsub.runtime.ort import ORT_ERRORS, OrtRunnable, make_session, run
+from graphsub.runtime.ort import ORT_ERRORS, OrtRunnable, make_session, quiet_run, run
 from graphsub.runtime.timing import median_call_time, timed_calls
 
 #: Shape of the tensor used to calibrate the per-operator overhead: large enough that
@@ -43,7 +43,8 @@ def cpu_model() -> str:
 
 
 def time_session(sess, feeds: Mapping[str, np.ndarray], min_runs: int = 5,
-                 min_seconds: float = 0.02, max_runs: int = 200, device: str = "cpu") -> float:
+                 min_seconds: float = 0.02, max_runs: int = 200, device: str = "cpu",
+                 run_options: Any = None) -> float:
     """Median seconds of one run, after warm-up. Inputs are bound once and outputs stay in
     onnxruntime (IOBinding, on the provider's device), so the time is the operators' and not
     copies'."""
@@ -54,8 +55,8 @@ def time_session(sess, feeds: Mapping[str, np.ndarray], min_runs: int = 5,
         binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(arr, device, 0))
     for out in sess.get_outputs():
         binding.bind_output(out.name, device)
-    return median_call_time(lambda: sess.run_with_iobinding(binding), 2, min_runs, min_seconds,
-                            max_runs)
+    return median_call_time(lambda: sess.run_with_iobinding(binding, run_options), 2, min_runs,
+                            min_seconds, max_runs)
 
 
 class OrtTarget(Target):
@@ -99,8 +100,8 @@ class OrtTarget(Target):
         return ("onnxruntime computes it wrongly with its graph optimizations on and rightly "
                 "with them off (an onnxruntime optimizer bug)")
 
-    def _session(self, model: Any):
-        return make_session(model, self.threads, providers=self.providers)
+    def _session(self, model: Any, quiet: bool = False):
+        return make_session(model, self.threads, providers=self.providers, quiet=quiet)
 
     def prepare(self, graph: Graph | None, onnx: bytes | str | None = None,
                 label: str = "") -> OrtRunnable:
@@ -158,8 +159,10 @@ class OrtTarget(Target):
         from graphsub.onnx_io.exporter import to_onnx
 
         graph, feeds = signature_graph(sig, replicas)
-        sess = self._session(to_onnx(graph, check=False).SerializeToString())
-        return time_session(sess, feeds, device=self.io_device)
+        # quiet: an operator that cannot run on made-up inputs (an Expand to a shape its
+        # data input does not fit) is priced otherwise, with a warning of graphsub's own
+        sess = self._session(to_onnx(graph, check=False).SerializeToString(), quiet=True)
+        return time_session(sess, feeds, device=self.io_device, run_options=quiet_run())
 
     def time_op(self, sig: OpSignature, cold_weights: bool = False) -> float:
         if cold_weights:

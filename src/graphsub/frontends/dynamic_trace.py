@@ -57,11 +57,9 @@ def trace_dynamic(gm: fx.GraphModule, example_inputs: Sequence[Any]
             return x
         sizes = context.tensor_to_context.get(x) if context is not None else None
         if sizes is None:  # not made dynamic by dynamo: a parameter, a buffer
-            out = fake_mode.from_tensor(x, static_shapes=True)
-        else:
-            out = fake_mode.from_tensor(x, symbolic_context=sizes, source=sizes.tensor_source,
-                                        trace=False)
-        return out
+            return fake_mode.from_tensor(x, static_shapes=True)
+        return fake_mode.from_tensor(x, symbolic_context=sizes, source=sizes.tensor_source,
+                                     trace=False)
 
     folded = _numbers_folded(gm, example_inputs)
     with fake_mode, torch.no_grad():
@@ -74,7 +72,8 @@ def trace_dynamic(gm: fx.GraphModule, example_inputs: Sequence[Any]
                                 f"write into tensors in place ({node.target})")
     aten_gm.graph.eliminate_dead_code()
     aten_gm.recompile()
-    hints = {symbol.name: int(value) for symbol, value in fake_mode.shape_env.backed_var_to_val.items()}
+    hints = {symbol.name: int(value)
+             for symbol, value in fake_mode.shape_env.backed_var_to_val.items()}
     concrete = [_hint(x) for x in example_inputs]
     return aten_gm, concrete, hints
 
@@ -82,13 +81,12 @@ def trace_dynamic(gm: fx.GraphModule, example_inputs: Sequence[Any]
 def _numbers_folded(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> fx.GraphModule:
     """A copy of the graph where each number read from a one-element tensor of the module
     (`.item()` of an embedding's norm type, of a constant dynamo kept) is that number, as
-    tracing at static sizes takes it: fake tensors have no values to read."""
+    graphsub takes the module's state to be constant: fake tensors have no values to read.
+    A number read from an input of the call stays a computation."""
     graph = copy.deepcopy(gm.graph)
     scalars: dict[fx.Node, torch.Tensor] = {}
     for node, x in zip(graph.find_nodes(op="placeholder"), example_inputs):
-        value = node.meta.get("example_value")
-        if isinstance(x, torch.Tensor) and x.numel() == 1 and isinstance(value, torch.Tensor) \
-                and not any(isinstance(d, torch.SymInt) for d in value.shape):
+        if isinstance(x, torch.Tensor) and x.numel() == 1 and _module_state(node):
             scalars[node] = x
     for node in graph.find_nodes(op="get_attr"):
         value = _attribute(gm, node.target)
@@ -103,6 +101,19 @@ def _numbers_folded(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> fx.Gra
                                               lambda a, n=node: number if a is n else a)
             graph.erase_node(node)
     return fx.GraphModule(gm, graph)
+
+
+def _module_state(placeholder: fx.Node) -> bool:
+    """Whether dynamo reached this input through an object's attribute (a module's tensor),
+    rather than as an argument of the call."""
+    from torch._dynamo.source import AttrSource
+
+    source = getattr(placeholder.meta.get("grapharg"), "source", None)
+    while source is not None:
+        if isinstance(source, AttrSource):
+            return True
+        source = getattr(source, "base", None)
+    return False
 
 
 def _attribute(module: torch.nn.Module, target: str) -> Any:
