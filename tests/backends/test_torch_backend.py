@@ -317,3 +317,32 @@ def test_view_strides_over_symbols_are_size_expressions():
     assert got == (1, seq)
     assert target.input_layouts(g, relu) == ((1, seq),)
     assert bind_all(got, {"seq": 11}) == (1, 11)
+
+
+def test_one_program_over_size_symbols_runs_opaque_nodes_through_onnxruntime():
+    # An operator graphsub does not model (Max of two tensors here) runs through onnxruntime
+    # in a one-node model whose types carry the size symbols (found by the fuzzer).
+    import onnx
+    from onnx import TensorProto, helper
+
+    from graphsub.ir.binding import bind_graph
+    from graphsub.onnx_io import load
+    from graphsub.runtime.reference import evaluate
+
+    nodes = [helper.make_node("Max", ["x", "y"], ["m"]), helper.make_node("Relu", ["m"], ["out"])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s", 5]),
+                     helper.make_tensor_value_info("y", TensorProto.FLOAT, [5])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["s", 5])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    graph = load(model.SerializeToString())
+    assert any(graph[n].op == "opaque" for n in graph.topo_order())
+    program = TorchCpuTarget().program(graph)
+    assert isinstance(program, TorchProgram)
+    rng = np.random.default_rng(2)
+    for s in (2, 7):
+        feeds = {"x": rng.standard_normal((s, 5)).astype(np.float32),
+                 "y": rng.standard_normal(5).astype(np.float32)}
+        want = evaluate(bind_graph(graph, {"s": s}), feeds)["out"]
+        np.testing.assert_allclose(program.run(feeds)["out"], want, rtol=1e-6)
+    onnx.checker.check_model(model)

@@ -9,6 +9,7 @@ from functools import lru_cache
 import numpy as np
 from onnx import helper
 
+from graphsub.ir.symbolic import dim_text
 from graphsub.ir.types import Attrs, TensorType
 from graphsub.ops import opaque
 from graphsub.runtime.ort import make_model, make_session
@@ -29,9 +30,10 @@ def _session(node_bytes: bytes, domain_opsets: tuple[tuple[str, int], ...],
     del node.output[:]
     node.output.extend(out_names)
 
-    def vi(name: str, t: TensorType):
+    def vi(name: str, t: TensorType):  # a size expression as a dim_param (`2*seq`)
         return helper.make_tensor_value_info(
-            name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), list(t.shape))
+            name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)),
+            [d if type(d) is int else dim_text(d) for d in t.shape])
 
     outs = [n for n in out_names if n]
     graph = helper.make_graph([node], "opaque", [vi(n, t) for n, t in zip(in_names, in_types)],
