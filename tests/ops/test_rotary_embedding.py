@@ -185,3 +185,28 @@ def test_the_rule_check_draws_rotary_embeddings_from_the_operators_roles():
         (rotary_embedding ?x ?c ?s :interleaved true) => (rotary_embedding ?x ?c ?s)""")
     with pytest.raises(RuleCheckError, match="is wrong"):
         check_rule(wrong)
+
+
+def test_a_rotated_axis_over_a_size_symbol_stays_in_onnxruntime():
+    # The rotation splits the head in halves of a fixed size: with a symbolic head size the
+    # node is a shape error for the operator, and the model imports it opaque, equal to the
+    # original at every size (found by the fuzzer: a TypeError from comparing the symbol).
+    from graphsub.ir.symbolic import size_symbol
+
+    b = GraphBuilder()
+    s = size_symbol("s")
+    ins = [b.input("x", (2, 3, 5, s)), b.input("c", (2, 5, 4)), b.input("d", (2, 5, 4))]
+    with pytest.raises(ShapeError, match="rotated axis must have a fixed size"):
+        b.op("rotary_embedding", *ins)
+    model, _ = rope_model((1, 4, 6, 16), (32, 8))
+    x = model.graph.input[0].type.tensor_type.shape.dim
+    x[3].ClearField("dim_value")
+    x[3].dim_param = "s"
+    model.graph.output[0].type.tensor_type.shape.dim[3].dim_param = "s"
+    graph = load(model)
+    assert [graph[n].op for n in graph.topo_order()
+            if graph[n].op not in ("input", "weight")] == ["opaque"]
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.standard_normal((1, 4, 6, 16)).astype(np.float32),
+             "pos": rng.integers(0, 32, (1, 6)).astype(np.int64)}
+    np.testing.assert_allclose(evaluate(graph, feeds)["y"], run(model, feeds)["y"], rtol=1e-6)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import GraphsubError, ShapeError
+from graphsub.ir.symbolic import is_symbolic
 from graphsub.ir.types import Attrs, TensorType
 from graphsub.ops.base import (AttrSpec, Category, OpDef, Role, Shape, TorchFn, TorchLowering,
                                Types, is_float, onnx_importer, register, same_dtype)
@@ -41,6 +42,9 @@ class _Heads:
 
 
 def _heads(attrs: Mapping[str, Any], x: TensorType) -> _Heads:
+    if x.rank in (3, 4) and is_symbolic(x.shape[-1]):
+        raise ShapeError(f"rotary_embedding: the rotated axis must have a fixed size, got "
+                         f"{x.shape[-1]}")
     if x.rank == 4:
         batch, _, sequence, head = x.shape
         shape, axis = x.shape, 1
