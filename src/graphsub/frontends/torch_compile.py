@@ -52,7 +52,7 @@ import torch.fx as fx
 
 from graphsub.budget import Budget, StageClock
 from graphsub.errors import GraphsubError
-from graphsub.backends.torch.program import SizedTorchProgram, symbol_sources
+from graphsub.backends.torch.program import SizedTorchProgram, symbol_sources, symbol_values
 from graphsub.frontends.dynamic_trace import (has_dynamic_sizes, input_symbols, inputs_at,
                                               other_bindings, trace_dynamic)
 from graphsub.frontends.fx_import import (ConversionError, convert_graph, symbolic_size,
@@ -488,8 +488,7 @@ class GraphsubPart(torch.nn.Module):
         inputs = [args[i] for i in self.positions]
         strides = self.strides
         if self._sizes is not None:
-            sizes = {name: inputs[k].shape[axis]
-                     for name, (k, axis) in self._sizes.sources.items()}
+            sizes = symbol_values(self._sizes.sources, inputs)
             if any(isinstance(v, torch.SymInt) for v in sizes.values()):  # traced by torch
                 strides = [None if s is None else tuple(evaluate_size(d, sizes) for d in s)
                            for s in self.strides]

@@ -61,8 +61,16 @@ def symbol_sources(graph: Graph) -> dict[str, tuple[int, int]]:
     return sources
 
 
-def _computed_attrs(attrs: Mapping[str, Any], sizes: Mapping[str, Any]) -> dict[str, Any]:
-    """Attributes with each size expression computed from the program's size values."""
+def symbol_values(sources: Mapping[str, tuple[int, int]],
+                  inputs: Sequence[torch.Tensor]) -> dict[str, Any]:
+    """Each size symbol's value read from the inputs' shapes (`symbol_sources`): ints when
+    run, torch's SymInts when torch traces the caller with dynamic shapes."""
+    return {name: inputs[k].shape[axis] for name, (k, axis) in sources.items()}
+
+
+def computed_attrs(attrs: Mapping[str, Any], sizes: Mapping[str, Any]) -> dict[str, Any]:
+    """Attributes with each size expression (alone or in a tuple) computed from the sizes'
+    values: what a lowering over size symbols is given."""
 
     def computed(value: Any) -> Any:
         if is_symbolic(value):
@@ -128,7 +136,7 @@ class TorchProgram:
 
     def binding(self, inputs: Sequence[torch.Tensor]) -> dict[str, int]:
         """The size symbols' values these inputs give."""
-        return {name: int(inputs[k].shape[axis]) for name, (k, axis) in self.sources.items()}
+        return symbol_values(self.sources, inputs)
 
     def _build(self, fused_conv_relu: Any, fuse: bool) -> fx.GraphModule:
         graph = self.graph
@@ -184,7 +192,7 @@ class TorchProgram:
                 self.fusions.append(f.kind)
                 continue
             if sizes:
-                fn = lower(ctx, node.op, _computed_attrs(node.attrs, sizes),
+                fn = lower(ctx, node.op, computed_attrs(node.attrs, sizes),
                            tuple(_computed_type(t, sizes) for t in graph.input_types(nid)),
                            tuple(_computed_type(t, sizes) for t in node.outputs))
             else:
@@ -269,7 +277,7 @@ class SizedTorchProgram:
         self.module = _SizedModule(self)
 
     def binding(self, inputs: Sequence[torch.Tensor]) -> dict[str, int]:
-        return {name: int(inputs[k].shape[axis]) for name, (k, axis) in self.sources.items()}
+        return symbol_values(self.sources, inputs)
 
     def at(self, binding: Mapping[str, int]) -> TorchProgram:
         """The program of the graph at these sizes (built now if not kept)."""

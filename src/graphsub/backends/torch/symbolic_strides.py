@@ -47,14 +47,6 @@ def _symbols_of(value: Any) -> set[str]:
     return set()
 
 
-def _evaluated(value: Any, sizes: dict[str, Any]) -> Any:
-    if is_symbolic(value):
-        return evaluate_size(value, sizes)
-    if isinstance(value, tuple):
-        return tuple(_evaluated(v, sizes) for v in value)
-    return value
-
-
 def symbolic_view_strides(ctx: Any, producer: Node, index: int, source: TensorType,
                           in_strides: tuple[Dim, ...] | None) -> tuple[Dim, ...] | None:
     """The strides of output `index` of the view `producer` over a tensor of type `source`
@@ -65,6 +57,7 @@ def symbolic_view_strides(ctx: Any, producer: Node, index: int, source: TensorTy
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     from graphsub.backends.torch.lowering import lower, torch_dtype
+    from graphsub.backends.torch.program import computed_attrs
 
     names = sorted(symbols_in(source.shape) | _symbols_of(producer.attrs)
                    | symbols_in(in_strides or ()))
@@ -83,8 +76,8 @@ def symbolic_view_strides(ctx: Any, producer: Node, index: int, source: TensorTy
                                         dtype=torch_dtype(source.dtype))
                     if in_strides is not None else
                     torch.empty(shape, dtype=torch_dtype(source.dtype)))
-            attrs = {k: _evaluated(v, sizes) for k, v in producer.attrs.items()}
-            fn = lower(ctx, producer.op, attrs, (source,), producer.outputs)
+            fn = lower(ctx, producer.op, computed_attrs(producer.attrs, sizes), (source,),
+                       producer.outputs)
             out = fn(base)[index]
             if out.is_contiguous():
                 return None
