@@ -35,6 +35,14 @@ InputShapeOpt = Annotated[
                       "x=1x3x224x224 (repeatable); without it they stay symbolic.",
                  rich_help_panel="Model"),
 ]
+InputValueOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--input-value", metavar="NAME=VALUE",
+                 help="Feed an input this value wherever the model is run (timing, checks), "
+                      "e.g. sr=16000 for an input that picks a branch; comma-separated for "
+                      "a tensor (repeatable). Others get random data.",
+                 rich_help_panel="Model"),
+]
 ShapeProfileOpt = Annotated[
     Optional[list[str]],
     typer.Option("--shape-profile", metavar="SIZES", help="Sizes of the model's symbolic "
@@ -93,6 +101,16 @@ def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def parse_input_values(items: list[str] | None) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for item in items or []:
+        name, eq, text = item.partition("=")
+        if not eq or not name or not text:
+            raise GraphsubError(f"--input-value {item!r} is not NAME=VALUE (e.g. sr=16000)")
+        values[name] = text
+    return values
+
+
 def check_output_path(path: Path, option: str, inputs: Sequence[str | Path] = ()) -> None:
     """Refuse, before any work, an output that cannot be written or would replace an input:
     a run that fails at the end, or overwrites the model it read, wastes the user's time or
@@ -114,9 +132,11 @@ def check_output_path(path: Path, option: str, inputs: Sequence[str | Path] = ()
 class LoadedModel:
     """A model named on the command line: its graph and the ONNX bytes to run."""
 
-    def __init__(self, spec: str, input_shapes: dict[str, tuple[int, ...]]) -> None:
+    def __init__(self, spec: str, input_shapes: dict[str, tuple[int, ...]],
+                 input_values: dict[str, str] | None = None) -> None:
         from graphsub import zoo
         from graphsub.onnx_io import load, to_onnx_bytes
+        from graphsub.runtime.inputs import given_values
 
         self.spec = spec
         if os.path.exists(spec) or spec.endswith(".onnx"):
@@ -130,6 +150,8 @@ class LoadedModel:
             self.graph = zoo.build(spec)
             self.onnx = to_onnx_bytes(self.graph)
             self.label = spec
+        if input_values:
+            self.graph.meta["input_values"] = given_values(self.graph, input_values)
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -491,8 +513,8 @@ def optimize(ctx: typer.Context,
              measure_limit: Annotated[Optional[float], typer.Option("--measure-limit", metavar="SECONDS", help="Seconds for timing, confirming and verifying after a search of the whole --time-limit.", rich_help_panel="Time")] = None,
              cost: Annotated[str, typer.Option(metavar="NAME", help="Cost model: measured (each operator timed on the target) or analytic (a roofline).", rich_help_panel="Cost")] = "measured",
              objective: Annotated[Optional[str], typer.Option(metavar="TERMS", help=OBJECTIVE_HELP, rich_help_panel="Cost")] = None,
-             input_shape: InputShapeOpt = None, shape_profile: ShapeProfileOpt = None,
-             threads: ThreadsOpt = None,
+             input_shape: InputShapeOpt = None, input_value: InputValueOpt = None,
+             shape_profile: ShapeProfileOpt = None, threads: ThreadsOpt = None,
              target: TargetOpt = None, cuda_graphs: CudaGraphsOpt = None, tf32: Tf32Opt = False,
              candidates: Annotated[int, typer.Option(metavar="N", help="Best candidates to time end to end.", rich_help_panel="Time")] = 3,
              fission: Annotated[bool, typer.Option("--fission/--no-fission", metavar="", help=FISSION_HELP, rich_help_panel="Search")] = True,
@@ -524,7 +546,7 @@ def optimize(ctx: typer.Context,
             raise GraphsubError("--report and --output name the same file; give two names")
     check_rule_files(rules)
     shapes = parse_input_shapes(input_shape)
-    loaded = LoadedModel(model, shapes)
+    loaded = LoadedModel(model, shapes, parse_input_values(input_value))
     original = model_bytes(loaded.onnx) if isinstance(loaded.onnx, str) else loaded.onnx
     with err.status("loading and checking rules..."):
         rule_list = load_rule_files(rules or [])
@@ -542,6 +564,9 @@ def optimize(ctx: typer.Context,
         err.print(f"[bold red]verification failed:[/] {escape(str(exc))}", highlight=False,
                   soft_wrap=True)
         raise typer.Exit(1) from None
+    failure = next((n for n in rep.notes if n.startswith("graphsub bug:")), None)
+    if failure is not None:
+        err.print(f"[bold red]{escape(failure)}[/]", highlight=False, soft_wrap=True)
     write_atomic(data, output)
     rep.command = command_line(ctx)
     if report is not None:

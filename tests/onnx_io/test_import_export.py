@@ -97,14 +97,6 @@ def test_opaque_op_over_weights_is_folded_at_export():
     assert [n.op_type for n in exported.graph.node] == ["Mul"]
 
 
-def test_control_flow_is_refused_clearly():
-    body = helper.make_graph([helper.make_node("Identity", ["x"], ["o"])], "b", [], [vi("o", [2])])
-    model = make_model([helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=body)],
-                       [vi("c", [], TensorProto.BOOL), vi("x", [2])], [vi("y", [2])])
-    with pytest.raises(ModelLoadError, match="If.*control flow"):
-        graphsub.load(model)
-
-
 def test_graph_with_a_cycle_is_a_clear_error():
     nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="first"),
              helper.make_node("Relu", ["a"], ["b"], name="second")]

@@ -50,7 +50,7 @@ from graphsub.fission import fission
 from graphsub.fuzz.models import fuzz_sizes, other_sizes, random_inputs, run_reference
 from graphsub.ir.graph import Graph
 from graphsub.onnx_io import load, to_onnx_bytes
-from graphsub.optimizer import VerificationError, optimize, optimize_model
+from graphsub.optimizer import optimize, optimize_model
 from graphsub.pipeline import FISSION, Settings, run_stages, start_run
 from graphsub.rules import Rule, builtin_rules, load_rules
 from graphsub.runtime.bindings import ProfileShape
@@ -447,14 +447,18 @@ def _run_graphs(subject: _Subject, stage: str, runner: Callable[[Graph], ModelFn
 
 def _pipeline(subject: _Subject, rules: Sequence[Rule], time_limit: float,
               measure_seconds: float) -> Outcome:
-    try:
-        written, _ = optimize_model(subject.graph, subject.data, rules=rules, cost="analytic",
-                                    time_limit=time_limit, target="ort-cpu", threads=1,
-                                    measure_seconds=measure_seconds, evidence=False,
-                                    shape_profile=subject.profile())
-    except VerificationError as exc:
-        return Outcome("pipeline", "caught", str(exc)[:500],
-                       kind="rules " + ",".join(sorted(set(exc.trace))))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a failure is in the report
+        written, report = optimize_model(subject.graph, subject.data, rules=rules,
+                                         cost="analytic", time_limit=time_limit,
+                                         target="ort-cpu", threads=1,
+                                         measure_seconds=measure_seconds, evidence=False,
+                                         shape_profile=subject.profile())
+    failed = report.verification.get("failed_candidate")
+    if failed is not None:
+        message = next((n for n in report.notes if "verification failed" in n), "")
+        return Outcome("pipeline", "caught", message[:500],
+                       kind="rules " + ",".join(sorted(set(failed.get("rules", [])))))
     status, message = subject.ref.compare_onnx(written)
     kind = "" if status == "equal" else subject.wrong_kind(lambda b: b.compare_onnx(written),
                                                            "pipeline")

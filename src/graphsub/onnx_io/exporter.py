@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ from graphsub.errors import ExportError
 from graphsub.ir.graph import Graph, Value
 from graphsub.ir.symbolic import Dim, dim_text, is_static
 from graphsub.ops import get_op
+from graphsub.ops.control_flow import defined_names
+from graphsub.ops.opaque import node_proto
 from graphsub.runtime.ort import make_model
 from graphsub.runtime.reference import materialized_weights
 
@@ -49,6 +51,10 @@ class ExportContext:
             raise ExportError(f"value name {name!r} is used twice")
         self._used.add(name)
         return name
+
+    def avoid(self, names: set[str]) -> None:
+        """Never give out `names` (they are assigned elsewhere in the model)."""
+        self._used |= names
 
     def fresh(self, hint: str) -> str:
         base = "".join(c if c.isalnum() or c in "_./:" else "_" for c in hint) or "v"
@@ -220,9 +226,15 @@ def check_onnx(model: onnx.ModelProto | bytes) -> None:
 
 
 def to_onnx(graph: Graph, opset: int | None = None, model_name: str = "graphsub",
-            check: bool = True) -> onnx.ModelProto:
-    """The graph as an ONNX ModelProto, checked by onnx.checker unless `check` is False."""
-    opset = opset or graph.meta.get("opset") or DEFAULT_OPSET
+            check: bool = True, avoid: Collection[str] = ()) -> onnx.ModelProto:
+    """The graph as an ONNX ModelProto, checked by onnx.checker unless `check` is False.
+    `avoid`: names no new value may take (those of the scopes around a control-flow body
+    written as a model of its own)."""
+    # An opaque node is written at the opset it was read at (a graph of one operator for
+    # timing has no opset of its own: the default would lose Split's num_outputs, opset 18).
+    opset = opset or graph.meta.get("opset") or max(
+        [DEFAULT_OPSET, *(v for node in graph.nodes.values() if node.op == "opaque"
+                          for d, v in node.attrs["opsets"] if d in ("", "ai.onnx"))])
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ExportError(f"cannot export at opset {opset}: graphsub writes opsets "
                           f"{MIN_OPSET} to {MAX_OPSET}")
@@ -241,6 +253,12 @@ def to_onnx(graph: Graph, opset: int | None = None, model_name: str = "graphsub"
     for out_name in graph.output_names:
         if out_name not in names.values():
             ctx.reserve(out_name)
+    # The names assigned inside control-flow bodies stay theirs: ONNX assigns a name once
+    # across a model and its subgraphs.
+    for node in graph.nodes.values():
+        if node.op == "opaque":
+            ctx.avoid(defined_names(node_proto(node.attrs["onnx_node"])))
+    ctx.avoid(set(avoid) - set(names.values()) - set(graph.output_names))
     # A computed value that is exactly one graph output takes the output's name directly.
     output_count: dict[Value, int] = {}
     for v in graph.outputs:

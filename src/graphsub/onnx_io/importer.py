@@ -24,9 +24,10 @@ from graphsub.ir.binding import defined_ranges
 from graphsub.ir.graph import Graph, Value, make_node
 from graphsub.ir.symbolic import Dim, SymbolRange, bind_all, renamed, symbols_in
 from graphsub.ir.types import Constant, TensorType
-from graphsub.onnx_io import sizes
+from graphsub.onnx_io import bodies, sizes
 from graphsub.onnx_io.exporter import MAX_OPSET, MIN_OPSET
 from graphsub.ops import importer_for
+from graphsub.ops.control_flow import captured_names, has_subgraphs
 from graphsub.runtime.ort import ORT_ERRORS, make_model
 
 _MISSING = object()
@@ -135,7 +136,7 @@ def _topo_sorted_nodes(g: onnx.GraphProto, known: set[str]) -> list[onnx.NodePro
     deps: list[set[int]] = []
     for n in g.node:
         d = set()
-        for name in n.input:
+        for name in (*n.input, *captured_names(n)):
             if not name:
                 continue
             if name in producer:
@@ -292,7 +293,7 @@ def _single_node_model(node: onnx.NodeProto, ctx: ImportContext,
                        in_types: dict[str, TensorType], outputs_typed: bool = False,
                        out_types: Sequence[TensorType] = ()) -> onnx.ModelProto:
     inputs, inits = [], []
-    for name in dict.fromkeys(n for n in node.input if n):
+    for name in dict.fromkeys(n for n in (*node.input, *captured_names(node)) if n):
         if name in ctx.constants:
             inits.append(numpy_helper.from_array(ctx.constants[name], name))
         else:
@@ -357,7 +358,7 @@ def _fold(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, TensorTy
     if node.op_type == "Size" and node.input[0] in in_types and in_types[node.input[0]].is_static:
         ctx.constants[node.output[0]] = np.array(in_types[node.input[0]].numel, dtype=np.int64)
         return True
-    if node.op_type in _NONDETERMINISTIC:
+    if node.op_type in _NONDETERMINISTIC or has_subgraphs(node):
         return False
     if node.op_type == "ConstantOfShape" and node.input[0] in ctx.constants:
         fill = ctx.attr(node, "value", None)
@@ -402,27 +403,41 @@ def _runtime_types(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str,
 
 def _import_opaque(node: onnx.NodeProto, ctx: ImportContext,
                    in_types: dict[str, TensorType]) -> list[Value]:
-    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-           for a in node.attribute):
-        raise ModelLoadError(f"{node.op_type} node {node.name!r} has subgraphs (control flow); "
-                             "graphsub cannot import control flow yet")
-    if any(n in ctx.folder.values for n in node.input) or not all(
+    captures = captured_names(node)
+    flow_types = bodies.output_types(node, in_types, ctx.constants,
+                                     sorted(ctx.domain_opsets.items())) if captures or \
+        has_subgraphs(node) else None
+    if flow_types is not None:
+        out_types = flow_types
+    elif any(n in ctx.folder.values for n in (*node.input, *captures)) or not all(
             t.is_static for t in in_types.values()):
-        out_types = _symbolic_types(node, ctx)
+        out_types = _symbolic_types(node, ctx, in_types)
         _check_symbolic_types(node, ctx, in_types, out_types)
     else:
         out_types = _runtime_types(node, ctx, in_types, _infer_output_types(node, ctx, in_types))
     slots = tuple(i for i, n in enumerate(node.input) if n)
     domain = "" if node.domain == "ai.onnx" else node.domain
     opsets = tuple(sorted({("", ctx.opset), (domain, ctx.domain_opsets.get(domain, 1))}))
-    return ctx.add("opaque", ctx.inputs(node), onnx_node=node.SerializeToString(),
-                   opsets=opsets, output_types=tuple(out_types), input_slots=slots,
+    if has_subgraphs(node):  # a body may use any domain of the model
+        opsets = tuple(sorted({*opsets, *((d, v) for d, v in ctx.domain_opsets.items() if d)}))
+    return ctx.add("opaque", [*ctx.inputs(node), *(ctx.value(n) for n in captures)],
+                   onnx_node=node.SerializeToString(), opsets=opsets,
+                   output_types=tuple(out_types), input_slots=slots, captures=captures,
                    op_type=node.op_type if not domain else f"{domain}.{node.op_type}")
 
 
-def _symbolic_types(node: onnx.NodeProto, ctx: ImportContext) -> list[TensorType]:
-    """An opaque node's output types over symbolic sizes, from onnxruntime's inference."""
+def _symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
+                    in_types: dict[str, TensorType]) -> list[TensorType]:
+    """An opaque node's output types over symbolic sizes, from onnxruntime's inference of the
+    whole model, or else of the node alone."""
     types = [ctx.inferred.get(o) for o in node.output if o]
+    if any(t is None for t in types):
+        in_types = {**in_types, **{n: TensorType(ctx.folder.values[n].shape,
+                                                 str(np.dtype(ctx.size_dtypes[n])))
+                                   for n in node.input if n in ctx.folder.values}}
+        alone = sizes.node_types(node, in_types, ctx.constants, sorted(ctx.domain_opsets.items()))
+        if alone is not None:
+            return alone
     if any(t is None for t in types):
         raise ModelLoadError(f"cannot determine the output shapes of {node.op_type} node "
                              f"{node.name!r} over the model's symbolic sizes; give concrete "
@@ -442,15 +457,20 @@ def _check_symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
     differ from the symbolic types it was given. A node that does not run on made-up inputs
     (indices out of range, a data-dependent shape) is not checked."""
     symbols = set(ctx.symbol_ranges)
-    names = set(symbols_in(d for t in [*in_types.values(), *out_types] for d in t.shape))
+    read = {*node.input, *captured_names(node)}
+    names = set(symbols_in(d for t in [*in_types.values(), *out_types] for d in t.shape)) | set(
+        symbols_in(d for n, v in ctx.folder.values.items() if n in read for d in v.reshape(-1)))
     if not names <= symbols:
         return
     for value in _CHECK_SIZES:
         binding = {n: ctx.symbol_ranges[n].clamp(value) for n in names}
-        bound = {n: t.bound(binding) for n, t in in_types.items()}
+        try:
+            bound = {n: t.bound(binding) for n, t in in_types.items()}
+        except ValueError:  # an input of negative size: the model is not defined there
+            continue
         extra = {n: np.array(bind_all(tuple(v.reshape(-1)), binding), dtype=ctx.size_dtypes[n]
                              ).reshape(v.shape) for n, v in ctx.folder.values.items()
-                 if n in node.input}
+                 if n in read}
         saved = {n: ctx.constants.get(n) for n in extra}
         ctx.constants.update(extra)
         try:
@@ -475,6 +495,66 @@ def _check_symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
                     f"{', '.join(f'{k}={v}' for k, v in sorted(binding.items()))} it computes "
                     f"{'x'.join(map(str, r.shape))}); give concrete sizes with --input-shape "
                     "NAME=1x128 (or input_shapes={...})")
+
+
+def _reads(g: onnx.GraphProto) -> set[str]:
+    return {n for node in g.node for n in (*node.input, *captured_names(node))} | {
+        o.name for o in g.output}
+
+
+def _import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
+    for node in nodes:
+        read = [n for n in (*node.input, *captured_names(node)) if n]
+        in_types = {n: ctx.type_of(ctx.values[n]) for n in read if n in ctx.values}
+        in_types.update({n: TensorType(tuple(ctx.constants[n].shape), str(ctx.constants[n].dtype))
+                         for n in read if n in ctx.constants})
+        if node.domain in DEFAULT_DOMAINS and (ctx.folder.fold(node, in_types)
+                                               or _fold(node, ctx, in_types)
+                                               or _inline_if(node, ctx)):
+            continue
+        outputs = None
+        importer = importer_for(node.op_type) if node.domain in DEFAULT_DOMAINS else None
+        if importer is not None:
+            try:
+                outputs = importer(ctx, node)
+            except GraphsubError:
+                outputs = None  # outside what graphsub models: keep it as an opaque node
+        if outputs is None:
+            outputs = _import_opaque(node, ctx, in_types)
+        for name, v in zip((o for o in node.output if o), outputs):
+            ctx.values[name] = v
+            if name in ctx.inferred:
+                ctx.unify(ctx.inferred[name], ctx.type_of(v))
+
+
+def _inline_if(node: onnx.NodeProto, ctx: ImportContext) -> bool:
+    """An If whose condition is known at import (a constant, or computed from static
+    shapes: `if x.shape[0] == 1` in a traced model) as the branch it takes, imported in
+    place; True when it was. Exporters write such Ifs around squeezes whose rank depends on
+    the branch, which no single type could describe."""
+    cond = ctx.constants.get(node.input[0]) if node.op_type == "If" and node.input else None
+    if cond is None or cond.size != 1:
+        return False
+    name = "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
+    branch = next(a.g for a in node.attribute if a.name == name)
+    for init in branch.initializer:
+        ctx.constants[init.name] = numpy_helper.to_array(init)
+    for sparse in branch.sparse_initializer:
+        ctx.constants[sparse.values.name] = _densify(sparse)
+    known = set(ctx.constants) | set(ctx.values) | set(ctx.folder.values)
+    ctx.used |= _reads(branch)
+    _import_nodes(ctx, _topo_sorted_nodes(branch, known))
+    for out, inner in zip(node.output, branch.output):
+        if not out:
+            continue
+        if inner.name in ctx.constants:
+            ctx.constants[out] = ctx.constants[inner.name]
+        elif inner.name in ctx.folder.values:
+            ctx.folder.values[out] = ctx.folder.values[inner.name]
+            ctx.size_dtypes[out] = ctx.size_dtypes[inner.name]
+        else:
+            ctx.values[out] = ctx.value(inner.name)
+    return True
 
 
 def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
@@ -511,28 +591,8 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
         input_ids.append(nid)
 
     known = set(ctx.constants) | {name for name, _ in inputs}
-    ctx.used = {n for node in g.node for n in node.input} | {o.name for o in g.output}
-    for node in _topo_sorted_nodes(g, known):
-        in_types = {n: ctx.type_of(ctx.values[n]) for n in node.input
-                    if n and n in ctx.values}
-        in_types.update({n: TensorType(tuple(ctx.constants[n].shape), str(ctx.constants[n].dtype))
-                         for n in node.input if n in ctx.constants})
-        if node.domain in DEFAULT_DOMAINS and (ctx.folder.fold(node, in_types)
-                                               or _fold(node, ctx, in_types)):
-            continue
-        outputs = None
-        importer = importer_for(node.op_type) if node.domain in DEFAULT_DOMAINS else None
-        if importer is not None:
-            try:
-                outputs = importer(ctx, node)
-            except GraphsubError:
-                outputs = None  # outside what graphsub models: keep it as an opaque node
-        if outputs is None:
-            outputs = _import_opaque(node, ctx, in_types)
-        for name, v in zip((o for o in node.output if o), outputs):
-            ctx.values[name] = v
-            if name in ctx.inferred:
-                ctx.unify(ctx.inferred[name], ctx.type_of(v))
+    ctx.used = _reads(g)
+    _import_nodes(ctx, _topo_sorted_nodes(g, known))
 
     out_values, out_names = [], []
     for o in g.output:
@@ -541,7 +601,8 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
         else:
             raise ModelLoadError(f"graph output {o.name!r} is not computed by any node")
         out_names.append(o.name)
-    meta = {"opset": opset, "source_opset": source_opset, "producer": model.producer_name}
+    meta = {"opset": opset, "source_opset": source_opset, "producer": model.producer_name,
+            "domain_opsets": {d: v for d, v in ctx.domain_opsets.items() if d}}
     if ctx.symbol_ranges:
         meta["symbols"] = dict(ctx.symbol_ranges)
         meta["output_dims"] = {o.name: sizes.declared_dims(o.type) for o in g.output}

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from graphsub.errors import MissingInputShapeError, ModelLoadError
 from graphsub.ir.symbolic import (Dim, SymbolRange, dim, equal, floordiv, is_negative,
@@ -41,6 +41,11 @@ _MAX_SIZE_VALUE = 64
 
 def _shape_hint() -> str:
     return "give concrete sizes with --input-shape NAME=1x3x224x224 (or input_shapes={...})"
+
+
+#: dim_params that name no size: each such dimension is a size of its own (Paddle2ONNX writes
+#: an image's height and width both as "?", which are not equal).
+ANONYMOUS_DIMS = frozenset({"?", "-1", "None", "none", "unk", "dynamic"})
 
 
 def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None
@@ -84,7 +89,8 @@ def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
             if d.HasField("dim_value") and d.dim_value >= 0:
                 dims.append(d.dim_value)
                 continue
-            name = symbol_name(d.dim_param) if d.dim_param else symbol_name(f"{inp.name}_{axis}")
+            named = d.dim_param and d.dim_param not in ANONYMOUS_DIMS
+            name = symbol_name(d.dim_param) if named else symbol_name(f"{inp.name}_{axis}")
             d.Clear()
             d.dim_param = name
             dims.append(size_symbol(name))
@@ -92,16 +98,28 @@ def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
     return result
 
 
+def symbolic_inference(model: onnx.ModelProto, merge: bool) -> onnx.ModelProto:
+    """onnxruntime's symbolic shape inference of `model`, with the types of every value it
+    could infer: its `infer_shapes` raises when any value stays untyped, after writing the
+    model into the current folder (`sym_shape_infer_temp.onnx` and an external data file, in
+    the user's folder); its steps run here keep what it found and write nothing."""
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    inference = SymbolicShapeInference(2**31 - 1, merge, merge, 0)
+    inference._preprocess(model)
+    while inference.run_:
+        inference._infer_impl()
+    inference._update_output_from_vi()
+    return inference.out_mp_
+
+
 def inferred_types(model: onnx.ModelProto) -> dict[str, TensorType]:
     """The types onnxruntime's symbolic shape inference gives every value of the model (its
     inputs named as `input_types` left them). A value it cannot type is left out; an
     inference that fails altogether leaves all out, and the nodes that needed a type are then
     refused by name."""
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
     try:
-        inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=True,
-                                                       guess_output_rank=True)
+        inferred = symbolic_inference(model, merge=True)
     except Exception as exc:  # the tool raises many kinds (its own asserts included)
         _log.warning("onnxruntime's symbolic shape inference failed on this model (%s: %s); "
                      "nodes graphsub does not model get no symbolic types", type(exc).__name__,
@@ -112,6 +130,46 @@ def inferred_types(model: onnx.ModelProto) -> dict[str, TensorType]:
         t = _parse_type(vi.type)
         if t is not None:
             types[vi.name] = t
+    return types
+
+
+def node_types(node: onnx.NodeProto, in_types: Mapping[str, TensorType],
+               constants: Mapping[str, np.ndarray], opsets: Sequence[tuple[str, int]]
+               ) -> list[TensorType] | None:
+    """One node's output types over symbolic sizes, from onnxruntime's symbolic inference of
+    that node alone: where its inference of the whole model fails (its own asserts on nodes
+    far from this one), the one node usually goes through. Each size expression of the
+    inputs stands in as a placeholder symbol, put back in the outputs; an output over a size
+    the inputs do not define is not typed (None)."""
+    placeholders: dict[Any, str] = {}
+
+    def written(t: TensorType) -> list[int | str]:
+        return [d if type(d) is int else placeholders.setdefault(d, f"gsdim{len(placeholders)}")
+                for d in t.shape]
+
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)),
+                                            written(t))
+              for n, t in in_types.items() if n not in constants]
+    inits = [numpy_helper.from_array(np.asarray(constants[n]), n) for n in in_types
+             if n in constants]
+    outs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
+    graph = helper.make_graph([node], "one", inputs, outs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
+    try:
+        inferred = symbolic_inference(model, merge=False)
+    except Exception:  # the tool raises many kinds (its own asserts included)
+        return None
+    back = {size_symbol(name): expr for expr, name in placeholders.items()}
+    by_name = {vi.name: vi for vi in inferred.graph.output}
+    types = []
+    for o in (o for o in node.output if o):
+        t = _parse_type(by_name[o].type) if o in by_name else None
+        if t is None:
+            return None
+        shape = tuple(d if type(d) is int else d.xreplace(back) for d in t.shape)
+        if not symbols_in(shape) <= symbols_in(placeholders):
+            return None
+        types.append(TensorType(shape, t.dtype))
     return types
 
 

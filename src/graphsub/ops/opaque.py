@@ -2,7 +2,9 @@
 
 An opaque node keeps its ONNX NodeProto, takes its output types from ONNX shape inference at
 import, is evaluated by onnxruntime, is exported unchanged and is never rewritten. This is what
-lets graphsub import any real model while optimizing the parts it understands.
+lets graphsub import any real model while optimizing the parts it understands. A node with
+bodies (If, Loop, Scan) also takes the outer values its bodies read as inputs after its own
+(`captures` names them as the bodies do: graphsub.ops.control_flow).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numpy as np
 
 from graphsub.errors import GraphsubError, NoLoweringError
 from graphsub.ir.types import Attrs
+from graphsub.ops.control_flow import rename_captures
 from graphsub.ops.base import (AttrSpec, Category, OpDef, TorchFn, TorchLowering, Types, is_float,
                                register)
 
@@ -48,8 +51,12 @@ def _eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
 def _export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
     node = node_proto(attrs["onnx_node"])
     names = [""] * len(node.input)
-    for pos, slot in enumerate(attrs["input_slots"]):
+    slots = attrs["input_slots"]
+    for pos, slot in enumerate(slots):
         names[slot] = ins[pos]
+    captures = attrs["captures"]
+    if captures:
+        rename_captures(node, dict(zip(captures, ins[len(slots):])))
     out_iter = iter(outs)
     out_names = [next(out_iter) if o else "" for o in node.output]
     ctx.emit_proto(node, names, out_names, attrs["opsets"])
@@ -139,7 +146,7 @@ register(OpDef(
     name="opaque", inputs=(0, None), torch=_torch, category=Category.OPAQUE,
     attrs=(AttrSpec("onnx_node", convert=bytes), AttrSpec("opsets", convert=tuple),
            AttrSpec("output_types", convert=tuple), AttrSpec("input_slots", convert=tuple),
-           AttrSpec("op_type", convert=str)),
+           AttrSpec("op_type", convert=str), AttrSpec("captures", (), convert=tuple)),
     infer=_infer, evaluate=_eval, export=_export,
     doc="An ONNX op graphsub does not model; kept, evaluated and exported as it was.",
 ))

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Sequence
 
 from graphsub.budget import StageClock
 from graphsub.errors import GraphsubError
 from graphsub.ir.binding import bind_graph
+from graphsub.ir.graph import Graph
 from graphsub.pipeline.run import Run, Stage
 from graphsub.runtime.bindings import ProfileShape, check_bindings
-from graphsub.runtime.equivalence import (SAME_FUNCTION, Comparison, compare_models,
-                                          compare_runners)
+from graphsub.runtime.equivalence import (SAME_FUNCTION, Comparison, Tolerance,
+                                          compare_models, compare_runners, value_dtypes)
 from graphsub.runtime.inputs import InputSpec, graph_input_specs, random_feeds
 from graphsub.runtime.speedup import Decision, describe, sequential
 from graphsub.runtime.timing import Runnable
@@ -38,9 +40,8 @@ class VerificationError(GraphsubError):
         the outputs whose values differ; never one that passed), and the rules applied."""
         failing = list(comparison.problems) + [d.describe() for d in comparison.outputs
                                                if not d.ok]
-        return cls(f"the optimized model does not match the original ({'; '.join(failing)}); "
-                   f"nothing was written. Rules applied, in order: {', '.join(rules)}",
-                   rules, comparison)
+        return cls(f"the optimized model does not match the original ({'; '.join(failing)}). "
+                   f"Rules applied, in order: {', '.join(rules)}.", rules, comparison)
 
 
 def measure(run: Run, clock: StageClock) -> None:
@@ -56,7 +57,8 @@ def measure(run: Run, clock: StageClock) -> None:
     run.selection = measure_and_choose(run.target, bind_graph(run.graph, main),
                                        run.original_bytes, candidates,
                                        random_feeds(graph_input_specs(run.graph, main)), first,
-                                       run.settings.measure_seconds, say=run.say)
+                                       run.settings.measure_seconds, say=run.say,
+                                       tolerance=model_tolerance(run.graph))
     if shapes:
         run.selection.timings["profile"] = [{"shape": str(shapes[0]), "role": "chosen here"}]
         if run.selection.chosen is not None:
@@ -116,14 +118,17 @@ def verify(run: Run, clock: StageClock) -> None:
     written, then, unless the target is that reference runtime, on the target itself. A
     model with symbolic sizes is checked at every shape of its profile and at the bindings
     that find size-dependent mistakes (runtime.bindings.check_bindings: the smallest, each
-    largest, odd sizes). A mismatch (here, or already in the measuring's first runs) raises
-    VerificationError and nothing is written."""
+    largest, odd sizes). The tolerance is float32's, or that of the half precision the model
+    computes in. A mismatch (here, or already in the measuring's first runs) is a bug of
+    graphsub's, reported loudly (a warning, the report's notes and `run.verification_failure`);
+    the original model is then written: a valid model never ends in an error."""
     selection = run.selection
     run.chosen_bytes = run.original_bytes
     if selection is None or (selection.chosen is None and selection.mismatch is None):
         return
     shapes = sorted(run.profile, key=lambda shape: -shape.weight)
     main = shapes[0].values if shapes else {}
+    tolerance = model_tolerance(run.graph)
     if selection.mismatch is not None:  # the measurement already saw it compute otherwise
         index, comparison = selection.mismatch
         chosen = run.exported[index][0]
@@ -137,43 +142,57 @@ def verify(run: Run, clock: StageClock) -> None:
             for binding in bindings:
                 comparison = check_equivalence(run.original_bytes, data,
                                                graph_input_specs(run.graph, binding),
-                                               run.threads)
+                                               run.threads, tolerance)
                 if not comparison.equivalent:
                     break
             if comparison.equivalent and not run.target.capabilities.is_reference:
                 comparison = check_equivalence_on_target(
                     run.original_bytes, selection.runnable, graph_input_specs(run.graph, main),
-                    run.threads)
+                    run.threads, tolerance)
         finally:
             selection.runnable.close()
         if main:
             run.verified_at = bindings
     if not comparison.equivalent:
-        raise VerificationError.of(comparison, [s.rule for s in chosen.trace])
+        failure = VerificationError.of(comparison, [s.rule for s in chosen.trace])
+        run.verification_failure = failure
+        message = (f"graphsub bug: verification failed: {failure} The original model is "
+                   "kept; please report this with the model and the command.")
+        warnings.warn(message, run.warning, stacklevel=2)
+        run.notes.append(message)
+        selection.chosen, selection.outcome = None, "verification-failed"
+        run.comparison = comparison
+        return
     run.chosen, run.comparison = chosen, comparison
     run.chosen_bytes = run.exported[selection.chosen][1]
 
 
-def check_equivalence(a: bytes, b: bytes, specs: Sequence[InputSpec], threads: int
-                      ) -> Comparison:
+def model_tolerance(graph: Graph) -> Tolerance:
+    """SAME_FUNCTION for the precision the graph computes in."""
+    return SAME_FUNCTION.for_precision(value_dtypes(graph))
+
+
+def check_equivalence(a: bytes, b: bytes, specs: Sequence[InputSpec], threads: int,
+                      tolerance: Tolerance = SAME_FUNCTION) -> Comparison:
     """Whether model b computes what model a computes, in onnxruntime on random inputs
-    (runtime.equivalence.SAME_FUNCTION)."""
-    return compare_models(a, b, specs, SAME_FUNCTION, trials=VERIFY_TRIALS, threads=threads)
+    (runtime.equivalence.SAME_FUNCTION, or that for the model's precision)."""
+    return compare_models(a, b, specs, tolerance, trials=VERIFY_TRIALS, threads=threads)
 
 
 def check_equivalence_on_target(original: bytes, runnable: Runnable,
-                                specs: Sequence[InputSpec], threads: int) -> Comparison:
+                                specs: Sequence[InputSpec], threads: int,
+                                tolerance: Tolerance = SAME_FUNCTION) -> Comparison:
     """Whether the chosen graph, as the target runs it, computes what the original model
-    computes in onnxruntime (runtime.equivalence.SAME_FUNCTION)."""
+    computes in onnxruntime (runtime.equivalence.SAME_FUNCTION, or that for its precision)."""
     from graphsub.runtime.ort import make_session, run
 
     session = make_session(original, threads)
     return compare_runners(lambda feeds: run(session, feeds), runnable.run, specs,
-                           SAME_FUNCTION, trials=VERIFY_TRIALS)
+                           tolerance, trials=VERIFY_TRIALS)
 
 
 MEASURE = Stage("measure", measure)
 VERIFY = Stage("verify", verify)
 
 __all__ = ["MEASURE", "VERIFY", "VerificationError", "check_equivalence",
-           "check_equivalence_on_target"]
+           "check_equivalence_on_target", "model_tolerance"]

@@ -42,13 +42,18 @@ def report(run: Run, clock: StageClock) -> None:
         trace=[] if chosen is None else [asdict(s) for s in chosen.trace],
         rules_used=dict(Counter(s.rule for s in chosen.trace).most_common()) if chosen else {},
         search=result.stats.as_dict(), candidates=selection.candidates,
-        verification=run.comparison.as_dict() if run.comparison is not None else
-        {"equivalent": True, "note": "the original model is written unchanged"},
+        verification=run.comparison.as_dict() if run.comparison is not None
+        and run.verification_failure is None else
+        {"equivalent": True, "note": "the original model is written unchanged",
+         **({"failed_candidate": {**run.comparison.as_dict(),
+                                  "rules": getattr(run.verification_failure, "trace", [])}}
+            if run.comparison else {})},
         nodes_before=len(run.graph),
         nodes_after=len(chosen.graph) if chosen is not None else len(run.graph),
         outcome=selection.outcome, notes=run.cost_model.notes() + run.notes,
         fission=_fission_report(run), timings=selection.timings, versions=versions())
     rep.search["progress"] = [(s, ms(cost)) for s, cost in run.progress_points]
+    rep.bodies = [b.as_dict() for b in run.bodies]
     if run.profile:
         rep.shapes = {"symbols": {n: str(r) for n, r in run.graph.meta["symbols"].items()},
                       "profile": [str(p) for p in run.profile],

@@ -5,10 +5,13 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from dataclasses import replace
 
 from graphsub.budget import StageClock
 from graphsub.errors import GraphsubError
 from graphsub.fission.stage import fission_and_orchestrate
+from graphsub.ir.graph import Graph
+from graphsub.pipeline.bodies import body_node_count, optimize_bodies
 from graphsub.pipeline.run import Run, Stage
 from graphsub.search import ALGORITHMS, Candidate, OptimizeResult, SearchStats
 from graphsub.search.registry import Limits
@@ -57,9 +60,11 @@ def search(run: Run, clock: StageClock) -> None:
             limits = Limits(time=max(clock.remaining(), 0.0), budget=settings.budget,
                             keep=settings.keep, progress=recorder)
             algorithm = ALGORITHMS[settings.algorithm]
+            start_graph = search_bodies(run, clock)
+            limits = replace(limits, time=max(clock.remaining(), 0.0))
             function = algorithm.function if settings.split is None else \
                 splitting(algorithm, settings.split, settings.executor)
-            result = function(run.graph, run.rules, run.cost_model, limits,
+            result = function(start_graph, run.rules, run.cost_model, limits,
                               settings.search_options)
     except KeyboardInterrupt:
         if not run.budget.measuring:  # nothing comes after the search: the caller's Ctrl-C
@@ -73,6 +78,33 @@ def search(run: Run, clock: StageClock) -> None:
         run.budget.interrupted()
         run.say("interrupted: the search stopped; measuring and verifying what it found "
                 "(Ctrl-C again to stop at once, writing nothing)")
+
+
+def search_bodies(run: Run, clock: StageClock) -> Graph:
+    """The graph to search: the input graph with its control-flow bodies searched first
+    (graphsub.pipeline.bodies), in their share of the search's time by operator count."""
+    inner = body_node_count(run.graph)
+    if not inner:
+        return run.graph
+    settings = run.settings
+    algorithm = ALGORITHMS[settings.algorithm]
+
+    def search_one(graph: Graph, seconds: float) -> tuple[Graph, float, float]:
+        limits = Limits(time=max(min(seconds, clock.remaining()), 0.0), budget=settings.budget,
+                        keep=1)
+        result = algorithm.function(graph, run.rules, run.cost_model, limits,
+                                    settings.search_options)
+        return result.graph, result.initial_cost, result.final_cost
+
+    seconds = clock.remaining() * inner / (inner + len(run.graph))
+    run.say(f"searching inside {inner} operators of control-flow bodies for up to "
+            f"{seconds:.1f} s")
+    graph, outcomes = optimize_bodies(run.graph, search_one, seconds, run.threads)
+    run.bodies = outcomes
+    for outcome in outcomes:
+        if outcome.kept or outcome.note.startswith("not kept"):
+            run.notes.append(outcome.text())
+    return graph
 
 
 def fission(run: Run, clock: StageClock) -> None:

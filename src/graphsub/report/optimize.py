@@ -91,6 +91,9 @@ class OptimizeReport:
     #: were measured at (and whether it is the default one), the bindings the written model
     #: was verified at.
     shapes: dict[str, Any] = field(default_factory=dict)
+    #: Each control-flow body searched on its own: where, operators, predicted costs before
+    #: and after, whether its rewrite was kept and why not (graphsub.pipeline.bodies).
+    bodies: list[dict[str, Any]] = field(default_factory=list)
     #: The command line that made the report, and the versions of what ran it.
     command: list[str] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
@@ -217,6 +220,10 @@ def verdict(report: OptimizeReport, selection: Selection, interrupted: bool = Fa
         where = f" at {slower[0]['shape']} ({describe(slower[0])})" if slower else ""
         return (prefix + f"The fastest candidate ran faster than the original on {target} at "
                 f"the profile's main shape but slower{where}; the original model is kept.")
+    if outcome == "verification-failed":
+        return (prefix + "The candidate chosen did not compute what the original computes, a "
+                "bug of graphsub's (see the notes: please report it); the original model is "
+                "kept.")
     if outcome == "no-time":
         run_ms = selection.original_run_s * 1e3
         return (prefix + f"The candidates (the cheapest {cheapest}) could not be measured and "

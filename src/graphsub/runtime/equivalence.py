@@ -4,7 +4,7 @@ the torch.compile backend share; `graphsub check` takes the user's absolute tole
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,9 +56,29 @@ class Tolerance:
     def as_dict(self) -> dict[str, float]:
         return {"rtol": self.rtol, "atol": self.atol, "atol_scale": self.atol_scale}
 
+    def for_precision(self, dtypes: Iterable[str]) -> Tolerance:
+        """This tolerance for a model that computes in `dtypes`: where one is a half
+        precision, a rewrite that sums in another order (a merged matmul, a transposed
+        product) moves an output by a few of that type's epsilons of its scale, which
+        float32's bounds would call wrong (a float16 BERT's layer norm, 2 ulps apart)."""
+        eps = max((HALF_PRECISION_EPS.get(d, 0.0) for d in dtypes), default=0.0)
+        if not eps:
+            return self
+        scaled = ROUNDING_EPSILONS * eps
+        return Tolerance(max(self.rtol, scaled), self.atol, max(self.atol_scale, scaled))
+
 
 #: "Computes the same function", for an optimized model against its original.
 SAME_FUNCTION = Tolerance(rtol=1e-3, atol=1e-6, atol_scale=1e-4)
+#: Machine epsilons of the float types below float32.
+HALF_PRECISION_EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7}
+#: How many epsilons of an output's scale a reordered half-precision computation may move it.
+ROUNDING_EPSILONS = 4
+
+
+def value_dtypes(graph: Any) -> set[str]:
+    """The element types a graph computes in (every value's, weights' included)."""
+    return {t.dtype for node in graph.nodes.values() for t in node.outputs}
 
 
 @dataclass(frozen=True)

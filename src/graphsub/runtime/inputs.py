@@ -3,30 +3,81 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.ir.types import TensorType
 
 InputSpec = tuple[str, TensorType]
 
 
+@dataclass(frozen=True, slots=True)
+class GivenInput(TensorType):
+    """The type of an input the user gave a value for (`--input-value sr=16000`): a sample
+    rate, a mode flag or a length that picks a model's branch, which random data would get
+    wrong. It is fed as given wherever graphsub runs the model."""
+
+    value: Any = field(default=None, compare=False, hash=False)
+
+    def bound(self, binding: Mapping[str, int]) -> TensorType:
+        return self
+
+
 def graph_input_specs(graph: Graph, binding: Mapping[str, int] | None = None
                       ) -> list[InputSpec]:
-    """The graph's inputs and their types; with symbolic sizes, at `binding`'s values."""
-    return [(graph[i].attrs["name"], graph[i].type.bound(binding) if binding else graph[i].type)
-            for i in graph.inputs]
+    """The graph's inputs and their types; with symbolic sizes, at `binding`'s values; the
+    inputs given values (graph.meta["input_values"]) as GivenInput."""
+    given = graph.meta.get("input_values") or {}
+    specs = []
+    for i in graph.inputs:
+        name, t = graph[i].attrs["name"], graph[i].type
+        if name in given:
+            value = np.asarray(given[name])
+            specs.append((name, GivenInput(value.shape, str(value.dtype), value)))
+        else:
+            specs.append((name, t.bound(binding) if binding else t))
+    return specs
+
+
+def given_values(graph: Graph, values: Mapping[str, str]) -> dict[str, np.ndarray]:
+    """Values for the graph's inputs from text (`16000`, `1,2,3`), each in its input's type
+    and shape; a clear error for an unknown input or a value that does not fit."""
+    types = {graph[i].attrs["name"]: graph[i].type for i in graph.inputs}
+    found = {}
+    for name, text in values.items():
+        if name not in types:
+            raise GraphsubError(f"--input-value names {name!r}, which is not an input of the "
+                                f"model (its inputs: {', '.join(types)})")
+        t = types[name]
+        if not t.is_static:
+            raise GraphsubError(f"--input-value {name}: the input has symbolic sizes {t}; fix "
+                                f"them with --input-shape first")
+        try:
+            flat = np.array([float(v) for v in text.split(",")], dtype=np.float64)
+            value = flat.astype(t.dtype if t.dtype != "bfloat16" else "float32").reshape(t.shape)
+        except ValueError:
+            raise GraphsubError(f"--input-value {name}={text}: expected {t.numel} comma-"
+                                f"separated number(s) for an input of type {t}") from None
+        found[name] = value
+    return found
 
 
 def random_array(t: TensorType, rng: np.random.Generator) -> np.ndarray:
     """Standard-normal floats; small non-negative integers (valid as indices into any
     non-empty axis of size >= 2); random booleans."""
+    if isinstance(t, GivenInput):
+        return t.value.copy()
+    # np.asarray: a scalar input is a 0-d array, which onnxruntime takes (numpy scalars not).
     if t.dtype.startswith(("float", "bfloat")):
-        return rng.standard_normal(t.shape).astype(t.dtype if t.dtype != "bfloat16" else "float32")
+        return np.asarray(rng.standard_normal(t.shape).astype(
+            t.dtype if t.dtype != "bfloat16" else "float32"))
     if t.dtype == "bool":
-        return rng.random(t.shape) < 0.5
-    return rng.integers(0, 2, t.shape).astype(t.dtype)
+        return np.asarray(rng.random(t.shape) < 0.5)
+    return np.asarray(rng.integers(0, 2, t.shape).astype(t.dtype))
 
 
 def random_feeds(specs: Sequence[InputSpec], seed: int = 0) -> dict[str, np.ndarray]:

@@ -18,13 +18,15 @@ from graphsub.runtime.ort import make_model, make_session
 @lru_cache(maxsize=256)
 def _session(node_bytes: bytes, domain_opsets: tuple[tuple[str, int], ...],
              in_types: tuple[TensorType, ...], out_types: tuple[TensorType, ...],
-             slots: tuple[int, ...]):
+             slots: tuple[int, ...], captures: tuple[str, ...]):
     node = opaque.node_proto(node_bytes)
-    in_names = [f"in{i}" for i in range(len(in_types))]
+    # A body reads its captured values by their own names; the node's inputs and outputs get
+    # names no body uses.
+    in_names = [f"_graphsub_in{i}" for i in range(len(slots))] + list(captures)
     names = [""] * len(node.input)
     for pos, slot in enumerate(slots):
         names[slot] = in_names[pos]
-    out_names = [f"out{i}" if o else "" for i, o in enumerate(node.output)]
+    out_names = [f"_graphsub_out{i}" if o else "" for i, o in enumerate(node.output)]
     del node.input[:]
     node.input.extend(names)
     del node.output[:]
@@ -45,7 +47,7 @@ def _session(node_bytes: bytes, domain_opsets: tuple[tuple[str, int], ...],
 def evaluate_opaque(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     in_types = tuple(TensorType(x.shape, str(x.dtype)) for x in xs)
     sess, names = _session(attrs["onnx_node"], attrs["opsets"], in_types,
-                           attrs["output_types"], attrs["input_slots"])
+                           attrs["output_types"], attrs["input_slots"], attrs["captures"])
     return tuple(sess.run(None, dict(zip(names, xs))))
 
 

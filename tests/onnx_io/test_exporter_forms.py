@@ -1,0 +1,118 @@
+"""Forms other exporters write (Paddle2ONNX's -1 and '?' dimensions, inputs that pick a
+branch) and what graphsub does with them: import, run, never a traceback, nothing written
+where the user did not ask."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from typer.testing import CliRunner
+
+import graphsub
+from graphsub.cli import app
+from graphsub.errors import GraphsubError
+from graphsub.onnx_io.sizes import symbolic_inference
+from graphsub.runtime import compare_models, graph_input_specs, random_feeds
+from graphsub.runtime.equivalence import SAME_FUNCTION
+from graphsub.runtime.inputs import GivenInput, given_values
+from tests.onnx_io.helpers import init, make_model, vi
+
+runner = CliRunner()
+
+
+def conv_model(dims) -> onnx.ModelProto:
+    """Conv -> HardSigmoid -> Mul over an input declared with `dims` (-1 as dim_value)."""
+    x = vi("x", [1, 3, 8, 8])
+    for d, value in zip(x.type.tensor_type.shape.dim, dims):
+        d.Clear()
+        if isinstance(value, int):
+            d.dim_value = value
+        else:
+            d.dim_param = value
+    w = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("HardSigmoid", ["c"], ["h"]),
+             helper.make_node("Mul", ["c", "h"], ["y"])]
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    return make_model(nodes, [x], [out], [init("w", w)])
+
+
+@pytest.mark.parametrize("dims", [[-1, 3, 8, 8], [-1, 3, "?", "?"]])
+def test_minus_one_and_question_mark_dimensions_import_and_optimize(dims, tmp_path):
+    model = conv_model(dims)
+    graph = graphsub.load(model)
+    symbols = sorted(graph.meta["symbols"])
+    assert len(symbols) == dims.count(-1) + dims.count("?")
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(model, src)
+    r = runner.invoke(app, ["optimize", str(src), "-o", str(out), "--cost", "analytic",
+                            "--time-limit", "5"])
+    assert r.exit_code == 0, r.output
+    written = graphsub.load(out.read_bytes())
+    binding = {s: 6 for s in symbols}
+    assert compare_models(model.SerializeToString(), out.read_bytes(),
+                          graph_input_specs(written, binding), SAME_FUNCTION).equivalent
+
+
+def test_onnxruntime_symbolic_inference_writes_nothing_into_the_current_folder(tmp_path,
+                                                                                monkeypatch):
+    """onnxruntime's own `infer_shapes` saves an incompletely inferred model into the folder
+    it runs in; graphsub's use of it must not litter the user's folder."""
+    monkeypatch.chdir(tmp_path)
+    model = make_model([helper.make_node("NonZero", ["x"], ["nz"]),
+                        helper.make_node("Transpose", ["nz"], ["y"])],
+                       [vi("x", ["n", 4])], [helper.make_tensor_value_info(
+                           "y", TensorProto.INT64, None)])
+    inferred = symbolic_inference(model, merge=True)
+    assert inferred.graph.node
+    assert os.listdir(tmp_path) == []
+
+
+def test_scalar_inputs_are_fed_as_arrays():
+    feeds = random_feeds([("flag", graphsub.TensorType((), "bool")),
+                          ("n", graphsub.TensorType((), "int64")),
+                          ("x", graphsub.TensorType((), "float32"))], seed=1)
+    assert all(isinstance(v, np.ndarray) and v.shape == () for v in feeds.values())
+
+
+def branch_by_rate() -> onnx.ModelProto:
+    """y = x * 2 if sr == 16000 else x / 0 (a branch random data would pick wrongly)."""
+    then = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["t"])], "t", [],
+                             [vi("t", [4])])
+    other = helper.make_graph([helper.make_node("Div", ["x", "zero"], ["e"])], "e", [],
+                              [vi("e", [4])])
+    nodes = [helper.make_node("Equal", ["sr", "rate"], ["is16k"]),
+             helper.make_node("If", ["is16k"], ["y"], then_branch=then, else_branch=other)]
+    return make_model(nodes, [vi("x", [4]), vi("sr", [], TensorProto.INT64)], [vi("y", [4])],
+                      [init("two", np.float32(2)), init("zero", np.float32(0)),
+                       init("rate", np.int64(16000))])
+
+
+def test_input_values_are_fed_as_given_everywhere_the_model_runs(tmp_path):
+    graph = graphsub.load(branch_by_rate())
+    graph.meta["input_values"] = given_values(graph, {"sr": "16000"})
+    specs = dict(graph_input_specs(graph))
+    assert isinstance(specs["sr"], GivenInput) and int(specs["sr"].value) == 16000
+    for seed in range(3):
+        assert int(random_feeds(list(specs.items()), seed)["sr"]) == 16000
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(branch_by_rate(), src)
+    r = runner.invoke(app, ["optimize", str(src), "-o", str(out), "--cost", "analytic",
+                            "--time-limit", "5", "--input-value", "sr=16000", "--json"])
+    assert r.exit_code == 0, r.output
+    assert out.exists()
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"rate": "1"}, "not an input of the model"),
+    ({"sr": "1,2"}, "expected 1 comma-separated number"),
+    ({"sr": "fast"}, "expected 1 comma-separated number"),
+])
+def test_bad_input_values_are_clear_errors(given, message):
+    graph = graphsub.load(branch_by_rate())
+    with pytest.raises(GraphsubError, match=message):
+        given_values(graph, given)
