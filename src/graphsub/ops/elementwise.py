@@ -262,7 +262,8 @@ def _torch_cast(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torc
 
 
 register(OpDef(
-    name="cast", inputs=(1, 1), attrs=(AttrSpec("to", "float32", _dtype_name),),
+    name="cast", inputs=(1, 1),
+    attrs=(AttrSpec("to", "float32", _dtype_name, tries=("float16", "float32", "float64")),),
     category=Category.ELEMENTWISE,
     infer=lambda attrs, ins: (TensorType(ins[0].shape, attrs["to"]),),
     evaluate=lambda attrs, xs: (xs[0].astype(attrs["to"]),),

@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from graphsub.errors import CycleError, GraphsubError, ShapeError
-from graphsub.ir.graph import Graph, Node, Value
+from graphsub.ir.graph import Graph, Node, Value, make_node
 from graphsub.ir.types import Constant, TensorType
 from graphsub.rules.ast import OpTerm, Ref, Rule, Term, Var
 from graphsub.rules.expr import Env, try_evaluate
@@ -95,11 +95,15 @@ def rejection_of(exc: GraphsubError) -> Rejection:
 class _TargetBuilder:
     """Instantiates target terms into a sink, sharing identical subterms (hash-consing)."""
 
-    def __init__(self, sink: TargetSink[H], env: Env[H]) -> None:
+    def __init__(self, sink: TargetSink[H], env: Env[H], rule: Rule | None = None) -> None:
         self.sink = sink
         self.env = env
         self.memo: dict[Any, tuple[H, ...]] = {}
         self.lets: dict[str, tuple[H, ...]] = {}
+        # A target with a cast could compute something in another precision than the source
+        # did: its operators may compute only in the float types the source's compute in.
+        self.precisions = _source_precisions(rule, env) if rule is not None and any(
+            _has_cast(t) for t in (*rule.targets, *(t for _, t in rule.lets))) else None
 
     def build(self, term: Term) -> H:
         if isinstance(term, Var):
@@ -129,7 +133,45 @@ class _TargetBuilder:
                 self.memo[key] = self.sink.add("weight", (), {"value": constant_from_attrs(attrs)})
             else:
                 self.memo[key] = self.sink.add(term.op, inputs, attrs)
+                if self.precisions is not None and term.op != "cast":
+                    for out in self.memo[key]:
+                        dtype = self.sink.type_of(out).dtype
+                        if dtype.startswith(("float", "bfloat")) and dtype not in self.precisions:
+                            raise _Rejected(PRECISION_CHANGED)
         return self.memo[key]
+
+
+#: Why a rewrite that would compute an operator in another float type is refused.
+PRECISION_CHANGED = "it would compute in another precision than the source"
+
+
+def _has_cast(term: Term) -> bool:
+    return isinstance(term, OpTerm) and (term.op == "cast" or any(_has_cast(a) for a in term.args))
+
+
+def _source_precisions(rule: Rule, env: Env[Any]) -> frozenset[str]:
+    """The float types the source's operators (casts aside) compute in for this match, from
+    the bound tensors' types and each operator's type inference."""
+    found: set[str] = set()
+
+    def types(term: Term) -> tuple[TensorType, ...]:
+        if isinstance(term, Var):
+            return (env.host.type_of(env.tensors[term.name]),)
+        if not isinstance(term, OpTerm):
+            raise _Rejected(PRECISION_CHANGED)
+        ins = tuple(types(a)[a.index if isinstance(a, OpTerm) else 0] for a in term.args)
+        attrs = target_attrs(term, env, [t.shape for t in ins])
+        try:
+            node = make_node(term.op, (), ins, attrs)
+        except GraphsubError:
+            raise _Rejected(PRECISION_CHANGED) from None
+        if term.op != "cast":
+            found.update(t.dtype for t in node.outputs)
+        return node.outputs
+
+    for source in rule.sources:
+        types(source)
+    return frozenset(found)
 
 
 def build_targets(sink: TargetSink[H], rule: Rule, env: Env[H]) -> tuple[H, ...] | Rejection:
@@ -137,8 +179,8 @@ def build_targets(sink: TargetSink[H], rule: Rule, env: Env[H]) -> tuple[H, ...]
     per source root; or why they cannot be built. The handles env binds are read as they are
     (an e-graph's must be canonical). What the sink holds after a rejection is
     whatever was built before it (a GraphEditor is dropped, an e-graph keeps unread nodes)."""
-    builder = _TargetBuilder(sink, env)
     try:
+        builder = _TargetBuilder(sink, env, rule)
         for name, term in rule.lets:
             builder.lets[name] = builder.build_outputs(term)
         return tuple(builder.build(t) for t in rule.targets)

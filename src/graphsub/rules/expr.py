@@ -266,7 +266,7 @@ _TENSOR_FNS: dict[str, Callable[..., Any]] = {
 FUNCTIONS = sorted(set(_ARITH) | set(_TENSOR_FNS) | {"and", "or", "not", "in", "identity-perm",
                                                      "compose", "len", "neg", "at", "permute",
                                                      "unit-reshape", "unit-perm", "range",
-                                                     "with-dim", "swap-last"})
+                                                     "with-dim", "swap-last", "exact-cast"})
 
 
 def evaluate(e: Expr, env: Env) -> Any:
@@ -328,7 +328,32 @@ def evaluate(e: Expr, env: Env) -> Any:
         return tuple(range(n - 2)) + (n - 1, n - 2) if n >= 2 else tuple(range(n))
     if fn == "with-dim":
         return _with_dim(tuple(args[0]), args[1], args[2])
+    if fn == "exact-cast":
+        return exact_cast(str(args[0]), str(args[1]))
     raise RuleError(f"unknown function {fn!r} in a rule; known: {', '.join(FUNCTIONS)}")
+
+
+#: For each type, the types that hold every one of its values exactly (a cast there and
+#: back returns the value, and casting on from there equals casting directly).
+_EXACT_CASTS = {
+    "bool": {"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+             "float16", "bfloat16", "float32", "float64"},
+    "int8": {"int16", "int32", "int64", "float16", "float32", "float64"},
+    "uint8": {"int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32",
+              "float64"},
+    "int16": {"int32", "int64", "float32", "float64"},
+    "uint16": {"int32", "uint32", "int64", "uint64", "float32", "float64"},
+    "int32": {"int64", "float64"},
+    "uint32": {"int64", "uint64", "float64"},
+    "float16": {"float32", "float64"},
+    "bfloat16": {"float32", "float64"},
+    "float32": {"float64"},
+}
+
+
+def exact_cast(source: str, target: str) -> bool:
+    """Whether every value of type `source` is exactly a value of type `target`."""
+    return source == target or target in _EXACT_CASTS.get(source, ())
 
 
 #: Shape conditions this process found undecided over size symbols (a search reports how
