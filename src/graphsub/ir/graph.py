@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from graphsub.errors import CycleError, GraphsubError, ShapeError
 from graphsub.ir.incremental import GraphDelta
 from graphsub.ir.types import Attrs, Constant, TensorType
-from graphsub.ops import get_op, is_deterministic
+from graphsub.ops import get_op, is_deterministic, is_foldable
 
 
 class Value(NamedTuple):
@@ -321,7 +321,7 @@ def _is_weight_only(node: Node, weight_only: set[int] | frozenset[int]) -> bool:
     """A weight, or a function of weights alone; not one whose shape depends on the sizes (a
     slice of a position table by `seq`), which is a computation at every size."""
     return node.op == "weight" or bool(
-        node.inputs and is_deterministic(node) and all(v.node in weight_only for v in node.inputs)
+        node.inputs and is_foldable(node) and all(v.node in weight_only for v in node.inputs)
         and all(t.is_static for t in node.outputs))
 
 

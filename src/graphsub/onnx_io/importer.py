@@ -36,6 +36,8 @@ _ALWAYS_FOLD = {"Constant", "ConstantOfShape", "Shape", "Size", "Range", "EyeLik
 _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                      "Bernoulli", "Multinomial"}
 DEFAULT_DOMAINS = ("", "ai.onnx")
+#: Ops never folded at import: a dequantized weight would be stored as floats (ops.is_foldable).
+_KEPT = {"DequantizeLinear"}
 
 
 def _read_model(source: Any) -> onnx.ModelProto:
@@ -358,7 +360,7 @@ def _fold(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, TensorTy
     if node.op_type == "Size" and node.input[0] in in_types and in_types[node.input[0]].is_static:
         ctx.constants[node.output[0]] = np.array(in_types[node.input[0]].numel, dtype=np.int64)
         return True
-    if node.op_type in _NONDETERMINISTIC or has_subgraphs(node):
+    if node.op_type in _NONDETERMINISTIC or node.op_type in _KEPT or has_subgraphs(node):
         return False
     if node.op_type == "ConstantOfShape" and node.input[0] in ctx.constants:
         fill = ctx.attr(node, "value", None)

@@ -13,5 +13,13 @@ def is_deterministic(node) -> bool:
     return True
 
 
+def is_foldable(node) -> bool:
+    """Whether a node over weights alone may be computed once into a weight: deterministic,
+    and not a dequantization, whose folding would store quantized weights as floats (four
+    times the file) and hide them from onnxruntime's fusions of quantized operators."""
+    return is_deterministic(node) and not (node.op == "opaque"
+                                           and opaque.is_dequantization(node.attrs))
+
+
 __all__ = ["AttrSpec", "OpDef", "all_ops", "aten_importers", "get_op", "importable_onnx_ops",
-           "importer_for", "is_deterministic", "register", "view_ops"]
+           "importer_for", "is_deterministic", "is_foldable", "register", "view_ops"]

@@ -66,6 +66,15 @@ def _infer(attrs: Attrs, ins: Types) -> Types:
     return tuple(attrs["output_types"])
 
 
+#: Ops that turn quantized weights into floats (kept as they are: see ops.is_foldable).
+DEQUANTIZATIONS = frozenset({"DequantizeLinear", "com.microsoft.DequantizeLinear",
+                             "com.microsoft.DequantizeBFP", "com.microsoft.DequantizeWithOrder"})
+
+
+def is_dequantization(attrs: Attrs) -> bool:
+    return attrs["op_type"] in DEQUANTIZATIONS
+
+
 def is_deterministic(attrs: Attrs) -> bool:
     node = node_proto(attrs["onnx_node"])
     return not node.op_type.startswith("Random") and node.op_type not in ("Bernoulli",)

@@ -248,11 +248,36 @@ def external_use(graph: Graph, match: Match[Value]) -> Rejection | None:
     return None
 
 
+#: Why a rewrite next to a quantization is refused.
+AT_QUANTIZATION = "it touches what a quantization reads or a dequantization gives"
+#: The ops that quantize a float value (their input) or dequantize one (their output).
+_QUANTIZE = frozenset({"QuantizeLinear", "DynamicQuantizeLinear", "com.microsoft.QuantizeLinear"})
+_DEQUANTIZE = frozenset({"DequantizeLinear", "com.microsoft.DequantizeLinear"})
+
+
+def at_quantization(graph: Graph, match: Match[Value]) -> Rejection | None:
+    """Why rewriting the match would touch a quantized region: a matched node that reads a
+    dequantized value, or whose value is quantized. Rounding to integers turns any change of
+    a float sum's order into a step of the quantized value, and onnxruntime fuses exactly
+    these DequantizeLinear -> op -> QuantizeLinear patterns into integer kernels, which a
+    rewrite there would break."""
+    users = graph.users()
+    for nid in match.nodes:
+        node = graph[nid]
+        if any(graph[v.node].op == "opaque" and graph[v.node].attrs["op_type"] in _DEQUANTIZE
+               for v in node.inputs):
+            return Rejection(AT_QUANTIZATION)
+        if any(graph[u].op == "opaque" and graph[u].attrs["op_type"] in _QUANTIZE
+               for u, _ in users.get(nid, ())):
+            return Rejection(AT_QUANTIZATION)
+    return None
+
+
 def build_in_graph(sink: TargetSink[Value], graph: Graph, match: Match[Value]
                    ) -> tuple[Value, ...] | Rejection:
     """The match's targets built into `sink` (an editor of `graph`, or the dry-run pricer's),
     or why the rewrite is not allowed."""
-    lost = external_use(graph, match)
+    lost = external_use(graph, match) or at_quantization(graph, match)
     if lost is not None:
         return lost
     return build_targets(sink, match.rule,
