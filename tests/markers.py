@@ -24,3 +24,9 @@ HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 requires_transformers = pytest.mark.skipif(
     not HAVE_TRANSFORMERS, reason="needs transformers, in graphsub's test extra: "
                                   "pip install -e '.[test]'")
+
+HAVE_ORT_EXTENSIONS = importlib.util.find_spec("onnxruntime_extensions") is not None
+#: Tests of custom-op libraries: they use onnxruntime-extensions' (in graphsub's test extra).
+requires_ort_extensions = pytest.mark.skipif(
+    not HAVE_ORT_EXTENSIONS, reason="needs onnxruntime-extensions, in graphsub's test extra: "
+                                    "pip install -e '.[test]'")

@@ -43,6 +43,14 @@ InputValueOpt = Annotated[
                       "a tensor (repeatable). Others get random data.",
                  rich_help_panel="Model"),
 ]
+CustomOpsOpt = Annotated[
+    Optional[list[Path]],
+    typer.Option("--custom-ops", metavar="LIB",
+                 help="An onnxruntime custom-op library (.so) that implements operators of "
+                      "other domains in the model, registered in every session graphsub runs "
+                      "(repeatable).",
+                 rich_help_panel="Model"),
+]
 ShapeProfileOpt = Annotated[
     Optional[list[str]],
     typer.Option("--shape-profile", metavar="SIZES", help="Sizes of the model's symbolic "
@@ -99,6 +107,12 @@ def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
                                 "(a tensor with a zero dimension holds nothing to optimize)")
         shapes[name] = shape
     return shapes
+
+
+def use_custom_ops(paths: Sequence[Path]) -> None:
+    from graphsub.runtime.ort import use_custom_ops as register
+
+    register(paths)
 
 
 def parse_input_values(items: list[str] | None) -> dict[str, str]:
@@ -286,7 +300,7 @@ def zoo_export(name: Annotated[str, typer.Argument(help="Zoo model, e.g. bert or
 @handle_errors
 def check(a: Annotated[str, typer.Argument(help="Reference model (ONNX file or zoo model).")],
           b: Annotated[str, typer.Argument(help="Model to check against it.")],
-          input_shape: InputShapeOpt = None,
+          input_shape: InputShapeOpt = None, custom_ops: CustomOpsOpt = None,
           rtol: Annotated[Optional[float], typer.Option(
               help="Relative tolerance (default 1e-3, as graphsub optimize verifies).")] = None,
           atol: Annotated[Optional[float], typer.Option(
@@ -303,6 +317,7 @@ def check(a: Annotated[str, typer.Argument(help="Reference model (ONNX file or z
     from graphsub.runtime.equivalence import SAME_FUNCTION, compare_models
 
     shapes = parse_input_shapes(input_shape)
+    use_custom_ops(custom_ops or [])
     ma, mb = LoadedModel(a, shapes), LoadedModel(b, shapes)
     if ma.input_specs() != mb.input_specs():
         raise GraphsubError(f"the models have different inputs: {ma.input_specs()} vs "
@@ -345,7 +360,8 @@ def check(a: Annotated[str, typer.Argument(help="Reference model (ONNX file or z
 @handle_errors
 def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo model).")],
           b: Annotated[Optional[str], typer.Argument(help="Second model, timed interleaved with A.")] = None,
-          input_shape: InputShapeOpt = None, threads: ThreadsOpt = None,
+          input_shape: InputShapeOpt = None, custom_ops: CustomOpsOpt = None,
+          threads: ThreadsOpt = None,
           target: TargetOpt = None, cuda_graphs: CudaGraphsOpt = None, tf32: Tf32Opt = False,
           seconds: Annotated[float, typer.Option(help="Minimum timing duration.")] = 3.0,
           as_json: JsonOpt = False) -> None:
@@ -356,6 +372,7 @@ def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo
     from graphsub.runtime.speedup import MIN_ROUNDS, decide, highest_load, read_load
 
     shapes = parse_input_shapes(input_shape)
+    use_custom_ops(custom_ops or [])
     models = [LoadedModel(a, shapes)] + ([LoadedModel(b, shapes)] if b else [])
     if b and models[0].input_specs() != models[1].input_specs():
         raise GraphsubError("the models have different inputs, so they cannot be timed on the "
@@ -514,6 +531,7 @@ def optimize(ctx: typer.Context,
              cost: Annotated[str, typer.Option(metavar="NAME", help="Cost model: measured (each operator timed on the target) or analytic (a roofline).", rich_help_panel="Cost")] = "measured",
              objective: Annotated[Optional[str], typer.Option(metavar="TERMS", help=OBJECTIVE_HELP, rich_help_panel="Cost")] = None,
              input_shape: InputShapeOpt = None, input_value: InputValueOpt = None,
+             custom_ops: CustomOpsOpt = None,
              shape_profile: ShapeProfileOpt = None, threads: ThreadsOpt = None,
              target: TargetOpt = None, cuda_graphs: CudaGraphsOpt = None, tf32: Tf32Opt = False,
              candidates: Annotated[int, typer.Option(metavar="N", help="Best candidates to time end to end.", rich_help_panel="Time")] = 3,
@@ -546,6 +564,7 @@ def optimize(ctx: typer.Context,
             raise GraphsubError("--report and --output name the same file; give two names")
     check_rule_files(rules)
     shapes = parse_input_shapes(input_shape)
+    use_custom_ops(custom_ops or [])
     loaded = LoadedModel(model, shapes, parse_input_values(input_value))
     original = model_bytes(loaded.onnx) if isinstance(loaded.onnx, str) else loaded.onnx
     with err.status("loading and checking rules..."):

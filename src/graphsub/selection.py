@@ -161,6 +161,20 @@ def verification_seconds(prepare_s: float, run_s: float) -> float:
     return 3 * prepare_s + 8 * run_s
 
 
+#: What onnxruntime says of an operator it has no kernel for.
+_NO_KERNEL = ("Could not find an implementation", "is not a registered function/op",
+              "No Op registered", "No opset import for domain")
+
+
+def _unknown_op_hint(exc: BaseException) -> str:
+    """What to do when the model has an operator onnxruntime cannot run."""
+    if not any(s in str(exc) for s in _NO_KERNEL):
+        return ""
+    return (". The model has an operator onnxruntime has no kernel for: give the library that "
+            "implements it with --custom-ops LIB.so (as SessionOptions."
+            "register_custom_ops_library), or a --target that runs it")
+
+
 def measure_and_choose(device: Target, graph: Graph, original: bytes,
                        candidates: Sequence[tuple[Candidate, bytes]],
                        feeds: Mapping[str, np.ndarray], clock: StageClock,
@@ -185,7 +199,7 @@ def measure_and_choose(device: Target, graph: Graph, original: bytes,
         raise
     except Exception as exc:  # noqa: BLE001 (a target's libraries raise their own types)
         raise GraphsubError(f"{device.name} cannot run the original model: "
-                            f"{_first_line(exc)}") from None
+                            f"{_first_line(exc)}{_unknown_op_hint(exc)}") from None
     selection = Selection("not-run", candidates=reports, original_run_s=original_s)
     clock.keep_back(verification_seconds(prepare_s, original_s))
     ready: list[tuple[int, Runnable, float]] = []

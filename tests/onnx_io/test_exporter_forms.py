@@ -19,6 +19,7 @@ from graphsub.onnx_io.sizes import symbolic_inference
 from graphsub.runtime import compare_models, graph_input_specs, random_feeds
 from graphsub.runtime.equivalence import SAME_FUNCTION
 from graphsub.runtime.inputs import GivenInput, given_values
+from tests.markers import requires_ort_extensions
 from tests.onnx_io.helpers import init, make_model, vi
 
 runner = CliRunner()
@@ -116,3 +117,67 @@ def test_bad_input_values_are_clear_errors(given, message):
     graph = graphsub.load(branch_by_rate())
     with pytest.raises(GraphsubError, match=message):
         given_values(graph, given)
+
+
+def custom_op_model(declared: bool) -> onnx.ModelProto:
+    """A matrix inverse from onnxruntime-extensions' domain between two matmuls, its output
+    type declared in value_info (or not)."""
+    eye = np.eye(4, dtype=np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]),
+             helper.make_node("MatMul", ["x", "w2"], ["a2"]),
+             helper.make_node("Inverse", ["a"], ["inv"], domain="ai.onnx.contrib"),
+             helper.make_node("Add", ["inv", "a2"], ["y"])]
+    graph = helper.make_graph(nodes, "custom", [vi("x", [4, 4])], [vi("y", [4, 4])],
+                              initializer=[init("w", eye * 2 + 0.1), init("w2", eye)],
+                              value_info=[vi("inv", [4, 4])] if declared else [])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("ai.onnx.contrib", 1)])
+    model.ir_version = 8
+    return model
+
+
+def test_an_unknown_op_is_typed_by_its_declared_shapes_and_kept_opaque():
+    graph = graphsub.load(custom_op_model(declared=True))
+    (opaque,) = [n for n in graph.nodes.values() if n.op == "opaque"]
+    assert opaque.attrs["op_type"] == "ai.onnx.contrib.Inverse"
+    assert str(opaque.outputs[0]) == "float32[4x4]"
+    exported = graphsub.to_onnx(graph)
+    assert {(o.domain, o.version) for o in exported.opset_import} >= {("ai.onnx.contrib", 1)}
+
+
+def test_an_unknown_op_without_declared_shapes_is_refused_by_name_with_what_to_do(tmp_path):
+    with pytest.raises(GraphsubError, match=r"ai\.onnx\.contrib\.Inverse.*value_info.*--custom-ops"):
+        graphsub.load(custom_op_model(declared=False))
+    src = tmp_path / "m.onnx"
+    onnx.save(custom_op_model(declared=True), src)
+    r = runner.invoke(app, ["optimize", str(src), "-o", str(tmp_path / "o.onnx"),
+                            "--time-limit", "5"])
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert "--custom-ops" in r.output and not (tmp_path / "o.onnx").exists()
+
+
+def test_a_custom_op_library_that_does_not_load_is_a_clear_error(tmp_path):
+    bogus = tmp_path / "lib.so"
+    bogus.write_bytes(b"not a library")
+    r = runner.invoke(app, ["optimize", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o.onnx"),
+                            "--custom-ops", str(bogus)])
+    assert r.exit_code != 0 and "cannot load it as a custom-op library" in r.output
+
+
+@requires_ort_extensions
+def test_a_model_with_custom_ops_is_optimized_with_their_library(tmp_path):
+    import onnxruntime_extensions
+
+    from graphsub.runtime.ort import forget_custom_ops
+
+    src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(custom_op_model(declared=True), src)
+    try:
+        r = runner.invoke(app, ["optimize", str(src), "-o", str(out), "--time-limit", "5",
+                                "--custom-ops", onnxruntime_extensions.get_library_path()])
+        assert r.exit_code == 0, r.output
+        written = graphsub.load(out.read_bytes())
+        assert compare_models(src.read_bytes(), out.read_bytes(), graph_input_specs(written),
+                              SAME_FUNCTION).equivalent
+    finally:
+        forget_custom_ops()

@@ -193,6 +193,8 @@ class ImportContext:
         self.symbol_ranges: dict[str, SymbolRange] = {}
         self.symbol_sources: dict[str, tuple[Value, int]] = {}
         self.inferred: dict[str, TensorType] = {}
+        #: the types the model itself declares for its values (value_info and outputs)
+        self.declared: dict[str, TensorType] = {}
         self.renamed: dict[str, Dim] = {}  # onnxruntime's fresh size names -> graphsub's
 
     def is_used(self, name: str) -> bool:
@@ -342,11 +344,32 @@ def _infer_output_types(node: onnx.NodeProto, ctx: ImportContext,
             try:
                 results = _run_single(node, ctx, in_types)
             except Exception as exc:
-                raise ModelLoadError(f"cannot determine the output shapes of {node.op_type} node "
-                                     f"{node.name!r}: {str(exc).splitlines()[0]}") from None
+                declared = _declared_types(node, ctx)
+                if declared is not None:
+                    return declared
+                raise ModelLoadError(_untyped_message(node, exc)) from None
             return [TensorType(tuple(r.shape), str(r.dtype)) for r in results]
         types.append(TensorType(tuple(tt[0]), tt[1]))  # type: ignore[arg-type]
     return types
+
+
+def _declared_types(node: onnx.NodeProto, ctx: ImportContext) -> list[TensorType] | None:
+    """The node's output types as the model declares them (value_info, graph outputs): what
+    an operator no inference knows and onnxruntime cannot run (a custom domain's) is typed
+    by; None unless every output is declared over sizes the model defines."""
+    types = [ctx.declared.get(o) for o in node.output if o]
+    if any(t is None or not symbols_in(t.shape) <= set(ctx.symbol_ranges) for t in types):
+        return None
+    return types  # type: ignore[return-value]
+
+
+def _untyped_message(node: onnx.NodeProto, exc: BaseException) -> str:
+    where = f"{node.domain}.{node.op_type}" if node.domain not in DEFAULT_DOMAINS else node.op_type
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return (f"cannot determine the output shapes of {where} node {node.name!r}: no shape "
+            f"inference knows it, the model declares no type for its outputs (value_info), "
+            f"and onnxruntime cannot run it ({reason}); declare its output types in the "
+            "model's value_info, or give its custom-op library with --custom-ops LIB.so")
 
 
 def _fold(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, TensorType]) -> bool:
@@ -573,6 +596,10 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
     opset = _default_opset(model)
     ctx = ImportContext(opset, _domain_opsets(model))
 
+    for vi in (*g.value_info, *g.output):
+        declared = sizes.declared_type(vi.type)
+        if declared is not None:
+            ctx.declared[vi.name] = declared
     for init in g.initializer:
         ctx.constants[init.name] = numpy_helper.to_array(init)
     for sparse in g.sparse_initializer:

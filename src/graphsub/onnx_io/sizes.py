@@ -182,6 +182,12 @@ def declared_dims(type_proto: onnx.TypeProto) -> tuple[int | str | None, ...] | 
                  for d in type_proto.tensor_type.shape.dim)
 
 
+def declared_type(type_proto: onnx.TypeProto) -> TensorType | None:
+    """A value's type as its model declares it, when every dimension is given (a number or a
+    named size); None otherwise."""
+    return _parse_type(type_proto)
+
+
 def _parse_type(type_proto: onnx.TypeProto) -> TensorType | None:
     if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.elem_type:
         return None

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from graphsub.errors import GraphsubError
 from graphsub.runtime.timing import Runnable, Timing, time_runnables, timed_calls
 
 
@@ -50,6 +51,36 @@ def make_model(graph: onnx.GraphProto, opsets: Sequence[tuple[str, int]]) -> onn
     return model
 
 
+#: onnxruntime custom-op libraries every session registers (`--custom-ops`).
+_custom_op_libraries: list[str] = []
+
+
+def use_custom_ops(paths: Sequence[str | os.PathLike[str]]) -> None:
+    """Register these custom-op libraries (as SessionOptions.register_custom_ops_library) in
+    every onnxruntime session graphsub makes from now on: a model with operators of another
+    domain is then timed and checked where it runs. A library that does not load is a clear
+    error, before any work."""
+    import onnxruntime as ort
+
+    for path in paths:
+        path = os.fspath(path)
+        if not os.path.isfile(path):
+            raise GraphsubError(f"--custom-ops {path}: no such file (give the path of an "
+                                "onnxruntime custom-op library, a .so, .dylib or .dll)")
+        try:
+            ort.SessionOptions().register_custom_ops_library(path)
+        except ORT_ERRORS as exc:
+            raise GraphsubError(f"--custom-ops {path}: onnxruntime cannot load it as a "
+                                f"custom-op library ({str(exc).splitlines()[0]})") from None
+        if path not in _custom_op_libraries:
+            _custom_op_libraries.append(path)
+
+
+def forget_custom_ops() -> None:
+    """Register no custom-op library in sessions made from now on."""
+    _custom_op_libraries.clear()
+
+
 def make_session(model: Any, threads: int | None = None, optimize: bool = True,
                  providers: Sequence[str] = (), quiet: bool = False):
     """An onnxruntime session with onnxruntime's default settings, as users run it.
@@ -66,6 +97,8 @@ def make_session(model: Any, threads: int | None = None, optimize: bool = True,
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 4 if quiet else 3
+    for library in _custom_op_libraries:
+        opts.register_custom_ops_library(library)
     return ort.InferenceSession(_as_bytes(model), sess_options=opts,
                                 providers=list(providers) or ["CPUExecutionProvider"])
 
