@@ -22,7 +22,8 @@ from onnx import helper, numpy_helper
 from graphsub.errors import GraphsubError, ModelLoadError
 from graphsub.ir.binding import defined_ranges
 from graphsub.ir.graph import Graph, Value, make_node
-from graphsub.ir.symbolic import Dim, SymbolRange, bind_all, renamed, symbols_in
+from graphsub.ir.symbolic import (Dim, SymbolRange, bind_all, floordiv, renamed, size_symbol,
+                                  symbols_in)
 from graphsub.ir.types import Constant, TensorType
 from graphsub.onnx_io import bodies, sizes
 from graphsub.onnx_io.exporter import MAX_OPSET, MIN_OPSET
@@ -454,20 +455,31 @@ def _import_opaque(node: onnx.NodeProto, ctx: ImportContext,
 def _symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
                     in_types: dict[str, TensorType]) -> list[TensorType]:
     """An opaque node's output types over symbolic sizes, from onnxruntime's inference of the
-    whole model, or else of the node alone."""
-    types = [ctx.inferred.get(o) for o in node.output if o]
-    if any(t is None for t in types):
+    whole model (where it relates every size to the model's own), or else of the node alone
+    (onnxruntime's, or a fit of its sizes from runs)."""
+    types = [renamed(ctx.inferred[o], ctx.renamed) if o in ctx.inferred else None
+             for o in node.output if o]
+    if any(t is None or not symbols_in(t.shape) <= set(ctx.symbol_ranges) for t in types):
+        # A size onnxruntime names afresh (`ConvInteger_254_o0__d3`) is one no input defines,
+        # and its rank may be guessed: the node is typed on its own instead.
+        types = [None]
         in_types = {**in_types, **{n: TensorType(ctx.folder.values[n].shape,
                                                  str(np.dtype(ctx.size_dtypes[n])))
                                    for n in node.input if n in ctx.folder.values}}
+        declared = _declared_types(node, ctx)
+        if declared is not None:
+            return declared
         alone = sizes.node_types(node, in_types, ctx.constants, sorted(ctx.domain_opsets.items()))
         if alone is not None:
             return alone
+        probed = _probed_types(node, ctx, in_types)
+        if probed is not None:
+            return probed
     if any(t is None for t in types):
         raise ModelLoadError(f"cannot determine the output shapes of {node.op_type} node "
                              f"{node.name!r} over the model's symbolic sizes; give concrete "
                              "sizes with --input-shape NAME=1x128 (or input_shapes={...})")
-    return [renamed(t, ctx.renamed) for t in types]  # type: ignore[arg-type]
+    return types  # type: ignore[return-value]
 
 
 #: Sizes an opaque node's symbolic output types are checked at (each symbol at each value,
@@ -476,38 +488,52 @@ def _symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
 _CHECK_SIZES = (5, 8)
 
 
+def _node_symbols(node: onnx.NodeProto, ctx: ImportContext, types: Sequence[TensorType]
+                  ) -> set[str]:
+    """The size symbols of these types and of the size values the node reads."""
+    read = {*node.input, *captured_names(node)}
+    return set(symbols_in(d for t in types for d in t.shape)) | set(
+        symbols_in(d for n, v in ctx.folder.values.items() if n in read for d in v.reshape(-1)))
+
+
+def _run_at(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, TensorType],
+            binding: Mapping[str, int]) -> list[np.ndarray] | None:
+    """The node's outputs on made-up inputs with every size at `binding`'s value; None where
+    the node does not run on them."""
+    read = {*node.input, *captured_names(node)}
+    bound = {n: t.bound(binding) for n, t in in_types.items()}
+    extra = {n: np.array(bind_all(tuple(v.reshape(-1)), binding), dtype=ctx.size_dtypes[n]
+                         ).reshape(v.shape) for n, v in ctx.folder.values.items() if n in read}
+    saved = {n: ctx.constants.get(n) for n in extra}
+    ctx.constants.update(extra)
+    try:
+        return _run_single(node, ctx, bound)
+    except ORT_ERRORS:
+        return None
+    finally:
+        for n, c in saved.items():
+            if c is None:
+                ctx.constants.pop(n, None)
+            else:
+                ctx.constants[n] = c
+
+
 def _check_symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
                           in_types: dict[str, TensorType], out_types: list[TensorType]) -> None:
     """Run the node at concrete sizes and refuse it, naming it, where its outputs' shapes
     differ from the symbolic types it was given. A node that does not run on made-up inputs
     (indices out of range, a data-dependent shape) is not checked."""
-    symbols = set(ctx.symbol_ranges)
-    read = {*node.input, *captured_names(node)}
-    names = set(symbols_in(d for t in [*in_types.values(), *out_types] for d in t.shape)) | set(
-        symbols_in(d for n, v in ctx.folder.values.items() if n in read for d in v.reshape(-1)))
-    if not names <= symbols:
+    names = _node_symbols(node, ctx, [*in_types.values(), *out_types])
+    if not names <= set(ctx.symbol_ranges):
         return
     for value in _CHECK_SIZES:
         binding = {n: ctx.symbol_ranges[n].clamp(value) for n in names}
         try:
-            bound = {n: t.bound(binding) for n, t in in_types.items()}
+            results = _run_at(node, ctx, in_types, binding)
         except ValueError:  # an input of negative size: the model is not defined there
             continue
-        extra = {n: np.array(bind_all(tuple(v.reshape(-1)), binding), dtype=ctx.size_dtypes[n]
-                             ).reshape(v.shape) for n, v in ctx.folder.values.items()
-                 if n in read}
-        saved = {n: ctx.constants.get(n) for n in extra}
-        ctx.constants.update(extra)
-        try:
-            results = _run_single(node, ctx, bound)
-        except ORT_ERRORS:
+        if results is None:
             return
-        finally:
-            for n, c in saved.items():
-                if c is None:
-                    ctx.constants.pop(n, None)
-                else:
-                    ctx.constants[n] = c
         for out, t, r in zip([o for o in node.output if o], out_types, results):
             try:
                 bound_shape = t.bound(binding).shape
@@ -520,6 +546,75 @@ def _check_symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
                     f"{', '.join(f'{k}={v}' for k, v in sorted(binding.items()))} it computes "
                     f"{'x'.join(map(str, r.shape))}); give concrete sizes with --input-shape "
                     "NAME=1x128 (or input_shapes={...})")
+
+
+#: The sizes an untyped node is run at to find its output sizes: each symbol at consecutive
+#: values from the base (enough to see a division by up to _PROBE_DIVISORS' largest), then at
+#: farther ones that confirm the fit.
+_PROBE_BASE = 6
+_PROBE_DIVISORS = (1, 2, 3, 4, 8, 16, 32)
+_PROBE_CONFIRM = (53, 77, 130)
+
+
+def _fit_dim(samples: Mapping[int, int]) -> tuple[int, int, int] | None:
+    """(p, c, q) with floor((p*s + c) / q) equal to every sampled size (s -> size): what a
+    chain of strided convolutions, poolings and linear size arithmetic computes."""
+    points = sorted(samples.items())
+    (s0, d0), (s1, d1) = points[0], points[-1]
+    for q in _PROBE_DIVISORS:
+        p = round((d1 - d0) * q / (s1 - s0))
+        for c in range(q * d0 - p * s0, q * d0 - p * s0 + q):
+            if all((p * s + c) // q == d for s, d in points):
+                return p, c, q
+    return None
+
+
+def _probed_types(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, TensorType]
+                  ) -> list[TensorType] | None:
+    """An opaque node's output types over symbolic sizes found by running it (an LSTM's
+    sequence and batch, a com.microsoft operator no inference knows, an integer convolution
+    of a quantized model): each output dimension is fitted as floor((p*size + c) / q) of the
+    one size it changes with, or as a constant, from runs at consecutive sizes, and the fit is
+    confirmed at far ones. None where the node does not run on made-up inputs or a dimension
+    is no such function (a data-dependent count, a product of sizes); the written model is
+    verified at many sizes anyway, where a wrong fit would be caught."""
+    names = sorted(_node_symbols(node, ctx, list(in_types.values())))
+    values = range(_PROBE_BASE, _PROBE_BASE + 2 * max(_PROBE_DIVISORS) + 1)
+    if not names or not set(names) <= set(ctx.symbol_ranges) or any(
+            ctx.symbol_ranges[n].clamp(v) != v for n in names
+            for v in (*values, *_PROBE_CONFIRM)):
+        return None  # the ranges do not hold the probe sizes: no fit to trust
+
+    def shapes_at(binding: Mapping[str, int]) -> list[tuple[int, ...]] | None:
+        try:
+            results = _run_at(node, ctx, in_types, binding)
+        except ValueError:  # a negative size: the model is not defined there
+            return None
+        return None if results is None else [r.shape for r in results]
+
+    base = {n: _PROBE_BASE for n in names}
+    first = shapes_at(base)
+    if first is None:
+        return None
+    dtypes = [str(r.dtype) for r in _run_at(node, ctx, in_types, base) or []]
+    dims: list[list[Dim]] = [list(shape) for shape in first]
+    for name in names:
+        runs = {v: shapes_at({**base, name: v}) for v in (*values, *_PROBE_CONFIRM)}
+        if any(r is None or [len(s) for s in r] != [len(s) for s in first] for r in runs.values()):
+            return None
+        for k, shape in enumerate(first):
+            for axis in range(len(shape)):
+                samples = {v: r[k][axis] for v, r in runs.items()}  # type: ignore[index]
+                if len(set(samples.values())) == 1:
+                    continue  # does not change with this size
+                if type(dims[k][axis]) is not int or dims[k][axis] != shape[axis]:
+                    return None  # changes with two sizes: no fit
+                fit = _fit_dim(samples)
+                if fit is None:
+                    return None
+                p, c, q = fit
+                dims[k][axis] = floordiv(p * size_symbol(name) + c, q)
+    return [TensorType(tuple(d), dtype) for d, dtype in zip(dims, dtypes)]
 
 
 def _reads(g: onnx.GraphProto) -> set[str]:
