@@ -55,6 +55,7 @@ from graphsub.backends import TargetUnavailableError, get_target
 from graphsub.fuzz.differential import (DEFAULT_STAGES, FAILURES, GC_OVERRUN, INHERITED,
                                         STATUSES, check_model, default_rules)
 from graphsub.fuzz.minimize import minimize, minimize_rules
+from graphsub.fuzz.classes import model_class
 from graphsub.fuzz.models import fuzz_sizes, generate
 from graphsub.rules import Rule
 
@@ -77,6 +78,8 @@ class Settings:
     resume: bool = False
     #: The share of models given a size symbol (graphsub.fuzz.models.symbolize).
     symbolic: float = 0.3
+    #: The share of models made into a class people deploy (graphsub.fuzz.classes).
+    classes: float = 0.3
 
     def identity(self) -> dict[str, Any]:
         """The settings a resumed campaign must share with the journal: what decides each
@@ -84,7 +87,8 @@ class Settings:
         return {"seed": self.seed, "time_limit": self.time_limit,
                 "pipeline_fraction": self.pipeline_fraction,
                 "algorithms": list(self.algorithms) if self.algorithms else None,
-                "stage_timeout": self.stage_timeout, "symbolic": self.symbolic}
+                "stage_timeout": self.stage_timeout, "symbolic": self.symbolic,
+                "classes": self.classes}
 
 
 def wants_pipeline(seed: int, fraction: float) -> bool:
@@ -129,7 +133,7 @@ def _warm_and_freeze() -> None:
 
 def check_seed(conn: Connection, settings: Settings, seed: int) -> dict[str, Any]:
     """Generate the seed's model and check it, reporting each stage as it starts and ends."""
-    model, stats = generate(seed, symbolic=settings.symbolic)
+    model, stats = generate(seed, symbolic=settings.symbolic, classes=settings.classes)
     pipeline = wants_pipeline(seed, settings.pipeline_fraction)
     stages = DEFAULT_STAGES + (("pipeline",) if pipeline else ())
 
@@ -141,7 +145,7 @@ def check_seed(conn: Connection, settings: Settings, seed: int) -> dict[str, Any
     return {"seed": seed, "opset": model.opset_import[0].version, "nodes": len(model.graph.node),
             "attempts": stats.attempts, "discards": stats.discards,
             "discard_reasons": dict(stats.reasons), "model": model.SerializeToString(),
-            "sizes": fuzz_sizes(model), **report.as_dict()}
+            "sizes": fuzz_sizes(model), "class": model_class(model), **report.as_dict()}
 
 
 def minimize_failure(conn: Connection, settings: Settings,
@@ -356,7 +360,8 @@ class Campaign:
         """A record for a model whose worker was replaced: the stages it finished, and the
         stage it was in as a timeout (or error, for a crash). The model is regenerated here
         (the generator is deterministic) so that it can be saved."""
-        model, stats = generate(seed, symbolic=self.settings.symbolic)
+        model, stats = generate(seed, symbolic=self.settings.symbolic,
+                                classes=self.settings.classes)
         outcomes = self.partial.get(seed, []) + [
             {"stage": problem.stage, "status": "timeout" if problem.what == "hang" else "error",
              "message": problem.describe(), "seconds": round(problem.seconds, 1),
@@ -623,8 +628,10 @@ def print_report(console: Console, campaign: Campaign, times: dict[str, float]) 
     for r in campaign.records.values():
         reasons.update(r["discard_reasons"])
     symbolic = sum(1 for r in campaign.records.values() if r.get("sizes"))
+    per_class = Counter(r.get("class") for r in campaign.records.values() if r.get("class"))
     console.print(f"models generated {len(campaign.records)} ({symbolic} with a size symbol, "
-                  f"checked at three sizes), discarded and regenerated "
+                  f"checked at three sizes; {dict(per_class)} of the classes people deploy), "
+                  f"discarded and regenerated "
                   f"{discards} ({dict(reasons)}); checking took {times.get('check', 0):.0f} s, "
                   f"minimizing {times.get('minimize', 0):.0f} s")
     classes = failure_classes(campaign.failures)
@@ -694,13 +701,16 @@ def parse_args(argv: list[str] | None = None) -> Settings:
                    help="failures of one kind to minimize")
     p.add_argument("--symbolic", type=float, default=0.3,
                    help="fraction of the models given a size symbol (checked at three sizes)")
+    p.add_argument("--classes", type=float, default=0.3,
+                   help="fraction of the models made into control flow, float16, mixed "
+                        "precision or QDQ (graphsub.fuzz.classes)")
     p.add_argument("--resume", action="store_true",
                    help="go on with the campaign in --out/journal.jsonl (same commit, settings)")
     a = p.parse_args(argv)
     algorithms = tuple(a.algorithms.split(",")) if a.algorithms else None
     return Settings(a.count, a.seed, a.jobs, a.time_limit, a.pipeline_fraction, algorithms,
                     a.stage_timeout, a.minimize_seconds, a.minimize_budget,
-                    a.minimize_per_class, a.out.resolve(), a.resume, a.symbolic)
+                    a.minimize_per_class, a.out.resolve(), a.resume, a.symbolic, a.classes)
 
 
 def _interrupt(signum: int, frame: Any) -> None:

@@ -16,11 +16,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import graphsub.ops  # noqa: F401  (registers the ops whose ONNX importers are listed below)
+from graphsub.fuzz.classes import CLASSES, model_class, with_class
 from graphsub.fuzz.differential import DEFAULT_STAGES, Reference, check_model
 from graphsub.fuzz.minimize import minimize, minimize_rules
-from graphsub.fuzz.models import (OPAQUE_OPS, OPSETS, fuzz_sizes, generate, other_sizes,
-                                  random_inputs, random_model, run_reference, validate)
+from graphsub.fuzz.models import (OPAQUE_OPS, OPSETS, InvalidModel, fuzz_sizes, generate,
+                                  other_sizes, random_inputs, random_model, run_reference,
+                                  validate)
 from graphsub.ops.base import importable_onnx_ops
+from graphsub.ops.control_flow import captured_names
 
 CHUNKS = 4
 MODELS_PER_CHUNK = 60
@@ -35,6 +38,8 @@ FAILING = ("wrong", "error", "refused")
 COVERAGE_SEEDS = 300
 #: The share of the campaign's models with a size symbol (checked at three sizes of it).
 SYMBOLIC = 0.3
+#: The share made into a class people deploy (control flow, float16, mixed precision, QDQ).
+CLASSES_SHARE = 0.2
 
 
 # ---- the campaign ---------------------------------------------------------------------------
@@ -49,7 +54,7 @@ def test_fuzz_campaign(chunk: int) -> None:
     found = []
     start = FIRST_SEED + chunk * MODELS_PER_CHUNK
     for seed in range(start, start + MODELS_PER_CHUNK):
-        model = random_model(seed, symbolic=SYMBOLIC)
+        model = random_model(seed, symbolic=SYMBOLIC, classes=CLASSES_SHARE)
         report = check_model(model, seed=seed, time_limit=TIME_LIMIT, stages=_stages(seed),
                              search_options=SEARCH_OPTIONS)
         assert report.outcomes, f"seed {seed}: nothing was checked ({report.notes})"
@@ -91,6 +96,30 @@ def test_symbolic_models_run_at_every_size_of_their_symbol() -> None:
         assert len({tuple(a.shape for a in f.values()) for f in reference.feeds}) == 3
     assert symbolic >= 6
     assert not fuzz_sizes(random_model(0))
+
+
+@pytest.mark.parametrize("name", CLASSES)
+def test_each_class_people_deploy_is_generated_valid(name: str) -> None:
+    """Control flow reading outer values, float16, mixed precision and QDQ models, made by
+    the tools that make them in the field, pass the checker and run (with_class validates)."""
+    made = 0
+    for seed in range(12):
+        try:
+            model = with_class(random_model(seed), name, np.random.default_rng(seed))
+        except InvalidModel:
+            continue
+        made += 1
+        assert model_class(model) == name
+        ops = {n.op_type for n in model.graph.node}
+        if name == "control-flow":
+            assert ops == {"If"} and captured_names(model.graph.node[0])
+        elif name == "qdq":
+            assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+        else:
+            assert any(t.data_type == TensorProto.FLOAT16 for t in model.graph.initializer) or \
+                any(a.i == TensorProto.FLOAT16 for n in model.graph.node for a in n.attribute
+                    if n.op_type == "Cast" and a.name == "to")
+    assert made >= 6, f"only {made} of 12 models could be made {name}"
 
 
 def test_generator_is_deterministic_per_seed() -> None:

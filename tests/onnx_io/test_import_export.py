@@ -7,7 +7,7 @@ import os
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 import graphsub
 from graphsub.errors import CycleError, ExportError, ModelLoadError

@@ -54,7 +54,7 @@ from graphsub.optimizer import optimize, optimize_model
 from graphsub.pipeline import FISSION, Settings, run_stages, start_run
 from graphsub.rules import Rule, builtin_rules, load_rules
 from graphsub.runtime.bindings import ProfileShape
-from graphsub.runtime.equivalence import SAME_FUNCTION, ModelFn, compare_outputs
+from graphsub.runtime.equivalence import SAME_FUNCTION, ModelFn, Tolerance, compare_outputs
 from graphsub.runtime.reference import evaluate
 import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import ALGORITHMS
@@ -149,6 +149,8 @@ class Reference:
     outputs: tuple[str, ...]
     feeds: tuple[dict[str, np.ndarray], ...]
     expected: tuple[Outputs, ...]
+    #: SAME_FUNCTION at the precision the model computes in (float16's when it does)
+    tolerance: Tolerance = SAME_FUNCTION
 
     @classmethod
     def of(cls, model: onnx.ModelProto, seed: int) -> Reference:
@@ -158,7 +160,7 @@ class Reference:
             random_inputs(model, seed, sizes) for sizes in other_sizes(model))
         expected = tuple(run_reference(model, f) for f in feeds)
         return cls(_inputs_of(model), tuple(o.name for o in model.graph.output), feeds,
-                   expected)
+                   expected, SAME_FUNCTION.for_precision(_float_types(model.graph)))
 
     def compare(self, run: ModelFn) -> tuple[str, str]:
         """(status, message): `wrong` with the first problem or the worst output, else `equal`."""
@@ -167,7 +169,7 @@ class Reference:
             problems = [f"output {name!r} has dtype {actual[name].dtype}, expected {e.dtype}"
                         for name, e in expected.items()
                         if name in actual and np.asarray(actual[name]).dtype != e.dtype]
-            diffs, shape_problems = compare_outputs(expected, actual, SAME_FUNCTION)
+            diffs, shape_problems = compare_outputs(expected, actual, self.tolerance)
             problems = shape_problems + problems
             if problems:
                 return "wrong", problems[0]
@@ -186,6 +188,21 @@ class Reference:
         if outputs != self.outputs:
             return "wrong", f"the outputs changed: {list(self.outputs)} -> {list(outputs)}"
         return self.compare(lambda feeds: run_reference(data, dict(feeds)))
+
+
+def _float_types(graph: onnx.GraphProto) -> set[str]:
+    """The element types a graph's weights, inputs, outputs and casts have, bodies included."""
+    codes = {t.data_type for t in graph.initializer}
+    codes |= {v.type.tensor_type.elem_type for v in (*graph.input, *graph.output)}
+    found = set()
+    for node in graph.node:
+        for attr in node.attribute:
+            if node.op_type == "Cast" and attr.name == "to":
+                codes.add(attr.i)
+            elif attr.type == onnx.AttributeProto.GRAPH:
+                found |= _float_types(attr.g)
+    return found | {onnx.helper.tensor_dtype_to_np_dtype(c).name if c != onnx.TensorProto.BFLOAT16
+                    else "bfloat16" for c in codes if c}
 
 
 def _inputs_of(model: onnx.ModelProto) -> tuple[tuple[str, tuple[int | str, ...]], ...]:

@@ -68,6 +68,9 @@ class GenOptions:
     max_attempts: int = 50
     #: The share of models given a size symbol (see `symbolize`).
     symbolic: float = 0.0
+    #: The share of models made into one of the classes people deploy (fuzz.classes: control
+    #: flow, float16, mixed precision, QDQ); such a model gets no size symbol.
+    classes: float = 0.0
 
 
 @dataclass
@@ -96,6 +99,10 @@ def generate(seed: int, **options: object) -> tuple[onnx.ModelProto, GenStats]:
         try:
             model = _Builder(rng, opts).build(seed)
             validate(model, seed)
+            if opts.classes and rng.random() < opts.classes:
+                from graphsub.fuzz.classes import CLASSES, with_class
+
+                return with_class(model, CLASSES[int(rng.integers(len(CLASSES)))], rng), stats
             if opts.symbolic and rng.random() < opts.symbolic:
                 try:
                     model = symbolize(model, seed)
@@ -111,8 +118,8 @@ def generate(seed: int, **options: object) -> tuple[onnx.ModelProto, GenStats]:
 
 def random_inputs(model: onnx.ModelProto, seed: int,
                   sizes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
-    """Standard-normal float32 inputs for the model's graph inputs (those that are not
-    initializers), reproducible from the seed; a size symbol takes its value in `sizes`
+    """Standard-normal inputs of each input's float type (random booleans for a condition)
+    for the model's graph inputs (those that are not initializers), reproducible from the seed; a size symbol takes its value in `sizes`
     (default: the size the model was built with, `fuzz_sizes`)."""
     rng = np.random.default_rng(seed)
     sizes = fuzz_sizes(model) if sizes is None else sizes
@@ -123,7 +130,11 @@ def random_inputs(model: onnx.ModelProto, seed: int,
             continue
         shape = [sizes[d.dim_param] if d.dim_param else d.dim_value
                  for d in inp.type.tensor_type.shape.dim]
-        feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
+        dtype = helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type)
+        if dtype == np.bool_:  # a condition (fuzz.classes' control flow): either branch
+            feeds[inp.name] = np.asarray(rng.random(shape) < 0.5)
+        else:
+            feeds[inp.name] = rng.standard_normal(shape).astype(dtype)
     return feeds
 
 

