@@ -31,7 +31,7 @@ from graphsub.onnx_io.bodies import (Placeholders, bodies, body_reads, formal_ty
 from graphsub.ops.control_flow import captured_names, subgraphs
 from graphsub.ops.opaque import node_proto
 from graphsub.runtime.bindings import check_bindings
-from graphsub.runtime.equivalence import SAME_FUNCTION, compare_runners
+from graphsub.runtime.equivalence import SAME_FUNCTION, compare_runners, value_dtypes
 from graphsub.runtime.inputs import graph_input_specs
 from graphsub.runtime.ort import ORT_ERRORS, make_session, quiet_run
 
@@ -241,5 +241,6 @@ class BodySearcher:
         def runner(session: Any) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
             return lambda feeds: dict(zip(names, session.run(names, dict(feeds), quiet_run())))
 
+        tolerance = SAME_FUNCTION.for_precision(value_dtypes(graph))
         return all(compare_runners(runner(a), runner(b), graph_input_specs(graph, binding),
-                                   SAME_FUNCTION, trials=2).equivalent for binding in bindings)
+                                   tolerance, trials=2).equivalent for binding in bindings)

@@ -54,11 +54,21 @@ def measure(run: Run, clock: StageClock) -> None:
     first = clock if len(shapes) < 2 else StageClock(
         clock.name, clock.start, time.perf_counter() + MAIN_SHAPE_SHARE * clock.remaining())
     candidates = [(_bound(c, main), data) for c, data in run.exported]
-    run.selection = measure_and_choose(run.target, bind_graph(run.graph, main),
-                                       run.original_bytes, candidates,
-                                       random_feeds(graph_input_specs(run.graph, main)), first,
-                                       run.settings.measure_seconds, say=run.say,
-                                       tolerance=model_tolerance(run.graph))
+    try:
+        run.selection = measure_and_choose(run.target, bind_graph(run.graph, main),
+                                           run.original_bytes, candidates,
+                                           random_feeds(graph_input_specs(run.graph, main)),
+                                           first, run.settings.measure_seconds, say=run.say,
+                                           tolerance=model_tolerance(run.graph))
+    except GraphsubError as exc:
+        if not main:
+            raise
+        # A model with open sizes may run at some sizes only (a text recognizer at a height
+        # of 48): say which sizes graphsub chose, and how to give the right ones.
+        raise GraphsubError(f"{exc}. The model was run with its sizes at "
+                            f"{', '.join(f'{k}={v}' for k, v in sorted(main.items()))}; give "
+                            "the sizes it runs at with --input-shape NAME=1x3x48x320 or "
+                            "--shape-profile") from None
     if shapes:
         run.selection.timings["profile"] = [{"shape": str(shapes[0]), "role": "chosen here"}]
         if run.selection.chosen is not None:
