@@ -9,6 +9,7 @@ fuzzer sees their forms rather than graphsub's idea of them.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 
@@ -158,13 +159,18 @@ def _qdq(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelProto:
         def get_next(self):
             return self.feeds.pop() if self.feeds else None
 
+    root = logging.getLogger()
+    level = root.level
     with tempfile.TemporaryDirectory() as folder:
         src, out = os.path.join(folder, "f.onnx"), os.path.join(folder, "q.onnx")
         onnx.save(model, src)
+        root.setLevel(logging.ERROR)  # the quantizer's advice on pre-processing, per model
         try:
             quantize_static(src, out, Reader(), quant_format=QuantFormat.QDQ)
         except Exception as exc:  # noqa: BLE001 (the quantizer raises many kinds)
             raise InvalidModel(f"qdq: {str(exc).splitlines()[0][:200]}") from None
+        finally:
+            root.setLevel(level)
         made = onnx.load(out)
     if not any(n.op_type == "QuantizeLinear" for n in made.graph.node):
         raise InvalidModel("qdq: nothing to quantize")

@@ -99,10 +99,14 @@ def generate(seed: int, **options: object) -> tuple[onnx.ModelProto, GenStats]:
         try:
             model = _Builder(rng, opts).build(seed)
             validate(model, seed)
-            if opts.classes and rng.random() < opts.classes:
+            # the class from a stream of its own: draws after the builder's are not uniform
+            # (a bounded draw can reuse what is left of the builder's last word)
+            pick = np.random.default_rng([seed, attempt, 1])
+            if opts.classes and pick.random() < opts.classes:
                 from graphsub.fuzz.classes import CLASSES, with_class
 
-                return with_class(model, CLASSES[int(rng.integers(len(CLASSES)))], rng), stats
+                name = CLASSES[int(pick.integers(len(CLASSES)))]
+                return with_class(model, name, pick), stats
             if opts.symbolic and rng.random() < opts.symbolic:
                 try:
                     model = symbolize(model, seed)
