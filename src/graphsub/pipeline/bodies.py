@@ -3,8 +3,9 @@
 The graph around a control-flow node is searched like any other, with the node opaque. Its
 bodies are searched first, each alone: a body becomes a standalone model whose inputs are its
 formal inputs (typed from the node's inputs: a Loop's carried values, a Scan's states and one
-slice of each scanned input) and the outer values it captures; the outer weights that only
-this node reads go inside it as initializers, so that weight rules see them. The best graph
+slice of each scanned input) and the outer values it captures; outer weights it reads are its
+initializers (small ones copied, large ones moved in when no one else reads them), so that
+shape computations fold and weight rules see them. The best graph
 the search finds for a body replaces it only if it is predicted cheaper and computes what the
 body computed, checked in onnxruntime on the two standalone models; then the whole model is
 measured and verified against the original like any candidate. Bodies inside bodies are
@@ -37,7 +38,7 @@ from graphsub.runtime.ort import ORT_ERRORS, make_session, quiet_run
 
 #: Bodies smaller than this are not searched (nothing to rewrite in one or two operators).
 MIN_BODY_NODES = 3
-#: The largest outer weight copied into each of several bodies that read it.
+#: The largest outer weight copied into every body that reads it.
 MAX_COPIED_ELEMENTS = 4096
 #: A body's rewrite is kept when predicted at least this much cheaper.
 MIN_GAIN = 0.01
@@ -158,14 +159,15 @@ class BodySearcher:
         types = {name: graph.type_of(v) for name, v in values.items()}
         slot_types = {proto.input[s]: graph.type_of(v) for s, v in zip(slots, node.inputs)}
         found = bodies(proto)
-        # Outer weights that only this node reads are constants of its bodies (shape
-        # computations fold over them, weight rules see them) and move inside them; one that
-        # several bodies read is copied into each only when small.
+        # Outer weights become constants of the bodies (shape computations fold over them,
+        # indices stay in range, weight rules see them): a small one is copied into each body
+        # that reads it, a large one moves inside when one body of this node alone reads it
+        # (a large one read elsewhere too stays an outer value, not copied).
         readers = {name: sum(name in body_reads(b) for _, b in found) for name in values}
         inside = {name: numpy_helper.from_array(graph[v.node].attrs["value"].array, name)
                   for name, v in values.items() if graph[v.node].op == "weight"
-                  and (readers[name] == 1 or graph.type_of(v).numel <= MAX_COPIED_ELEMENTS)
-                  and len({r for r, _ in users.get(v.node, ())}) == 1}
+                  and (graph.type_of(v).numel <= MAX_COPIED_ELEMENTS or (
+                      readers[name] == 1 and len({r for r, _ in users.get(v.node, ())}) == 1))}
         changed = False
         for attr, body in found:
             where = f"{proto.op_type} node {proto.name or node.name!r} {attr}"
