@@ -132,9 +132,16 @@ def _body_output_types(node: onnx.NodeProto, attr: str, body: onnx.GraphProto,
     model = standalone_model(body, formal, in_types, inside, opsets, sizes)
     try:
         graph = load(model)
-    except GraphsubError:
+    except GraphsubError as exc:
+        if RANKS_DIFFER in str(exc):  # a definite refusal inside: say it, not a vaguer one
+            raise ModelLoadError(f"{exc} (inside {node.op_type} node {node.name!r} {attr})"
+                                 ) from None
         return None
     return [sizes.restore(graph.type_of(v)) for v in graph.outputs]
+
+
+#: What the refusal of an If whose branches differ says (kept when it is nested).
+RANKS_DIFFER = "compute values of different types"
 
 
 def _same(a: Sequence[TensorType], b: Sequence[TensorType]) -> bool:
@@ -164,7 +171,7 @@ def output_types(node: onnx.NodeProto, in_types: Mapping[str, TensorType],
         for other in typed[1:]:
             if not _same(typed[0], other):
                 raise ModelLoadError(
-                    f"the branches of If node {node.name!r} compute values of different types "
+                    f"the branches of If node {node.name!r} {RANKS_DIFFER} "
                     f"({', '.join(map(str, typed[0]))} against {', '.join(map(str, other))}), "
                     "which its condition picks as the model runs (a squeeze when a size is 1, "
                     "say); give concrete sizes with --input-shape NAME=1x128 so that the "
