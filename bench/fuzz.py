@@ -52,11 +52,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from graphsub.backends import TargetUnavailableError, get_target
+from graphsub.fuzz.classes import generate, model_class
 from graphsub.fuzz.differential import (DEFAULT_STAGES, FAILURES, GC_OVERRUN, INHERITED,
                                         STATUSES, check_model, default_rules)
 from graphsub.fuzz.minimize import minimize, minimize_rules
-from graphsub.fuzz.classes import model_class
-from graphsub.fuzz.models import fuzz_sizes, generate
+from graphsub.fuzz.models import fuzz_sizes
 from graphsub.rules import Rule
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "fuzz-failures"

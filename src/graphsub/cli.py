@@ -38,17 +38,13 @@ InputShapeOpt = Annotated[
 InputValueOpt = Annotated[
     Optional[list[str]],
     typer.Option("--input-value", metavar="NAME=VALUE",
-                 help="Feed an input this value wherever the model is run (timing, checks), "
-                      "e.g. sr=16000 for an input that picks a branch; comma-separated for "
-                      "a tensor (repeatable). Others get random data.",
+                 help="Feed an input this value: sr=16000.",
                  rich_help_panel="Model"),
 ]
 CustomOpsOpt = Annotated[
     Optional[list[Path]],
     typer.Option("--custom-ops", metavar="LIB",
-                 help="An onnxruntime custom-op library (.so) that implements operators of "
-                      "other domains in the model, registered in every session graphsub runs "
-                      "(repeatable).",
+                 help="onnxruntime custom-op library (.so).",
                  rich_help_panel="Model"),
 ]
 ShapeProfileOpt = Annotated[

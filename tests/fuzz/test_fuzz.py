@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphsub.ops  # noqa: F401  (registers the ops whose ONNX importers are listed below)
 from graphsub.fuzz.classes import CLASSES, model_class, with_class
+from graphsub.fuzz.classes import random_model as random_model_in_class
 from graphsub.fuzz.differential import DEFAULT_STAGES, Reference, check_model
 from graphsub.fuzz.minimize import minimize, minimize_rules
 from graphsub.fuzz.models import (OPAQUE_OPS, OPSETS, InvalidModel, fuzz_sizes, generate,
@@ -54,7 +55,7 @@ def test_fuzz_campaign(chunk: int) -> None:
     found = []
     start = FIRST_SEED + chunk * MODELS_PER_CHUNK
     for seed in range(start, start + MODELS_PER_CHUNK):
-        model = random_model(seed, symbolic=SYMBOLIC, classes=CLASSES_SHARE)
+        model = random_model_in_class(seed, CLASSES_SHARE, symbolic=SYMBOLIC)
         report = check_model(model, seed=seed, time_limit=TIME_LIMIT, stages=_stages(seed),
                              search_options=SEARCH_OPTIONS)
         assert report.outcomes, f"seed {seed}: nothing was checked ({report.notes})"

@@ -5,6 +5,7 @@ float16 converter, the code of onnxconverter-common, and its static quantizer), 
 fuzzer sees their forms rather than graphsub's idea of them.
 
     model = with_class(random_model(7), "control-flow", np.random.default_rng(7))
+    model, stats = generate(7, classes=0.3, symbolic=0.3)   # a share of the seeds in a class
 """
 
 from __future__ import annotations
@@ -17,11 +18,38 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from graphsub.fuzz.models import InvalidModel, random_inputs, validate
+from graphsub.fuzz.models import GenStats, InvalidModel, fuzz_sizes, generate as generate_plain
+from graphsub.fuzz.models import random_inputs, validate
 
 CLASSES: tuple[str, ...] = ("control-flow", "float16", "mixed-precision", "qdq")
 #: Where a model records its class (a metadata property), for the campaign's tables.
 CLASS_KEY = "fuzz_class"
+
+
+def generate(seed: int, classes: float = 0.0, **options: object
+             ) -> tuple[onnx.ModelProto, GenStats]:
+    """fuzz.models.generate's model, made into one of CLASSES for a share `classes` of the
+    seeds (a model with a size symbol stays as it is). The class is drawn from a stream of its
+    own; a model the class cannot be made from is counted as a discard and the next attempt
+    tries again, until the plain model is kept."""
+    model, stats = generate_plain(seed, **options)
+    pick = np.random.default_rng([seed, 1])
+    if not classes or pick.random() >= classes or fuzz_sizes(model):
+        return model, stats
+    name = CLASSES[int(pick.integers(len(CLASSES)))]
+    for attempt in range(4):
+        base = model if attempt == 0 else generate_plain(seed + 7919 * attempt, **options)[0]
+        try:
+            return with_class(base, name, pick), stats
+        except InvalidModel as exc:
+            stats.discards += 1
+            stats.reasons[str(exc).split(":")[0]] += 1
+    return model, stats
+
+
+def random_model(seed: int, classes: float = 0.0, **options: object) -> onnx.ModelProto:
+    """`generate`'s model alone."""
+    return generate(seed, classes, **options)[0]
 
 
 def model_class(model: onnx.ModelProto) -> str:

@@ -68,9 +68,6 @@ class GenOptions:
     max_attempts: int = 50
     #: The share of models given a size symbol (see `symbolize`).
     symbolic: float = 0.0
-    #: The share of models made into one of the classes people deploy (fuzz.classes: control
-    #: flow, float16, mixed precision, QDQ); such a model gets no size symbol.
-    classes: float = 0.0
 
 
 @dataclass
@@ -99,14 +96,6 @@ def generate(seed: int, **options: object) -> tuple[onnx.ModelProto, GenStats]:
         try:
             model = _Builder(rng, opts).build(seed)
             validate(model, seed)
-            # the class from a stream of its own: draws after the builder's are not uniform
-            # (a bounded draw can reuse what is left of the builder's last word)
-            pick = np.random.default_rng([seed, attempt, 1])
-            if opts.classes and pick.random() < opts.classes:
-                from graphsub.fuzz.classes import CLASSES, with_class
-
-                name = CLASSES[int(pick.integers(len(CLASSES)))]
-                return with_class(model, name, pick), stats
             if opts.symbolic and rng.random() < opts.symbolic:
                 try:
                     model = symbolize(model, seed)

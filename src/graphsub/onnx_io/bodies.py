@@ -10,7 +10,7 @@ asserts on bodies whose outputs declare no shape).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -118,11 +118,14 @@ def standalone_model(body: onnx.GraphProto, formal: Sequence[TensorType],
     return model
 
 
+#: Imports a model (onnx_io.importer.load, which calls this module: it passes itself).
+Loader = Callable[[onnx.ModelProto], Any]
+
+
 def _body_output_types(node: onnx.NodeProto, attr: str, body: onnx.GraphProto,
                        in_types: Mapping[str, TensorType], constants: Mapping[str, np.ndarray],
-                       opsets: Sequence[tuple[str, int]]) -> list[TensorType] | None:
-    from graphsub.onnx_io.importer import load
-
+                       opsets: Sequence[tuple[str, int]], load: Loader
+                       ) -> list[TensorType] | None:
     formal = formal_types(node, attr, in_types)
     if formal is None or len(formal) != len(body.input):
         return None
@@ -154,13 +157,13 @@ def _stacked(t: TensorType, axis: int, length: Dim) -> TensorType:
 
 
 def output_types(node: onnx.NodeProto, in_types: Mapping[str, TensorType],
-                 constants: Mapping[str, np.ndarray], opsets: Sequence[tuple[str, int]]
-                 ) -> list[TensorType] | None:
+                 constants: Mapping[str, np.ndarray], opsets: Sequence[tuple[str, int]],
+                 load: Loader) -> list[TensorType] | None:
     """The output types of an If, Loop or Scan node over the model's sizes, from its bodies
     imported by graphsub; None where they cannot be told before it runs (branches of other
     shapes, carried values that change shape, a trip count that is data)."""
     found = bodies(node)
-    per_body = [_body_output_types(node, attr, body, in_types, constants, opsets)
+    per_body = [_body_output_types(node, attr, body, in_types, constants, opsets, load)
                 for attr, body in found]
     if node.op_type == "If":
         # A branch that cannot run at these shapes (a model's 8 kHz branch given 16 kHz

@@ -431,7 +431,7 @@ def _import_opaque(node: onnx.NodeProto, ctx: ImportContext,
                    in_types: dict[str, TensorType]) -> list[Value]:
     captures = captured_names(node)
     flow_types = bodies.output_types(node, in_types, ctx.constants,
-                                     sorted(ctx.domain_opsets.items())) if captures or \
+                                     sorted(ctx.domain_opsets.items()), load) if captures or \
         has_subgraphs(node) else None
     if flow_types is not None:
         out_types = flow_types
@@ -452,6 +452,13 @@ def _import_opaque(node: onnx.NodeProto, ctx: ImportContext,
                    op_type=node.op_type if not domain else f"{domain}.{node.op_type}")
 
 
+def _trusted(types: Sequence[TensorType | None], ctx: ImportContext) -> bool:
+    """Whether inferred types can stand: every size over the model's own symbols, and an
+    integer for every value of them (onnxruntime types an uneven Split's halves `s/2`)."""
+    return all(t is not None and symbols_in(t.shape) <= set(ctx.symbol_ranges)
+               and all(type(d) is int or d.is_integer for d in t.shape) for t in types)
+
+
 def _symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
                     in_types: dict[str, TensorType]) -> list[TensorType]:
     """An opaque node's output types over symbolic sizes, from onnxruntime's inference of the
@@ -459,7 +466,7 @@ def _symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
     (onnxruntime's, or a fit of its sizes from runs)."""
     types = [renamed(ctx.inferred[o], ctx.renamed) if o in ctx.inferred else None
              for o in node.output if o]
-    if any(t is None or not symbols_in(t.shape) <= set(ctx.symbol_ranges) for t in types):
+    if not _trusted(types, ctx):
         # A size onnxruntime names afresh (`ConvInteger_254_o0__d3`) is one no input defines,
         # and its rank may be guessed: the node is typed on its own instead.
         types = [None]
@@ -470,7 +477,7 @@ def _symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
         if declared is not None:
             return declared
         alone = sizes.node_types(node, in_types, ctx.constants, sorted(ctx.domain_opsets.items()))
-        if alone is not None:
+        if alone is not None and _trusted(alone, ctx):
             return alone
         probed = _probed_types(node, ctx, in_types)
         if probed is not None:
@@ -526,6 +533,7 @@ def _check_symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
     names = _node_symbols(node, ctx, [*in_types.values(), *out_types])
     if not names <= set(ctx.symbol_ranges):
         return
+    _defined_from(names, out_types, ctx)
     for value in _CHECK_SIZES:
         binding = {n: ctx.symbol_ranges[n].clamp(value) for n in names}
         try:
@@ -546,6 +554,29 @@ def _check_symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
                     f"{', '.join(f'{k}={v}' for k, v in sorted(binding.items()))} it computes "
                     f"{'x'.join(map(str, r.shape))}); give concrete sizes with --input-shape "
                     "NAME=1x128 (or input_shapes={...})")
+
+
+#: The largest size a symbol's range is raised to where an inferred size would be empty.
+_MAX_LOW = 64
+
+
+def _defined_from(names: set[str], out_types: Sequence[TensorType], ctx: ImportContext) -> None:
+    """Raise the range of a single size symbol to where every inferred output size is at
+    least 1: a slice `x[7:]` of a dimension `s` is `s - 7` from s = 8 on, and empty (not
+    negative) below, which no expression of graphsub's describes; the model is then taken
+    as defined from 8 on (checked and verified there), as graphsub does for its own slices."""
+    if len(names) != 1:
+        return
+    (name,) = names
+    low = ctx.symbol_ranges[name].low
+    for value in range(low, _MAX_LOW + 1):
+        try:
+            if all(d >= 1 for t in out_types for d in t.bound({name: value}).shape):
+                if value > low:
+                    ctx.at_least(name, value)
+                return
+        except (ValueError, KeyError, TypeError):
+            continue
 
 
 #: The sizes an untyped node is run at to find its output sizes: each symbol at consecutive

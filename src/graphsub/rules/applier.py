@@ -213,6 +213,8 @@ def constant_from_attrs(attrs: dict[str, Any]) -> np.ndarray:
 
 
 def constant_array(shape: tuple[int, ...], value: float, pattern: str, dtype: str) -> np.ndarray:
+    if not all(type(d) is int for d in shape):
+        raise _Rejected("a constant over symbolic sizes")  # a weight has numbers for sizes
     if pattern == "full":
         return np.full(shape, value, dtype=dtype)
     arr = np.zeros(shape, dtype=dtype)

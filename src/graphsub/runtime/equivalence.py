@@ -56,7 +56,7 @@ class Tolerance:
     def as_dict(self) -> dict[str, float]:
         return {"rtol": self.rtol, "atol": self.atol, "atol_scale": self.atol_scale}
 
-    def for_precision(self, dtypes: Iterable[str]) -> Tolerance:
+    def for_precision(self, dtypes: Iterable[str], epsilons: int | None = None) -> Tolerance:
         """This tolerance for a model that computes in `dtypes`: where one is a half
         precision, a rewrite that sums in another order (a merged matmul, a transposed
         product) moves an output by a few of that type's epsilons of its scale, which
@@ -64,7 +64,7 @@ class Tolerance:
         eps = max((HALF_PRECISION_EPS.get(d, 0.0) for d in dtypes), default=0.0)
         if not eps:
             return self
-        scaled = ROUNDING_EPSILONS * eps
+        scaled = (ROUNDING_EPSILONS if epsilons is None else epsilons) * eps
         return Tolerance(max(self.rtol, scaled), self.atol, max(self.atol_scale, scaled))
 
 
