@@ -181,3 +181,33 @@ def test_a_model_with_custom_ops_is_optimized_with_their_library(tmp_path):
                               SAME_FUNCTION).equivalent
     finally:
         forget_custom_ops()
+
+
+def test_an_uneven_split_over_a_size_is_typed_for_odd_sizes_too():
+    """onnxruntime types the halves of Split(num_outputs=2) over `s` as `s/2`, which is no
+    size when s is odd; graphsub types them by running the node instead (found by the
+    fuzzer)."""
+    nodes = [helper.make_node("Split", ["x"], ["a", "b"], axis=0, num_outputs=2),
+             helper.make_node("Relu", ["a"], ["y"]), helper.make_node("Relu", ["b"], ["z"])]
+    model = make_model(nodes, [vi("x", ["s", 3])], [vi("y", [None, 3]), vi("z", [None, 3])],
+                       opset=18)
+    graph = graphsub.load(model)
+    for s in (6, 7):
+        shapes = [graph.type_of(v).bound({"s": s}).shape for v in graph.outputs]
+        assert shapes == [((s + 1) // 2, 3), (s // 2, 3)]
+        assert compare_models(model.SerializeToString(), graphsub.to_onnx(graph),
+                              graph_input_specs(graph, {"s": s}), SAME_FUNCTION).equivalent
+
+
+def test_a_slice_that_would_be_empty_below_a_size_raises_the_sizes_range():
+    """x[7:] of a dimension `s` is `s - 7` from s = 8 on and empty below: the model is taken
+    as defined from 8 on rather than refused (found by the fuzzer)."""
+    nodes = [helper.make_node("Slice", ["x", "start", "end", "axis"], ["t"]),
+             helper.make_node("Tile", ["t", "reps"], ["y"])]
+    model = make_model(nodes, [vi("x", ["s", 2])], [vi("y", [None, 2])],
+                       [init("start", np.array([7])), init("end", np.array([2**62])),
+                        init("axis", np.array([0])), init("reps", np.array([1, 1]))])
+    graph = graphsub.load(model)
+    assert graph.meta["symbols"]["s"].low == 8
+    assert compare_models(model.SerializeToString(), graphsub.to_onnx(graph),
+                          graph_input_specs(graph, {"s": 11}), SAME_FUNCTION).equivalent
