@@ -22,8 +22,7 @@ from graphsub.errors import ExportError
 from graphsub.ir.graph import Graph, Value
 from graphsub.ir.symbolic import Dim, dim_text, is_static
 from graphsub.ops import get_op
-from graphsub.ops.control_flow import defined_names
-from graphsub.ops.opaque import node_proto
+from graphsub.ops.opaque import body_names
 from graphsub.runtime.ort import make_model
 from graphsub.runtime.reference import materialized_weights
 
@@ -257,7 +256,7 @@ def to_onnx(graph: Graph, opset: int | None = None, model_name: str = "graphsub"
     # across a model and its subgraphs.
     for node in graph.nodes.values():
         if node.op == "opaque":
-            ctx.avoid(defined_names(node_proto(node.attrs["onnx_node"])))
+            ctx.avoid(body_names(node.attrs["onnx_node"]))
     ctx.avoid(set(avoid) - set(names.values()) - set(graph.output_names))
     # A computed value that is exactly one graph output takes the output's name directly.
     output_count: dict[Value, int] = {}

@@ -10,12 +10,13 @@ bodies (If, Loop, Scan) also takes the outer values its bodies read as inputs af
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 import numpy as np
 
 from graphsub.errors import GraphsubError, NoLoweringError
 from graphsub.ir.types import Attrs
-from graphsub.ops.control_flow import rename_captures
+from graphsub.ops.control_flow import defined_names, rename_captures
 from graphsub.ops.base import (AttrSpec, Category, OpDef, TorchFn, TorchLowering, Types, is_float,
                                register)
 
@@ -27,6 +28,13 @@ def node_proto(node_bytes: bytes):
     node = onnx.NodeProto()
     node.ParseFromString(node_bytes)
     return node
+
+
+@lru_cache(maxsize=512)
+def body_names(node_bytes: bytes) -> frozenset[str]:
+    """The value names assigned inside the node's bodies (none for a node without): every
+    export asks it of every opaque node, so it is parsed once per node."""
+    return frozenset(defined_names(node_proto(node_bytes)))
 
 
 OpaqueEvaluator = Callable[[Attrs, Sequence[np.ndarray]], tuple[np.ndarray, ...]]

@@ -30,7 +30,7 @@ from graphsub.ir.types import TensorType
 from graphsub.onnx_io.bodies import (Placeholders, bodies, body_reads, formal_types,
                                      standalone_model)
 from graphsub.ops.control_flow import captured_names, subgraphs
-from graphsub.ops.opaque import node_proto
+from graphsub.ops.opaque import body_names, node_proto
 from graphsub.runtime.bindings import check_bindings
 from graphsub.runtime.equivalence import SAME_FUNCTION, compare_runners, value_dtypes
 from graphsub.runtime.inputs import graph_input_specs
@@ -91,7 +91,7 @@ def _interface(body: onnx.GraphProto) -> set[str]:
 
 def _flows(graph: Graph) -> list[int]:
     return [nid for nid in graph.topo_order() if graph[nid].op == "opaque"
-            and next(subgraphs(node_proto(graph[nid].attrs["onnx_node"])), None) is not None]
+            and body_names(graph[nid].attrs["onnx_node"])]
 
 
 def _body_nodes(graph: onnx.GraphProto) -> int:
