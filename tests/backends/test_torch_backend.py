@@ -205,6 +205,8 @@ def one_case_per_operator():
             y = b.cast(b.sizes(x4, values=(2, 36), shape=(2,), sources=()), to="float32")
         elif op in ("sqrt", "log", "reciprocal"):
             y = b.op(op, b.sigmoid(x4))
+        elif op in QUANTIZED_CASES:
+            y = QUANTIZED_CASES[op](b, x4, rng)
         else:
             y = b.op(op, x4)
         b.output(y, "y")
@@ -213,6 +215,65 @@ def one_case_per_operator():
                  for name, t in graph_input_specs(g)}
         cases.append(pytest.param(g, feeds, id=op))
     return cases
+
+
+def _quantized(b, x4, rng):
+    """x4 quantized at run time: (uint8 values, scale, zero point)."""
+    return b.dynamic_quantize(x4)
+
+
+def _int_weight(b, rng, shape, dtype="uint8"):
+    low, high = (0, 256) if dtype == "uint8" else (-64, 64)
+    return b.weight(rng.integers(low, high, shape).astype(dtype))
+
+
+def _scalar(b, value, dtype="float32"):
+    return b.weight(np.array(value, dtype))
+
+
+def _qlinear_conv(b, x4, rng):
+    q, s, z = _quantized(b, x4, rng)
+    y = b.qlinear_conv(q, s, z, _int_weight(b, rng, (3, 4, 3, 3), "int8"),
+                       b.uniform_weight((3,), 0.01, 0.05), b.weight(np.zeros(3, np.int8)),
+                       _scalar(b, 0.2), _scalar(b, 100, "uint8"),
+                       b.weight(rng.integers(-99, 99, 3).astype(np.int32)), padding=(1, 0, 1, 1))
+    return b.dequantize(y, _scalar(b, 0.2), _scalar(b, 100, "uint8"))
+
+
+def _qlinear_matmul(b, x4, rng):
+    q, s, z = _quantized(b, x4, rng)
+    y = b.qlinear_matmul(q, s, z, _int_weight(b, rng, (6, 5)), b.uniform_weight((5,), 0.01, 0.05),
+                         b.weight(np.full(5, 128, np.uint8)), _scalar(b, 0.3),
+                         _scalar(b, 128, "uint8"))
+    return b.dequantize(y, _scalar(b, 0.3), _scalar(b, 128, "uint8"))
+
+
+def _matmul_integer(b, quantized, rng):
+    q, _, z = quantized
+    y = b.matmul_integer(q, _int_weight(b, rng, (6, 5)), z, _int_weight(b, rng, (5,)),
+                         slots=(0, 1, 2, 3))
+    return b.cast(y, to="float32")
+
+
+#: How each quantization operator is run: float in, float out.
+QUANTIZED_CASES = {
+    "quantize": lambda b, x4, rng: b.dequantize(
+        b.quantize(x4, _scalar(b, 0.05), _scalar(b, 5, "int8"), dtype="int8"),
+        _scalar(b, 0.05), _scalar(b, 5, "int8")),
+    "dequantize": lambda b, x4, rng: b.dequantize(
+        _int_weight(b, rng, (4, 6)), b.uniform_weight((4,), 0.01, 0.1),
+        _int_weight(b, rng, (4,)), axis=0),
+    "dynamic_quantize": lambda b, x4, rng: b.dequantize(*_quantized(b, x4, rng)),
+    "matmul_integer": lambda b, x4, rng: _matmul_integer(b, _quantized(b, x4, rng), rng),
+    "conv_integer": lambda b, x4, rng: b.cast(b.conv_integer(
+        _quantized(b, x4, rng)[0], _int_weight(b, rng, (3, 4, 3, 3), "int8"), stride=(2, 1),
+        padding=(1, 1, 0, 1)), to="float32"),
+    "qlinear_conv": _qlinear_conv,
+    "qlinear_matmul": _qlinear_matmul,
+    "matmul_nbits": lambda b, x4, rng: b.matmul_nbits(
+        x4, _int_weight(b, rng, (5, 1, 8)), b.uniform_weight((5,), 0.01, 0.1),
+        _int_weight(b, rng, (5,)), K=6, N=5, bits=4, block_size=16, slots=(0, 1, 2, 3)),
+}
 
 
 @needs_cuda

@@ -4,6 +4,7 @@ at the opsets whose export differs."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import numpy as np
@@ -447,10 +448,13 @@ TESTED_HERE = {
 }
 
 
-#: Operators with a test module of their own, tests/ops/test_<operator>.py (an operator added
-#: as a module of its own brings its tests along, and this file does not change).
+#: Operators with a test module of their own, tests/ops/test_<operator>.py, or named by a test
+#: module's OPERATORS (a family tested together) (an operator added as a module of its own
+#: brings its tests along, and this file does not change).
 TESTED_APART = {path.stem.removeprefix("test_")
-                for path in Path(__file__).parent.glob("test_*.py")}
+                for path in Path(__file__).parent.glob("test_*.py")} | {
+    op for path in Path(__file__).parent.glob("test_*.py")
+    for op in getattr(importlib.import_module(f"tests.ops.{path.stem}"), "OPERATORS", ())}
 
 
 def test_every_operator_is_tested_against_onnxruntime():

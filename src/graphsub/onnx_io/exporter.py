@@ -66,6 +66,9 @@ class ExportContext:
 
     def emit(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str],
              **attrs: Any) -> None:
+        domain = attrs.get("domain")
+        if domain not in (None, "", "ai.onnx"):  # an operator of onnxruntime's, at version 1
+            self.domains.setdefault(domain, 1)
         self.nodes.append(helper.make_node(op_type, list(inputs), list(outputs),
                                            name=self.fresh(f"{op_type}_n"), **attrs))
 

@@ -664,7 +664,7 @@ def _import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
                                                or _inline_if(node, ctx)):
             continue
         outputs = None
-        importer = importer_for(node.op_type) if node.domain in DEFAULT_DOMAINS else None
+        importer = importer_for(node.op_type, node.domain)
         if importer is not None:
             try:
                 outputs = importer(ctx, node)

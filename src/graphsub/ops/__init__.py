@@ -1,7 +1,7 @@
 """The operator registry: every graphsub operator, defined once (see ops.base.OpDef)."""
 
 from graphsub.ops import (attention, conv, elementwise, fused, linalg, norm,  # noqa: F401
-                          opaque, pool, reduce, rotary, shape, source)
+                          opaque, pool, quant, reduce, rotary, shape, source)
 from graphsub.ops.base import (AttrSpec, OpDef, all_ops, aten_importers, get_op,
                                importable_onnx_ops, importer_for, register, view_ops)
 
@@ -17,9 +17,20 @@ def is_foldable(node) -> bool:
     """Whether a node over weights alone may be computed once into a weight: deterministic,
     and not a dequantization, whose folding would store quantized weights as floats (four
     times the file) and hide them from onnxruntime's fusions of quantized operators."""
-    return is_deterministic(node) and not (node.op == "opaque"
-                                           and opaque.is_dequantization(node.attrs))
+    return is_deterministic(node) and not is_dequantization(node)
+
+
+def is_dequantization(node) -> bool:
+    """Whether a node turns quantized values into floats."""
+    return node.op == "dequantize" or (node.op == "opaque" and opaque.is_dequantization(node.attrs))
+
+
+def is_quantization(node) -> bool:
+    """Whether a node turns float values into quantized ones."""
+    return node.op in ("quantize", "dynamic_quantize") or (
+        node.op == "opaque" and opaque.is_quantization(node.attrs))
 
 
 __all__ = ["AttrSpec", "OpDef", "all_ops", "aten_importers", "get_op", "importable_onnx_ops",
-           "importer_for", "is_deterministic", "is_foldable", "register", "view_ops"]
+           "importer_for", "is_dequantization", "is_deterministic", "is_foldable",
+           "is_quantization", "register", "view_ops"]

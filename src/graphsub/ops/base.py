@@ -138,11 +138,13 @@ ANY_SHAPES: tuple[Shape, ...] = ((4, 4), (1, 4, 6, 6), (4,), (1, 8, 6, 6), (4, 6
 class Role:
     """What the numerical rule check draws for one input of the operator where a rule has a
     variable: the shapes it may take (a convolution's weights are 4-D, a norm's scale is a
-    vector) and whether its values must be positive for the operator to be defined (a
-    logarithm's input, a divisor)."""
+    vector), whether its values must be positive for the operator to be defined (a
+    logarithm's input, a divisor) and its type (quantized values and zero points are
+    integers over their whole range)."""
 
     shapes: tuple[Shape, ...] = ANY_SHAPES
     positive: bool = False
+    dtype: str = "float32"
 
 
 def _no_algorithm(attrs: Attrs) -> str:
@@ -273,7 +275,7 @@ def register(op: OpDef) -> OpDef:
 
 
 def onnx_importer(*op_types: str) -> Callable[[ImportFn], ImportFn]:
-    """Register an importer for ONNX op types (default domain).
+    """Register an importer for ONNX op types (default domain, or "domain.OpType").
 
     An importer returns the output values it built, or None when this particular instance is
     outside what graphsub models (then the node is imported as opaque).
@@ -373,8 +375,11 @@ def aten_importers() -> dict[str, tuple[AtenImportFn, AtenCheckFn]]:
     return dict(_ATEN_IMPORTERS)
 
 
-def importer_for(onnx_op_type: str) -> ImportFn | None:
-    return _IMPORTERS.get(onnx_op_type)
+def importer_for(onnx_op_type: str, domain: str = "") -> ImportFn | None:
+    """The importer of an op type of the default domain, or of another domain's (registered
+    as "com.microsoft.MatMulNBits")."""
+    key = onnx_op_type if domain in ("", "ai.onnx") else f"{domain}.{onnx_op_type}"
+    return _IMPORTERS.get(key)
 
 
 def importable_onnx_ops() -> list[str]:

@@ -286,21 +286,25 @@ def onnx_pads(ctx, node, spatial: tuple[int, int], kernel: tuple[int, int],
     return pads  # type: ignore[return-value]
 
 
-@onnx_importer("Conv")
-def _import_conv(ctx, node):
-    ins = ctx.inputs(node)
-    x_t, w_t = ctx.type_of(ins[0]), ctx.type_of(ins[1])
-    if x_t.rank != 4 or w_t.rank != 4:
-        return None  # 1-D and 3-D convolutions are not modelled
-    groups = ctx.attr(node, "group", 1)
-    if x_t.shape[1] != groups * w_t.shape[1]:
+def onnx_conv_attrs(ctx, node, x: TensorType, w: TensorType) -> dict[str, Any] | None:
+    """An ONNX convolution node's stride, padding and dilation as conv2d's attributes, for
+    input and weight types `x`, `w` (None: not a convolution graphsub models: 1-D and 3-D
+    ones, groups that do not match the weight, padding it cannot express)."""
+    if x.rank != 4 or w.rank != 4 or x.shape[1] != ctx.attr(node, "group", 1) * w.shape[1]:
         return None
     stride = pair(ctx.attr(node, "strides", (1, 1)))
     dilation = pair(ctx.attr(node, "dilations", (1, 1)))
-    padding = onnx_pads(ctx, node, x_t.shape[2:], w_t.shape[2:], stride, dilation)
+    padding = onnx_pads(ctx, node, x.shape[2:], w.shape[2:], stride, dilation)
     if padding is None:
         return None
-    return ctx.add("conv2d", ins, stride=stride, padding=padding, dilation=dilation)
+    return {"stride": stride, "padding": padding, "dilation": dilation}
+
+
+@onnx_importer("Conv")
+def _import_conv(ctx, node):
+    ins = ctx.inputs(node)
+    attrs = onnx_conv_attrs(ctx, node, ctx.type_of(ins[0]), ctx.type_of(ins[1]))
+    return None if attrs is None else ctx.add("conv2d", ins, **attrs)
 
 
 def _aten_conv_check(n: AtenCall) -> str | None:

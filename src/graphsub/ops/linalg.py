@@ -21,7 +21,7 @@ _OPERANDS = ((4,), (6,), (4, 4), (4, 6), (6, 4), (2, 4, 4), (1, 4, 6), (2, 6, 4)
 _ROLES = (Role(shapes=_OPERANDS), Role(shapes=_OPERANDS + ((4, 1), (2, 4, 1))))
 
 
-def _matmul_shape(a: Shape, b: Shape) -> Shape:
+def matmul_shape(a: Shape, b: Shape) -> Shape:
     if not a or not b:
         raise ShapeError("matmul: inputs must have rank >= 1")
     a2 = (1,) + a if len(a) == 1 else a
@@ -40,7 +40,7 @@ def _matmul_shape(a: Shape, b: Shape) -> Shape:
 
 
 def _infer(attrs: Attrs, ins: Types) -> Types:
-    return (TensorType(_matmul_shape(ins[0].shape, ins[1].shape), same_dtype("matmul", ins)),)
+    return (TensorType(matmul_shape(ins[0].shape, ins[1].shape), same_dtype("matmul", ins)),)
 
 
 def _flops(attrs: Attrs, ins: Types, outs: Types) -> int:

@@ -74,13 +74,21 @@ def _infer(attrs: Attrs, ins: Types) -> Types:
     return tuple(attrs["output_types"])
 
 
-#: Ops that turn quantized weights into floats (kept as they are: see ops.is_foldable).
+#: Ops that turn quantized weights into floats (kept as they are: see ops.is_foldable), in
+#: the forms graphsub leaves opaque (blocked, 4-bit, float8, onnxruntime's own).
 DEQUANTIZATIONS = frozenset({"DequantizeLinear", "com.microsoft.DequantizeLinear",
                              "com.microsoft.DequantizeBFP", "com.microsoft.DequantizeWithOrder"})
+#: Ops that turn floats into quantized values, in the forms graphsub leaves opaque.
+QUANTIZATIONS = frozenset({"QuantizeLinear", "DynamicQuantizeLinear",
+                           "com.microsoft.QuantizeLinear"})
 
 
 def is_dequantization(attrs: Attrs) -> bool:
     return attrs["op_type"] in DEQUANTIZATIONS
+
+
+def is_quantization(attrs: Attrs) -> bool:
+    return attrs["op_type"] in QUANTIZATIONS
 
 
 def is_deterministic(attrs: Attrs) -> bool:

@@ -23,6 +23,7 @@ import numpy as np
 from graphsub.errors import CycleError, GraphsubError, ShapeError
 from graphsub.ir.graph import Graph, Node, Value, make_node
 from graphsub.ir.types import Constant, TensorType
+from graphsub.ops import is_dequantization, is_quantization
 from graphsub.rules.ast import OpTerm, Ref, Rule, Term, Var
 from graphsub.rules.expr import Env, try_evaluate
 from graphsub.rules.matcher import SAME_SHAPES, GraphHost, Match
@@ -252,25 +253,21 @@ def external_use(graph: Graph, match: Match[Value]) -> Rejection | None:
 
 #: Why a rewrite next to a quantization is refused.
 AT_QUANTIZATION = "it touches what a quantization reads or a dequantization gives"
-#: The ops that quantize a float value (their input) or dequantize one (their output).
-_QUANTIZE = frozenset({"QuantizeLinear", "DynamicQuantizeLinear", "com.microsoft.QuantizeLinear"})
-_DEQUANTIZE = frozenset({"DequantizeLinear", "com.microsoft.DequantizeLinear"})
-
-
 def at_quantization(graph: Graph, match: Match[Value]) -> Rejection | None:
     """Why rewriting the match would touch a quantized region: a matched node that reads a
     dequantized value, or whose value is quantized. Rounding to integers turns any change of
     a float sum's order into a step of the quantized value, and onnxruntime fuses exactly
     these DequantizeLinear -> op -> QuantizeLinear patterns into integer kernels, which a
-    rewrite there would break."""
+    rewrite there would break. A rule that matches the (de)quantization itself is exact by
+    its check (quantization.rules: layout moved through it, a pair that cancels), and may."""
+    if any(is_quantization(graph[nid]) or is_dequantization(graph[nid]) for nid in match.nodes):
+        return None
     users = graph.users()
     for nid in match.nodes:
         node = graph[nid]
-        if any(graph[v.node].op == "opaque" and graph[v.node].attrs["op_type"] in _DEQUANTIZE
-               for v in node.inputs):
+        if any(is_dequantization(graph[v.node]) for v in node.inputs):
             return Rejection(AT_QUANTIZATION)
-        if any(graph[u].op == "opaque" and graph[u].attrs["op_type"] in _QUANTIZE
-               for u, _ in users.get(nid, ())):
+        if any(is_quantization(graph[u]) for u, _ in users.get(nid, ())):
             return Rejection(AT_QUANTIZATION)
     return None
 

@@ -219,9 +219,14 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
         if used and rng.random() < 0.6:
             choices = used  # rules often need equal shapes: reuse one already drawn
         shape = choices[rng.integers(len(choices))]
-        data = rng.standard_normal(shape).astype(np.float32)
-        if name in scalars or name in positive:  # a positive role puts name in positive
-            data = np.abs(data) + np.float32(0.5)
+        dtype = _role(role).dtype
+        if dtype != "float32":  # quantized values: integers over the type's whole range
+            info = np.iinfo(dtype)
+            data = rng.integers(info.min, int(info.max) + 1, shape).astype(dtype)
+        else:
+            data = rng.standard_normal(shape).astype(np.float32)
+        if dtype == "float32" and (name in scalars or name in positive):
+            data = np.abs(data) + np.float32(0.5)  # a positive role puts name in positive
         if name in constants:
             fill = constants[name]
             data = np.full(shape, fill.value if isinstance(fill, Lit) else 1.0, np.float32)
@@ -240,7 +245,7 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
         elif name in weights:
             values[name] = b.weight(data, name=name)
         else:
-            values[name] = b.input(name, shape)
+            values[name] = b.input(name, shape, str(data.dtype))
             feeds[name] = data
         return values[name]
 
