@@ -1,6 +1,6 @@
 """The classes of models people deploy, made from a random float32 model: control flow whose
-bodies read outer values, half precision (whole or with float32 islands), and QDQ
-quantization. Each is made with the tools that make such models in the field (onnxruntime's
+bodies read outer values, half precision (whole or with float32 islands), and quantization
+in onnxruntime's three formats (QDQ, QOperator, dynamic). Each is made with the tools that make such models in the field (onnxruntime's
 float16 converter, the code of onnxconverter-common, and its static quantizer), so that the
 fuzzer sees their forms rather than graphsub's idea of them.
 
@@ -21,7 +21,8 @@ from onnx import TensorProto, helper
 from graphsub.fuzz.models import GenStats, InvalidModel, fuzz_sizes, generate as generate_plain
 from graphsub.fuzz.models import random_inputs, validate
 
-CLASSES: tuple[str, ...] = ("control-flow", "float16", "mixed-precision", "qdq")
+CLASSES: tuple[str, ...] = ("control-flow", "float16", "mixed-precision", "qdq", "dynamic",
+                            "qoperator")
 #: Where a model records its class (a metadata property), for the campaign's tables.
 CLASS_KEY = "fuzz_class"
 
@@ -61,7 +62,8 @@ def with_class(model: onnx.ModelProto, name: str, rng: np.random.Generator) -> o
     """The model made into one of CLASSES, checked (full check, runs, sane outputs);
     InvalidModel when the class cannot be made from it."""
     made = {"control-flow": _control_flow, "float16": _float16,
-            "mixed-precision": _mixed_precision, "qdq": _qdq}[name](model, rng)
+            "mixed-precision": _mixed_precision, "qdq": _qdq, "dynamic": _dynamic,
+            "qoperator": _qoperator}[name](model, rng)
     prop = made.metadata_props.add()
     prop.key, prop.value = CLASS_KEY, name
     validate(made)
@@ -176,9 +178,32 @@ def _mixed_precision(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.M
 
 def _qdq(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelProto:
     """QDQ quantization by onnxruntime's quantize_static, calibrated on random inputs."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+    return _quantized(model, rng, "qdq", {"QuantizeLinear"})
+
+
+def _qoperator(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelProto:
+    """QOperator quantization by quantize_static: QLinearConv, QLinearMatMul and onnxruntime's
+    QLinear elementwise operators between a QuantizeLinear and a DequantizeLinear."""
+    return _quantized(model, rng, "qoperator", {"QLinearConv", "QLinearMatMul"})
+
+
+def _dynamic(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelProto:
+    """Dynamic quantization by quantize_dynamic: DynamicQuantizeLinear before MatMulInteger
+    and ConvInteger."""
+    return _quantized(model, rng, "dynamic", {"MatMulInteger", "ConvInteger"})
+
+
+def _quantized(model: onnx.ModelProto, rng: np.random.Generator, how: str,
+               expected: set[str]) -> onnx.ModelProto:
+    """The model quantized by onnxruntime's quantizer (`how`: qdq, qoperator or dynamic),
+    with 7-bit weights (reduce_range) as the quantizer advises for x86 without VNNI, where
+    MLAS sums uint8 x int8 products in int16 and full-range weights saturate there (its
+    result is then not the product's, on this machine and not on others)."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_dynamic, quantize_static)
 
     seed = int(rng.integers(2**31))
+    weight_type = QuantType.QUInt8 if rng.random() < 0.3 else QuantType.QInt8
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -194,12 +219,17 @@ def _qdq(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelProto:
         onnx.save(model, src)
         root.setLevel(logging.ERROR)  # the quantizer's advice on pre-processing, per model
         try:
-            quantize_static(src, out, Reader(), quant_format=QuantFormat.QDQ)
+            if how == "dynamic":
+                quantize_dynamic(src, out, weight_type=weight_type, reduce_range=True)
+            else:
+                quantize_static(src, out, Reader(), reduce_range=how == "qoperator",
+                                quant_format=QuantFormat.QDQ if how == "qdq"
+                                else QuantFormat.QOperator)
         except Exception as exc:  # noqa: BLE001 (the quantizer raises many kinds)
-            raise InvalidModel(f"qdq: {str(exc).splitlines()[0][:200]}") from None
+            raise InvalidModel(f"{how}: {str(exc).splitlines()[0][:200]}") from None
         finally:
             root.setLevel(level)
         made = onnx.load(out)
-    if not any(n.op_type == "QuantizeLinear" for n in made.graph.node):
-        raise InvalidModel("qdq: nothing to quantize")
+    if not any(n.op_type in expected for n in made.graph.node):
+        raise InvalidModel(f"{how}: nothing to quantize")
     return made
