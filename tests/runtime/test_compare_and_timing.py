@@ -89,6 +89,26 @@ def test_the_absolute_tolerance_scales_with_each_output_of_the_reference():
     assert [d.name for d in diffs if not d.ok] == ["b"]
 
 
+def test_integer_outputs_are_equal_or_not():
+    """A quantized output one step off is another answer, however loose the float tolerance
+    (float16's scales with the output's magnitude: 4 epsilons of 255 is one step)."""
+    from graphsub.runtime.equivalence import SAME_FUNCTION, compare_outputs
+
+    half = SAME_FUNCTION.for_precision({"float16"})
+    q = np.arange(256, dtype=np.uint8)
+    off = q.copy()
+    off[200] += 1
+    accumulators = np.array([1_000_000, -3], np.int32)
+    for tolerance in (SAME_FUNCTION, half):
+        diffs, _ = compare_outputs({"q": q, "acc": accumulators},
+                                   {"q": off, "acc": accumulators + np.int32(1)}, tolerance)
+        assert [d.ok for d in diffs] == [False, False]
+        diffs, _ = compare_outputs({"q": q}, {"q": q.copy()}, tolerance)
+        assert diffs[0].ok
+    diffs, _ = compare_outputs({"f": q.astype(np.float16)}, {"f": off.astype(np.float16)}, half)
+    assert diffs[0].ok  # the same step in a float16 output is within its tolerance
+
+
 class FakeDevice:
     """A device whose clock advances only by the work queued on it, with events on it: what
     `event_timed_calls` needs of CUDA, on the CPU. `log` records what happened in order."""
