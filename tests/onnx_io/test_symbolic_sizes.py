@@ -204,3 +204,20 @@ def test_a_squeeze_of_every_unit_dimension_takes_a_size_symbol_to_be_more_than_o
     assert g.meta["symbols"]["s"] == SymbolRange(2, None)
     assert all(b["s"] >= 2 for b in check_bindings(g.meta["symbols"]))
     assert_equal_at_bindings(model, g)
+
+
+def test_a_squeeze_of_every_unit_dimension_over_a_size_expression_raises_its_symbol():
+    """A valid convolution leaves s - 4 rows; Squeeze without axes would drop them at s = 5,
+    so the import holds from s = 6 (campaign 30000's seed 30068 was refused by name before:
+    its opaque Squeeze computed another rank at s = 5)."""
+    rng = np.random.default_rng(0)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], auto_pad="VALID"),
+                        helper.make_node("Squeeze", ["c"], ["y"])],
+                       [vi("x", [1, 2, "s"])], [vi("y", [3, "r"])],
+                       [onnx.numpy_helper.from_array(
+                           rng.standard_normal((3, 2, 5)).astype(np.float32), "w")])
+    g = graphsub.load(model)
+    assert g.type_of(g.outputs[0]).shape == (3, size_symbol("s") - 4)
+    assert g.meta["symbols"]["s"].low == 6
+    assert all(b["s"] >= 6 for b in check_bindings(g.meta["symbols"]))
+    assert_equal_at_bindings(model, g)

@@ -345,17 +345,19 @@ def _import_squeeze(ctx, node):
     if axes is False:
         return None
     x = ctx.inputs(node)[0]
-    if axes is None:  # every dimension of 1: a size symbol is taken not to be 1, and the
-        # model is then defined for sizes from 2 (at 1 it would lose a dimension)
+    if axes is None:  # every dimension of 1: a symbolic size is taken not to be 1, and the
+        # model is then defined where it is at least 2 (at 1 it would lose a dimension):
+        # seq from 2, or seq - 4 (a valid convolution's) from seq = 6
         axes = []
         for i, d in enumerate(ctx.type_of(x).shape):
             if type(d) is int:
                 if d == 1:
                     axes.append(i)
-            elif d.is_Symbol:
-                ctx.at_least(d.name, 2)
-            else:
+                continue
+            (symbol, *more), offset = d.free_symbols, d - sum(d.free_symbols)
+            if more or not offset.is_Integer:
                 return None
+            ctx.at_least(symbol.name, 2 - int(offset))
     return ctx.add("squeeze", [x], axes=axes)
 
 
