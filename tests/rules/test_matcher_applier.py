@@ -139,3 +139,21 @@ def test_dead_nodes_are_removed_after_a_rewrite():
     (m, _) = find_matches(g, RULES["remove-identity"])
     g2 = apply_match(g, m)
     assert len(g2) == len(g) - 1
+
+
+def test_a_squeeze_undone_by_an_unsqueeze_goes():
+    """silero's LSTM state: squeezed at 0 after the LSTM, unsqueezed at 0 again before the
+    concatenation of the new state (fold-squeeze-unsqueeze); axes that differ stay."""
+    b = GraphBuilder()
+    x = b.input("x", (1, 2, 8))
+    same = b.unsqueeze(b.squeeze(x, axes=(0,)), axes=(0,))
+    moved = b.unsqueeze(b.squeeze(x, axes=(0,)), axes=(1,))
+    b.output(b.add(same, b.reshape(moved, shape=(1, 2, 8))), "y")
+    g = b.build()
+    rule = {r.name: r for r in builtin_rules()}["fold-squeeze-unsqueeze"]
+    (match,) = find_matches(g, rule)
+    out = apply_match(g, match)
+    assert not isinstance(out, Rejection)
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 2, 8)).astype(np.float32)}
+    np.testing.assert_array_equal(evaluate(out, feeds)["y"], evaluate(g, feeds)["y"])
+    assert len(out.nodes_by_op("unsqueeze")) == 1
