@@ -155,6 +155,26 @@ def _four_bit(data: bytes) -> bytes:
     return quantizer.model.model.SerializeToString()
 
 
+def passes_checker(data: bytes) -> bool:
+    """Whether onnx.checker accepts the model with its full check (shape inference too)."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(onnx.load_from_string(data), full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
+        return False
+    return True
+
+
+def initializer_mb(data: bytes) -> float:
+    """The megabytes of a model's weights (initializers): what folding dequantized weights
+    into floats would grow fourfold."""
+    import onnx
+
+    model = onnx.load_from_string(data)
+    return sum(onnx.numpy_helper.to_array(t).nbytes for t in model.graph.initializer) / 1e6
+
+
 def with_input_shapes(data: bytes, shapes: dict[str, str]) -> bytes:
     """The model with these inputs' dimensions written as numbers (what --input-shape gives
     graphsub, given to the other tools too)."""
@@ -202,8 +222,11 @@ def simplified(path: Path) -> dict[str, bytes | None]:
     return found
 
 
-def measure(name: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
-    _, _, exporter, shapes, values = MODELS[name]
+def measure(name: str, path: Path, args: argparse.Namespace, exporter: str,
+            shapes: dict[str, str], values: dict[str, str]) -> dict[str, Any]:
+    """graphsub optimize on the file at `path` (given `shapes` and `values` as the CLI's
+    --input-shape and --input-value; `args`: time_limit, seconds), the peers on it, every
+    output checked against the original and timed side by side with it."""
     out = path.with_suffix(".graphsub.onnx")
     report = path.with_suffix(".report.json")
     command = [sys.executable, "-m", "graphsub.cli", "optimize", str(path), "-o", str(out),
@@ -216,14 +239,16 @@ def measure(name: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
     done = subprocess.run(command, capture_output=True, text=True)
     row: dict[str, Any] = {"model": name, "exporter": exporter,
                            "optimize_s": round(time.perf_counter() - t0, 1),
-                           "exit": done.returncode, "mb": path.stat().st_size / 1e6}
+                           "exit": done.returncode, "mb": path.stat().st_size / 1e6,
+                           "initializer_mb": initializer_mb(path.read_bytes())}
     if done.returncode != 0:
         row["error"] = (done.stderr.strip().splitlines() or ["?"])[-1][:300]
         return row
     rep = json.loads(report.read_text())
     row.update(rules=rep["rules_used"], kept_original=rep["kept_original"],
                bodies=[b["where"] + (": rewritten" if b["kept"] else "")
-                       for b in rep.get("bodies", [])], graphsub_mb=out.stat().st_size / 1e6)
+                       for b in rep.get("bodies", [])], graphsub_mb=out.stat().st_size / 1e6,
+               graphsub_initializer_mb=initializer_mb(out.read_bytes()))
     graph = graphsub.load(str(path), {k: tuple(int(d) for d in v.split("x"))
                                       for k, v in shapes.items()})
     if values:
@@ -255,6 +280,7 @@ def measure(name: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
             continue
         files[peer] = data
     row["graphsub_equivalent"] = compare_models(original, written, specs, tolerance).equivalent
+    row["graphsub_checker"] = passes_checker(written)
     if written == original:
         row["graphsub_ratio"] = "= original"
     timings = dict(zip(files, time_models(list(files.values()), random_feeds(specs),
@@ -278,7 +304,8 @@ def main() -> None:
     cache.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in args.models.split(","):
-        row = measure(name, fetch(cache, name), args)
+        _, _, exporter, shapes, values = MODELS[name]
+        row = measure(name, fetch(cache, name), args, exporter, shapes, values)
         print(json.dumps(row), flush=True)
         rows.append(row)
     save_rows(args.out, {**cpu_meta(), "command": " ".join(sys.argv)}, rows)
