@@ -221,3 +221,21 @@ def test_a_squeeze_of_every_unit_dimension_over_a_size_expression_raises_its_sym
     assert g.meta["symbols"]["s"].low == 6
     assert all(b["s"] >= 6 for b in check_bindings(g.meta["symbols"]))
     assert_equal_at_bindings(model, g)
+
+
+@pytest.mark.parametrize("starts, ends, steps", [([-2], [-3], [-1]), ([-3], [-1], [1]),
+                                                 ([-1], [-9], [-2])])
+def test_a_slice_counted_from_the_end_is_written_as_the_model_counts(starts, ends, steps):
+    """x[s-2 : s-3 : -1] is the row s - 2 at every s >= 2; written as the size expressions,
+    its end s - 3 is -1 at s = 2, which ONNX reads as the last row (an empty slice: campaign
+    30000's seed 30844). Bounds counted from the end are written counted from the end."""
+    model = make_model([helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])],
+                       [vi("x", ["s", 4])], [vi("y", ["r", 4])],
+                       [ints("st", starts), ints("en", ends), ints("ax", [0]),
+                        ints("sp", steps)])
+    graph = graphsub.load(model)
+    exported = graphsub.to_onnx(graph).SerializeToString()
+    for s in range(max(graph.meta["symbols"]["s"].low, 2), 12):
+        result = compare_models(model.SerializeToString(), exported,
+                                graph_input_specs(graph, {"s": s}), Tolerance(rtol=1e-6))
+        assert result.equivalent, (s, [d.describe() for d in result.outputs])

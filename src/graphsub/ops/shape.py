@@ -451,13 +451,25 @@ def _slice_infer(attrs: Attrs, ins: Types) -> Types:
     return (TensorType(tuple(shape), ins[0].dtype),)
 
 
+def _from_the_end(bound: Dim, n: Dim) -> Dim:
+    """A symbolic bound n + c (c < 0) as ONNX counts it, c: the same index wherever it lies in
+    the dimension, and ONNX's own clamping where it does not. Written as n + c, a bound that
+    is -1 at some size (a backwards slice's end s - 3 at s = 2, "through index 0") would
+    be read as the last index there (campaign 30000, seed 30844)."""
+    if type(bound) is int or type(n) is int:
+        return bound
+    offset = bound - n
+    return int(offset) if offset.is_Integer and offset < 0 else bound
+
+
 def _slice_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
     shape = types[0].shape
     # An end of -1 with a negative step means "through index 0"; ONNX reads -1 as the last
     # index, so say it with a value that clamps to before the start instead.
-    ends = [e if type(e) is not int or e >= 0 else -shape[a] - 1
+    ends = [_from_the_end(e, shape[a]) if type(e) is not int or e >= 0 else -shape[a] - 1
             for a, e in zip(attrs["axes"], attrs["ends"])]
-    bounds = [ctx.sizes(attrs["starts"]), ctx.sizes(ends)]
+    starts = [_from_the_end(s, shape[a]) for a, s in zip(attrs["axes"], attrs["starts"])]
+    bounds = [ctx.sizes(starts), ctx.sizes(ends)]
     steps = [ctx.const(np.array(v, dtype=np.int64)) for v in (attrs["axes"], attrs["steps"])]
     ctx.emit("Slice", [ins[0], *bounds, *steps], outs)
 
