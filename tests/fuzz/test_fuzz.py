@@ -294,3 +294,22 @@ def test_a_half_precision_output_is_judged_by_its_own_rounding() -> None:
     values = numpy_helper.to_array(weight)
     weight.CopyFrom(numpy_helper.from_array((values * 1.02).astype(values.dtype), weight.name))
     assert reference.compare_onnx(broken.SerializeToString())[0] == "wrong"
+
+
+def test_a_model_onnxruntimes_optimizer_cannot_load_is_not_generated() -> None:
+    """onnxruntime 1.32's QDQ propagation fails on an int8 QuantizeLinear/DequantizeLinear
+    pair before a Slice at opset 23 (campaign 30000, seed 31822): with its graph
+    optimizations on, no one runs such a model, so the generator does not keep it."""
+    scale = numpy_helper.from_array(np.array(0.01, np.float32), "s")
+    zero = numpy_helper.from_array(np.array(-128, np.int8), "z")
+    bounds = [numpy_helper.from_array(np.array([v], np.int64), n)
+              for n, v in (("st", -5), ("en", 2 ** 63 - 1), ("ax", -2))]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             helper.make_node("Slice", ["d", "st", "en", "ax"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 2, 7, 3])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 2, 5, 3])], initializer=[scale, zero, *bounds])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    with pytest.raises(InvalidModel, match="onnxruntime's optimizer"):
+        validate(model)
