@@ -15,14 +15,13 @@ the original, timed side by side (bench_real_models.measure).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from bench_real_models import measure  # noqa: E402
+from bench_real_models import arguments, measure, ratio  # noqa: E402
 from tables import cpu_meta, markdown, save_rows  # noqa: E402
 
 import graphsub  # noqa: E402
@@ -73,13 +72,7 @@ def quantized(zoo_name: str, how: str, folder: Path) -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--time-limit", type=float, default=60.0)
-    ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--cache", default="out/quantized")
-    ap.add_argument("--out", default="out/bench/quantized.json")
-    args = ap.parse_args()
+    args = arguments(",".join(MODELS), 60.0, "out/quantized", "out/bench/quantized.json")
     folder = Path(args.cache)
     folder.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -89,13 +82,6 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         rows.append(row)
     save_rows(args.out, {**cpu_meta(), "command": " ".join(sys.argv)}, rows)
-
-    def ratio(r: dict[str, Any], key: str) -> str:
-        value = r.get(f"{key}_ratio")
-        if not isinstance(value, float):
-            return value or "-"
-        return f"{value:.3f}" + ("" if r.get(f"{key}_equivalent", True) else " (differs)")
-
     headers = ["model", "quantizer", "weights MB", "graphsub weights MB", "equal", "original ms",
                "graphsub", "onnxsim", "onnxslim", "ort offline", "graphsub's rewrites"]
     print(markdown(headers, [[r["model"], r["exporter"], f"{r['initializer_mb']:.2f}",

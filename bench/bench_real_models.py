@@ -292,14 +292,27 @@ def measure(name: str, path: Path, args: argparse.Namespace, exporter: str,
     return row
 
 
-def main() -> None:
+def arguments(models: str, time_limit: float, cache: str, out: str) -> argparse.Namespace:
+    """The command line both model benchmarks take, with their defaults."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--time-limit", type=float, default=40.0)
+    ap.add_argument("--models", default=models)
+    ap.add_argument("--time-limit", type=float, default=time_limit)
     ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--cache", default="out/real_models")
-    ap.add_argument("--out", default="out/bench/real_models.json")
-    args = ap.parse_args()
+    ap.add_argument("--cache", default=cache)
+    ap.add_argument("--out", default=out)
+    return ap.parse_args()
+
+
+def ratio(row: dict[str, Any], key: str) -> str:
+    """A row's speed ratio for `key` (graphsub or a peer) as the tables print it."""
+    value = row.get(f"{key}_ratio")
+    if not isinstance(value, float):
+        return value or "-"
+    return f"{value:.3f}" + ("" if row.get(f"{key}_equivalent", True) else " (differs)")
+
+
+def main() -> None:
+    args = arguments(",".join(MODELS), 40.0, "out/real_models", "out/bench/real_models.json")
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -309,13 +322,6 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         rows.append(row)
     save_rows(args.out, {**cpu_meta(), "command": " ".join(sys.argv)}, rows)
-
-    def ratio(r: dict[str, Any], key: str) -> str:
-        value = r.get(f"{key}_ratio")
-        if not isinstance(value, float):
-            return value or "-"
-        return f"{value:.3f}" + ("" if r.get(f"{key}_equivalent", True) else " (differs)")
-
     headers = ["model", "exporter", "MB", "graphsub exit", "original ms", "graphsub",
                "onnxsim", "onnxslim", "ort offline", "graphsub's rewrites"]
     print(markdown(headers, [[r["model"], r["exporter"], f"{r['mb']:.1f}", str(r["exit"]),
