@@ -16,6 +16,7 @@ from graphsub.pipeline.run import Run, Stage
 from graphsub.search import ALGORITHMS, Candidate, OptimizeResult, SearchStats
 from graphsub.search.registry import Limits
 from graphsub.search.result import ProgressFn, SearchProgress, Step, StepKind, StopReason
+from graphsub.search.propagate import propagate
 from graphsub.search.split import splitting
 
 
@@ -42,6 +43,11 @@ class ProgressRecorder:
         return start + self._points + end
 
 
+#: The share of the search's time kept for applying what it found wherever else it pays
+#: (graphsub.search.propagate); whatever the search leaves unused goes there too.
+PROPAGATION_SHARE = 0.15
+
+
 def search(run: Run, clock: StageClock) -> None:
     """The search the settings name, in the time its clock gives, optionally within
     MetaFlow's graph split. Ctrl-C before the search loop took over (while pricing the input
@@ -61,7 +67,7 @@ def search(run: Run, clock: StageClock) -> None:
                             keep=settings.keep, progress=recorder)
             algorithm = ALGORITHMS[settings.algorithm]
             start_graph = search_bodies(run, clock)
-            limits = replace(limits, time=max(clock.remaining(), 0.0))
+            limits = replace(limits, time=max(clock.remaining() * (1 - PROPAGATION_SHARE), 0.0))
             function = algorithm.function if settings.split is None else \
                 splitting(algorithm, settings.split, settings.executor)
             result = function(start_graph, run.rules, run.cost_model, limits,
@@ -71,6 +77,13 @@ def search(run: Run, clock: StageClock) -> None:
             raise
         stats = SearchStats(stopped_by=StopReason.INTERRUPT, seconds=time.perf_counter() - start)
         result = OptimizeResult(run.graph, (), stats, math.nan, math.nan, [])
+    if result.stats.stopped_by != StopReason.INTERRUPT:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                result = propagate(result, run.rules, run.cost_model, clock.deadline)
+        except KeyboardInterrupt:  # what the search found stands
+            result.stats.stopped_by = StopReason.INTERRUPT
     run.result = result
     run.interrupted = result.stats.stopped_by == StopReason.INTERRUPT
     run.progress_points = recorder.points(result)

@@ -124,6 +124,9 @@ class SearchStats:
     #: MetaFlow's split (--split): parts, their sizes, matches the cuts disabled, regions
     #: searched around the cuts.
     split: dict[str, Any] = field(default_factory=dict)
+    #: Rewrites applied after the search where the rules it used paid again
+    #: (graphsub.search.propagate: one layer's rewrites in every layer).
+    propagated: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"explored": self.explored, "generated": self.generated,
@@ -133,7 +136,8 @@ class SearchStats:
                 "rejected": dict(self.rejected), "seconds": round(self.seconds, 3),
                 **({"undecided": self.undecided} if self.undecided else {}),
                 "stopped_by": self.stopped_by, **({"egraph": self.egraph} if self.egraph else {}),
-                **({"split": self.split} if self.split else {})}
+                **({"split": self.split} if self.split else {}),
+                **({"propagated": self.propagated} if self.propagated else {})}
 
 
 @dataclass(frozen=True)
