@@ -159,7 +159,7 @@ def test_verification_checks_every_binding_and_a_size_dependent_mistake_fails_it
     with pytest.warns(RuntimeWarning, match="verification failed"):
         failed = _verify(wrong, model)
     assert "does not match" in str(failed.verification_failure)
-    assert failed.chosen is None and failed.chosen_bytes == model.SerializeToString()
+    assert failed.chosen is None and failed.chosen_model == model.SerializeToString()
 
 
 def test_an_operator_reading_sizes_is_timed_at_the_sizes_it_will_see():

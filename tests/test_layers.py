@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: Bottom to top. A module belongs to the longest prefix listed here.
 LAYERS: list[tuple[str, ...]] = [
     ("graphsub.errors", "graphsub.cache", "graphsub.lazy", "graphsub.ir.types",
-     "graphsub.ir.symbolic", "graphsub.executors", "graphsub.budget"),
+     "graphsub.ir.symbolic", "graphsub.executors", "graphsub.budget", "graphsub.progress"),
     ("graphsub.ops",),
     ("graphsub.ir",),
     ("graphsub.runtime",),

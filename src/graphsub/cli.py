@@ -7,6 +7,7 @@ line and exit with status 2.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -21,6 +22,7 @@ from rich.table import Table
 
 from graphsub.cli_common import JsonOpt, app, emit_json, err, handle_errors, main, out
 from graphsub.errors import GraphsubError
+from graphsub.progress import StepCount, StepLog, reporting
 
 if TYPE_CHECKING:
     from graphsub.search.result import SearchProgress
@@ -435,6 +437,19 @@ def _search_progress(time_limit: float, budget: int | None):
     return bar, update
 
 
+@contextlib.contextmanager
+def counted(what: str, log: StepLog):
+    """A spinner for a step before or after the stages (loading, writing) that shows its
+    count as it goes (graphsub.progress), kept in `log` for the report."""
+    with err.status(f"{what}...") as status:
+        def show(count: StepCount) -> None:
+            status.update(f"{escape(what)}... {count.text()}")
+
+        log.forward = show if err.is_terminal else None
+        with reporting(log):
+            yield
+
+
 class _Stages:
     """What the run is doing: the search (its progress bar on a terminal), then a spinner
     for the stages after it; one line per stage where stderr is not a terminal (a log must
@@ -444,9 +459,16 @@ class _Stages:
         self.bar = bar
         self.status = err.status("")
         self.calls = 0
+        self.message = ""
+
+    def count(self, count: StepCount) -> None:
+        """A long step moved (graphsub.progress): its count beside the stage's message."""
+        if self.calls >= 2 and err.is_terminal:
+            self.status.update(f"{escape(self.message)}... {count.text()}")
 
     def __call__(self, message: str) -> None:
         self.calls += 1
+        self.message = message
         if self.calls == 1:  # the search begins; on a terminal its bar says so
             if not err.is_terminal:
                 err.print(f"{escape(message)}...", highlight=False)
@@ -533,14 +555,15 @@ def optimize(ctx: typer.Context,
              candidates: Annotated[int, typer.Option(metavar="N", help="Best candidates to time end to end.", rich_help_panel="Time")] = 3,
              fission: Annotated[bool, typer.Option("--fission/--no-fission", metavar="", help=FISSION_HELP, rich_help_panel="Search")] = True,
              ort_fusions: Annotated[bool, typer.Option("--ort-fusions/--no-ort-fusions", metavar="", help=ORT_FUSIONS_HELP, rich_help_panel="Target")] = False,
+             external_data: Annotated[bool, typer.Option("--external-data", metavar="", help="Weights to OUTPUT.data (auto >1 GiB).")] = False,
              report: Annotated[Optional[Path], typer.Option("--report", metavar="FILE", help="Also write the report: report.html (a page with plots) or report.json (its data; `graphsub report` renders it).")] = None,
              as_json: JsonOpt = False) -> None:
     """Optimize a model: search equivalent graphs, keep the fastest measured, verify, write.
     Ctrl-C during the search ends it and goes on to measure what it found; a second Ctrl-C
     stops at once, writing nothing."""
     started = time.perf_counter()
-    from graphsub.onnx_io.exporter import write_atomic
-    from graphsub.onnx_io.importer import model_bytes
+    from graphsub.onnx_io.external import detach, write_model
+    from graphsub.onnx_io.importer import model_data
     from graphsub.optimizer import VerificationError, optimize_model
     from graphsub.pipeline import load_rule_files
     from graphsub.report.files import report_format, save_report
@@ -550,7 +573,8 @@ def optimize(ctx: typer.Context,
         budget=budget, split=split, executor=executor, time_limit=time_limit,
         measure_limit=measure_limit, cost=cost, threads=threads, target=target,
         cuda_graphs=cuda_graphs, allow_tf32=True if tf32 else None, candidates=candidates,
-        fission=fission, ort_fusions=ort_fusions, shape_profile=tuple(shape_profile or ())),
+        fission=fission, ort_fusions=ort_fusions, shape_profile=tuple(shape_profile or ()),
+        external_data=True if external_data else None),
         option, objective)
     check_output_path(output, "--output", [model])
     if report is not None:
@@ -561,14 +585,16 @@ def optimize(ctx: typer.Context,
     check_rule_files(rules)
     shapes = parse_input_shapes(input_shape)
     use_custom_ops(custom_ops or [])
-    loaded = LoadedModel(model, shapes, parse_input_values(input_value))
-    original = model_bytes(loaded.onnx) if isinstance(loaded.onnx, str) else loaded.onnx
+    loading = StepLog()
+    with counted("loading the model", loading):
+        loaded = LoadedModel(model, shapes, parse_input_values(input_value))
+    original = model_data(loaded.onnx) if isinstance(loaded.onnx, str) else loaded.onnx
     with err.status("loading and checking rules..."):
         rule_list = load_rule_files(rules or [])
     bar, update = _search_progress(time_limit, budget)
     stages = _Stages(bar)
     try:
-        with bar:
+        with bar, reporting(stages.count):
             try:
                 data, rep = optimize_model(loaded.graph, original, loaded.label, rule_list,
                                            settings=settings, progress=update, say=stages,
@@ -582,7 +608,10 @@ def optimize(ctx: typer.Context,
     failure = next((n for n in rep.notes if n.startswith("graphsub bug:")), None)
     if failure is not None:
         err.print(f"[bold red]{escape(failure)}[/]", highlight=False, soft_wrap=True)
-    write_atomic(data, output)
+    with counted(f"writing {output}", loading):
+        write_model(detach(data) if external_data and isinstance(data, bytes) else data,
+                    output)
+    rep.steps = {**{k: c.as_dict() for k, c in loading.steps.items()}, **rep.steps}
     rep.command = command_line(ctx)
     if report is not None:
         with err.status("writing the report..."):
@@ -756,6 +785,10 @@ def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
                   ", ".join(f"{k} {v:.1f}" for k, v in stages[half:]),
                   f"total {t['total']:.1f} of {t['time_limit']:g}"
                   + (f" + {t['measure_limit']:g}" if t["measure_limit"] is not None else ""))
+    if rep.steps:
+        work = [f"{name} {StepCount(name, **{k: v for k, v in c.items() if k != 'seconds'}).text()}"
+                for name, c in rep.steps.items()]
+        table.add_row("work", ", ".join(work[:2]), ", ".join(work[2:4]), ", ".join(work[4:]))
     out.print(table)
     if rep.rules_used:
         print_counts("rules applied", "rule", "times", rep.rules_used)

@@ -64,7 +64,7 @@ def generate(max_ops: Annotated[int, typer.Option("--max-ops", "-n", min=1, max=
     from graphsub.generate.opset import DEFAULT_OPS, OPS
     from graphsub.generate.pipeline import generate as run_generate
     from graphsub.generate.pipeline import rules_text
-    from graphsub.onnx_io.exporter import write_atomic
+    from graphsub.onnx_io.files import write_atomic
 
     op_list = [o.strip() for o in ops.split(",") if o.strip()] if ops else list(DEFAULT_OPS)
     unknown = sorted(set(op_list) - set(OPS))

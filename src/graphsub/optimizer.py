@@ -27,8 +27,10 @@ from graphsub.budget import Budget
 from graphsub.ir.graph import Graph
 from graphsub.pipeline import (SEARCH, Settings, VerificationError, model_stages, run_stages,
                                start_run)
+from graphsub.progress import StepLog, current_reporter, reporting
 from graphsub.report.optimize import OptimizeReport
 from graphsub.rules import Rule
+from graphsub.runtime.ort import ModelData
 from graphsub.search import OptimizeResult
 from graphsub.search.result import ProgressFn
 
@@ -66,13 +68,14 @@ def optimize(graph: Graph, rules: Sequence[Rule] | None = None,
     return run.result
 
 
-def optimize_model(graph: Graph, original: bytes | None = None, label: str = "model",
+def optimize_model(graph: Graph, original: ModelData | None = None, label: str = "model",
                    rules: Sequence[Rule] | None = None, *, settings: Settings | None = None,
                    progress: ProgressFn | None = None, say: Callable[[str], None] | None = None,
                    started: float | None = None, **overrides: Any
-                   ) -> tuple[bytes, OptimizeReport]:
-    """Optimize for a target, choose by measurement there, verify. Returns the ONNX bytes to
-    write (the original model's when nothing beats it) and the report. Raises
+                   ) -> tuple[ModelData, OptimizeReport]:
+    """Optimize for a target, choose by measurement there, verify. Returns the ONNX model to
+    write (the original model's when nothing beats it: bytes, or a
+    runtime.ort.DetachedModel where its weights are kept apart) and the report. Raises
     VerificationError on a mismatch, and nothing should then be written. `say` is told what
     is happening (the search starting, then each stage), for progress displays.
 
@@ -88,11 +91,14 @@ def optimize_model(graph: Graph, original: bytes | None = None, label: str = "mo
                     started=time.perf_counter() if started is None else started)
     run = start_run(graph, chosen, rules, budget, original=original, label=label,
                     say=say or (lambda message: None), progress=progress)
-    run_stages(run, model_stages(chosen))
+    log = StepLog(forward=current_reporter())
+    with reporting(log):
+        run_stages(run, model_stages(chosen))
     report: OptimizeReport = run.product
     report.seconds = budget.as_dict()
-    assert run.chosen_bytes is not None
-    return run.chosen_bytes, report
+    report.steps.update({name: count.as_dict() for name, count in log.steps.items()})
+    assert run.chosen_model is not None
+    return run.chosen_model, report
 
 
 __all__ = ["Settings", "VerificationError", "optimize", "optimize_model"]

@@ -29,6 +29,7 @@ from graphsub.ir.graph import Graph
 from graphsub.report.optimize import CandidateReport
 from graphsub.runtime.equivalence import (SAME_FUNCTION, Comparison, OutputDiff, Tolerance,
                                           compare_outputs)
+from graphsub.runtime.ort import ModelData
 from graphsub.runtime.speedup import (MIN_GAIN, Decision, HeadToHead, confidence, decide,
                                       describe, fewest_rounds, highest_load, read_load,
                                       sequential)
@@ -102,7 +103,8 @@ class Dropped:
     message: str
 
 
-def _try_candidate(device: Target, i: int, cand: Candidate, data: bytes, original: bytes,
+def _try_candidate(device: Target, i: int, cand: Candidate, data: ModelData,
+                   original: ModelData,
                    feeds: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
                    tolerance: Tolerance
                    ) -> tuple[Runnable, float, list[OutputDiff]] | Dropped | Comparison:
@@ -175,8 +177,8 @@ def _unknown_op_hint(exc: BaseException) -> str:
             "register_custom_ops_library), or a --target that runs it")
 
 
-def measure_and_choose(device: Target, graph: Graph, original: bytes,
-                       candidates: Sequence[tuple[Candidate, bytes]],
+def measure_and_choose(device: Target, graph: Graph, original: ModelData,
+                       candidates: Sequence[tuple[Candidate, ModelData]],
                        feeds: Mapping[str, np.ndarray], clock: StageClock,
                        measure_seconds: float = 3.0, tolerance: Tolerance = SAME_FUNCTION,
                        say: Callable[[str], None] = lambda message: None) -> Selection:

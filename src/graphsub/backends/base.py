@@ -23,6 +23,7 @@ from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
 from graphsub.ir.types import TensorType
 from graphsub.runtime.equivalence import Tolerance
+from graphsub.runtime.ort import ModelData
 from graphsub.runtime.timing import Runnable
 
 
@@ -118,7 +119,7 @@ class Target(ABC):
         """The device and the software versions its timings depend on."""
 
     @abstractmethod
-    def prepare(self, graph: Graph | None, onnx: bytes | str | None = None,
+    def prepare(self, graph: Graph | None, onnx: ModelData | str | None = None,
                 label: str = "") -> Runnable:
         """A runnable for a model given as a Graph, as ONNX, or both (a target uses the form
         it runs: onnxruntime the ONNX bytes, torch the Graph)."""

@@ -22,7 +22,7 @@ from graphsub.cost.base import OpSignature
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph
 from graphsub.runtime.equivalence import Tolerance, compare_outputs
-from graphsub.runtime.ort import ORT_ERRORS, OrtRunnable, make_session, quiet_run, run
+from graphsub.runtime.ort import ORT_ERRORS, ModelData, OrtRunnable, make_session, quiet_run, run
 from graphsub.runtime.timing import median_call_time, timed_calls
 
 #: Shape of the tensor used to calibrate the per-operator overhead: large enough that
@@ -103,13 +103,13 @@ class OrtTarget(Target):
     def _session(self, model: Any, quiet: bool = False):
         return make_session(model, self.threads, providers=self.providers, quiet=quiet)
 
-    def prepare(self, graph: Graph | None, onnx: bytes | str | None = None,
+    def prepare(self, graph: Graph | None, onnx: ModelData | str | None = None,
                 label: str = "") -> OrtRunnable:
         if onnx is None:
-            from graphsub.onnx_io.exporter import to_onnx_bytes
+            from graphsub.onnx_io.exporter import to_model_data
 
             assert graph is not None
-            onnx = to_onnx_bytes(graph)
+            onnx = to_model_data(graph)
         return self.runnable(onnx, self.threads, self.providers, label)
 
     def baseline(self) -> float:
@@ -193,6 +193,10 @@ class OrtCudaRunnable(OrtRunnable):
 
     def timed(self, n: int) -> list[float]:  # run_with_iobinding synchronizes the provider
         return timed_calls(lambda: self.session.run_with_iobinding(self._binding), n)
+
+    def close(self) -> None:
+        self._binding = None
+        super().close()
 
 
 class OrtCpuTarget(OrtTarget):

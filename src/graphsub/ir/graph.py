@@ -241,6 +241,11 @@ class Graph:
             self._weight_only = frozenset(result)
         return self._weight_only
 
+    def weight_bytes(self) -> int:
+        """Bytes of the graph's weights as stored (weight nodes; what the model file holds)."""
+        return sum(node.attrs["value"].type.nbytes for node in self._nodes.values()
+                   if node.op == "weight")
+
     def fingerprints(self) -> dict[int, int]:
         """Process-local integer digests of every node (see `fingerprint`)."""
         if self._fingerprints is None:

@@ -229,8 +229,10 @@ def dim_text(d: Dim) -> str:
     return str(d)
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_dim(text: str) -> Dim:
-    """A dimension from `dim_text`'s form; every name in it is a size symbol."""
+    """A dimension from `dim_text`'s form; every name in it is a size symbol. Cached: a deep
+    model names the same few sizes on thousands of values, and sympy's parser is slow."""
     import sympy
 
     names = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)) - {"floor", "ceiling", "Min",

@@ -109,10 +109,17 @@ class Constant:
 
     @property
     def digest(self) -> bytes:
+        """A digest of the content; for a weight mapped from a model's data file, of where
+        it lies there (hashing gigabytes of weights would read every page of them into
+        memory: equal regions are equal weights, and distinct ones are taken as distinct)."""
         if self._digest is None:
             h = hashlib.blake2b(digest_size=16)
             h.update(f"{self._array.dtype.str}{self._array.shape}".encode())
-            h.update(memoryview(self._array).cast("B") if self._array.size else b"")
+            region = mapped_region(self._array)
+            if region is not None:
+                h.update(f"mapped:{region[0]}:{region[1]}".encode())
+            elif self._array.size:
+                h.update(memoryview(self._array).cast("B"))
             self._digest = h.digest()
         return self._digest
 
@@ -133,6 +140,19 @@ class Constant:
 
     def __repr__(self) -> str:
         return f"Constant({self.type}, {self.digest.hex()[:8]})"
+
+
+def mapped_region(array: np.ndarray) -> tuple[str, int] | None:
+    """(file, byte offset) of an array that views a memory-mapped file, or None."""
+    root, base = None, array
+    while isinstance(base, np.ndarray):
+        if isinstance(base, np.memmap):
+            root = base
+        base = base.base
+    if root is None or root.filename is None:
+        return None
+    start = array.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    return root.filename, root.offset + start
 
 
 class ConstantStub(Constant):

@@ -9,7 +9,6 @@ files are written atomically so a failure never leaves a partial model behind.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,9 @@ from graphsub.errors import ExportError
 from graphsub.ir.graph import Graph, Value
 from graphsub.ir.symbolic import Dim, dim_text, is_static
 from graphsub.ops import get_op
+from graphsub.onnx_io import external
 from graphsub.ops.opaque import body_names
-from graphsub.runtime.ort import make_model
+from graphsub.runtime.ort import DetachedModel, ModelData, make_model
 from graphsub.runtime.reference import materialized_weights
 
 #: The opset written for graphs that did not come from an ONNX file.
@@ -34,10 +34,12 @@ MIN_OPSET, MAX_OPSET = 13, 23
 class ExportContext:
     """What an operator's export function writes into: nodes, constants and fresh names."""
 
-    def __init__(self, opset: int) -> None:
+    def __init__(self, opset: int, detach: bool = False) -> None:
         self.opset = opset
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
+        #: The arrays of initializers held apart from the protobuf (when detaching weights).
+        self.detached: dict[str, np.ndarray] | None = {} if detach else None
         self.domains: dict[str, int] = {}
         self._used: set[str] = set()
         self._const_names: dict[bytes, str] = {}
@@ -101,7 +103,12 @@ class ExportContext:
         return name
 
     def add_initializer(self, name: str, array: np.ndarray) -> None:
-        self.initializers.append(numpy_helper.from_array(np.asarray(array, order="C"), name))
+        array = np.asarray(array, order="C")
+        if self.detached is not None and array.nbytes >= external.MIN_EXTERNAL_TENSOR:
+            self.detached[name] = array
+            self.initializers.append(external.stub(name, array))
+        else:
+            self.initializers.append(numpy_helper.from_array(array, name))
 
     # -- sizes: size expressions written as computations of the shapes -----------------------
     def note_symbols(self, name: str, shape: Sequence[Dim]) -> None:
@@ -232,6 +239,17 @@ def to_onnx(graph: Graph, opset: int | None = None, model_name: str = "graphsub"
     """The graph as an ONNX ModelProto, checked by onnx.checker unless `check` is False.
     `avoid`: names no new value may take (those of the scopes around a control-flow body
     written as a model of its own)."""
+    model, _ = _export(graph, opset, model_name, avoid, detach=False)
+    if check:
+        check_onnx(model)
+    return model
+
+
+def _export(graph: Graph, opset: int | None, model_name: str, avoid: Collection[str],
+            detach: bool | None) -> tuple[onnx.ModelProto, dict[str, np.ndarray] | None]:
+    """The model, and the arrays of the initializers held apart from it: where `detach`
+    says so, or (None) where the graph's weights came from external data or exceed
+    external.EXTERNAL_DATA_BYTES."""
     # An opaque node is written at the opset it was read at (a graph of one operator for
     # timing has no opset of its own: the default would lose Split's num_outputs, opset 18).
     opset = opset or graph.meta.get("opset") or max(
@@ -240,12 +258,15 @@ def to_onnx(graph: Graph, opset: int | None = None, model_name: str = "graphsub"
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ExportError(f"cannot export at opset {opset}: graphsub writes opsets "
                           f"{MIN_OPSET} to {MAX_OPSET}")
-    ctx = ExportContext(opset)
     order = graph.topo_order()
     weight_only = graph.weight_only()
 
     # The weight-only values computation or outputs read directly become initializers.
     folded = materialized_weights(graph)
+    if detach is None:
+        detach = bool(graph.meta.get("external_data")) or sum(
+            int(a.nbytes) for a in folded.values()) > external.EXTERNAL_DATA_BYTES
+    ctx = ExportContext(opset, detach)
     needed = {v.node for v in folded}
 
     names: dict[Value, str] = {}
@@ -307,58 +328,42 @@ def to_onnx(graph: Graph, opset: int | None = None, model_name: str = "graphsub"
         [_value_info(name, graph.type_of(v), declared.get(name))
          for v, name in zip(graph.outputs, graph.output_names)],
         initializer=ctx.initializers)
-    model = make_model(onnx_graph, [("", opset), *sorted(ctx.domains.items())])
-    if check:
-        check_onnx(model)
-    return model
+    return make_model(onnx_graph, [("", opset), *sorted(ctx.domains.items())]), ctx.detached
 
 
-def write_atomic(data: bytes, path: str | os.PathLike[str]) -> Path:
-    """Write bytes to path through a temporary file in the same folder and a rename, so the
-    path holds either the old content or the complete new one, never a partial file. The file
-    gets the permissions a plain write would give it: an existing file's, or the umask's for
-    a new one (the temporary file is private until then)."""
-    target = Path(path)
-    if target.parent and not target.parent.exists():
-        raise ExportError(f"cannot write {target}: folder {target.parent} does not exist")
-    mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return target
-
-
-def _umask() -> int:
-    """The process's umask (reading it means setting it; it is put back at once)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def to_onnx_bytes(graph: Graph, opset: int | None = None, model_name: str = "graphsub") -> bytes:
-    """The serialized, checked ONNX model (checked on the bytes, so large models are
-    serialized once rather than twice)."""
-    model = to_onnx(graph, opset, model_name=model_name, check=False)
+def to_model_data(graph: Graph, opset: int | None = None, model_name: str = "graphsub",
+                  external_data: bool | None = None) -> ModelData:
+    """The checked ONNX model as onnxruntime gets it from graphsub: serialized, or, where
+    `external_data` says so (None: where the graph's weights came from external data or are
+    too large for one protobuf), detached from its large weights (which it shares with the
+    graph: graphsub.onnx_io.external)."""
+    model, detached = _export(graph, opset, model_name, (), external_data)
     try:
         data = model.SerializeToString()
     except ValueError as exc:
-        raise ExportError(f"the model is too large for a single ONNX file: {exc}") from None
-    check_onnx(data)
+        raise ExportError(f"the model is too large for a single ONNX file ({exc}): write it "
+                          "with external data") from None
+    if detached is None:
+        check_onnx(data)  # checked on the bytes: a large model is serialized once, not twice
+        return data
+    result = DetachedModel(data, detached)
+    check_onnx(external.skeleton(result))
+    return result
+
+
+def to_onnx_bytes(graph: Graph, opset: int | None = None, model_name: str = "graphsub") -> bytes:
+    """The serialized, checked ONNX model in one protobuf (weights included)."""
+    data = to_model_data(graph, opset, model_name, external_data=False)
+    assert isinstance(data, bytes)
     return data
 
 
-def save(graph: Graph, path: str | os.PathLike[str], opset: int | None = None) -> Path:
-    """Export the graph and write it atomically to `path`."""
-    return write_atomic(to_onnx_bytes(graph, opset, model_name=Path(path).stem), path)
+def save(graph: Graph, path: str | os.PathLike[str], opset: int | None = None,
+         external_data: bool | None = None) -> Path:
+    """Export the graph and write it atomically to `path` (with its data file beside it,
+    where it has external data: see `to_model_data`)."""
+    return external.write_model(to_model_data(graph, opset, Path(path).stem, external_data),
+                                path)
 
 
 def write_size(ctx: ExportContext, expr: Any) -> str:

@@ -25,11 +25,12 @@ from graphsub.ir.graph import Graph, Value, make_node
 from graphsub.ir.symbolic import (Dim, SymbolRange, bind_all, floordiv, renamed, size_symbol,
                                   symbols_in)
 from graphsub.ir.types import Constant, TensorType
-from graphsub.onnx_io import bodies, sizes
+from graphsub.onnx_io import bodies, external, sizes
 from graphsub.onnx_io.exporter import MAX_OPSET, MIN_OPSET
 from graphsub.ops import importer_for
+from graphsub.progress import Tracker, step
 from graphsub.ops.control_flow import captured_names, has_subgraphs
-from graphsub.runtime.ort import ORT_ERRORS, make_model
+from graphsub.runtime.ort import ORT_ERRORS, DetachedModel, ModelData, make_model
 
 _MISSING = object()
 #: Ops folded whenever all their inputs are constant, whatever their output type.
@@ -41,40 +42,44 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 _KEPT = {"DequantizeLinear"}
 
 
-def _read_model(source: Any) -> onnx.ModelProto:
+def _read_model(source: Any) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The model, and the arrays of its initializers kept in external data files (mapped,
+    never copied: graphsub.onnx_io.external)."""
     if isinstance(source, onnx.ModelProto):
-        return source
+        return source, {}
+    if isinstance(source, DetachedModel):
+        return _read_model(source.proto)[0], dict(source.weights)
     if isinstance(source, (bytes, bytearray)):
         model = onnx.ModelProto()
         try:
             model.ParseFromString(bytes(source))
         except DecodeError as exc:
             raise ModelLoadError(f"the bytes given are not an ONNX model: {exc}") from None
-        return _check_looks_like_onnx(model, "the bytes given")
+        return _check_looks_like_onnx(model, "the bytes given"), {}
     path = Path(os.fspath(source))
     if not path.exists():
         raise ModelLoadError(f"{path}: no such file")
     if path.is_dir():
         raise ModelLoadError(f"{path} is a folder, not an ONNX file")
     try:
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
     except DecodeError as exc:
         raise ModelLoadError(f"{path} is not a valid ONNX model (truncated or not ONNX?): "
                              f"{exc}") from None
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"{path} could not be read as an ONNX model: {exc}") from None
-    return _check_looks_like_onnx(model, str(path))
+    _check_looks_like_onnx(model, str(path))
+    return model, external.mapped_initializers(model, path.parent)
 
 
-def model_bytes(path: str | os.PathLike[str]) -> bytes:
-    """A model file as one serialized model: the file's bytes, or, where its weights are in
-    external data files beside it, the model with them read in (what onnxruntime needs to
-    run it from bytes)."""
-    data = Path(path).read_bytes()
-    model = onnx.load_model_from_string(data)
-    if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
-        return data
-    return _read_model(path).SerializeToString()
+def model_data(path: str | os.PathLike[str]) -> ModelData:
+    """A model file as onnxruntime gets it from graphsub: the file's bytes, or, where its
+    weights are in external data files beside it, the model with its weights mapped from
+    them (the same arrays `load` gives the graph's weights)."""
+    model, weights = _read_model(path)
+    if not weights and not external.has_external_data(model):
+        return Path(path).read_bytes()
+    return DetachedModel(model.SerializeToString(), weights)
 
 
 def _check_looks_like_onnx(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
@@ -196,6 +201,9 @@ class ImportContext:
         self.inferred: dict[str, TensorType] = {}
         #: the types the model itself declares for its values (value_info and outputs)
         self.declared: dict[str, TensorType] = {}
+        #: Opaque nodes whose symbolic types a run confirmed, by what decides their outputs
+        #: (_check_key): each layer of a deep model repeats the same few.
+        self.checked: set[Any] = set()
         self.renamed: dict[str, Dim] = {}  # onnxruntime's fresh size names -> graphsub's
 
     def is_used(self, name: str) -> bool:
@@ -534,6 +542,9 @@ def _check_symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
     if not names <= set(ctx.symbol_ranges):
         return
     _defined_from(names, out_types, ctx)
+    key = _check_key(node, ctx, in_types, out_types)
+    if key is not None and key in ctx.checked:
+        return
     for value in _CHECK_SIZES:
         binding = {n: ctx.symbol_ranges[n].clamp(value) for n in names}
         try:
@@ -554,6 +565,37 @@ def _check_symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
                     f"{', '.join(f'{k}={v}' for k, v in sorted(binding.items()))} it computes "
                     f"{'x'.join(map(str, r.shape))}); give concrete sizes with --input-shape "
                     "NAME=1x128 (or input_shapes={...})")
+    if key is not None:
+        ctx.checked.add(key)
+
+
+#: Constants larger than this are not part of a check's key (weights: not hashed for it).
+_KEY_CONSTANT_BYTES = 4096
+
+
+def _check_key(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, TensorType],
+               out_types: Sequence[TensorType]) -> Any:
+    """What decides whether a node's runs confirm its symbolic types: its operator and
+    attributes, its inputs' types, the values of the constants and size values it reads, the
+    symbols' ranges and the types to confirm. None where it reads a large constant."""
+    bare = onnx.NodeProto()
+    bare.CopyFrom(node)
+    bare.name = bare.doc_string = ""
+    del bare.input[:], bare.output[:], bare.metadata_props[:]
+    read = [n for n in (*node.input, *captured_names(node)) if n]
+    parts: list[Any] = [bare.SerializeToString(), tuple(str(out) for out in out_types)]
+    for n in read:
+        if n in ctx.folder.values:
+            parts.append(("size", str(ctx.folder.values[n].tolist()), ctx.size_dtypes[n]))
+        elif n in ctx.constants:
+            c = ctx.constants[n]
+            if c.nbytes > _KEY_CONSTANT_BYTES:
+                return None
+            parts.append(("const", c.dtype.str, c.shape, c.tobytes()))
+        else:
+            parts.append(("value", str(in_types.get(n))))
+    parts.append(tuple(sorted((k, str(r)) for k, r in ctx.symbol_ranges.items())))
+    return tuple(parts)
 
 
 #: The largest size a symbol's range is raised to where an inferred size would be empty.
@@ -653,8 +695,11 @@ def _reads(g: onnx.GraphProto) -> set[str]:
         o.name for o in g.output}
 
 
-def _import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
+def _import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto],
+                  tracker: Tracker | None = None) -> None:
     for node in nodes:
+        if tracker is not None:
+            tracker.advance()
         read = [n for n in (*node.input, *captured_names(node)) if n]
         in_types = {n: ctx.type_of(ctx.values[n]) for n in read if n in ctx.values}
         in_types.update({n: TensorType(tuple(ctx.constants[n].shape), str(ctx.constants[n].dtype))
@@ -715,7 +760,7 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
     kept through import; `input_shapes` fixes inputs to concrete shapes instead. The graph's
     `meta["symbols"]` gives each symbol's range.
     """
-    original = _read_model(source)
+    original, mapped = _read_model(source)
     source_opset = _default_opset(original)
     model = _convert_opset(original)
     g = model.graph
@@ -727,12 +772,13 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
         if declared is not None:
             ctx.declared[vi.name] = declared
     for init in g.initializer:
-        ctx.constants[init.name] = numpy_helper.to_array(init)
+        ctx.constants[init.name] = (mapped[init.name] if init.name in mapped
+                                    else numpy_helper.to_array(init))
     for sparse in g.sparse_initializer:
         ctx.constants[sparse.values.name] = _densify(sparse)
     inputs = sizes.input_types(model, input_shapes)
     if not all(t.is_static for _, t in inputs):
-        ctx.inferred = sizes.inferred_types(model)
+        ctx.inferred = sizes.inferred_types(external.without_external_data(model))
     input_ids = []
     for name, t in inputs:
         node = make_node("input", (), (), {"name": name, "shape": t.shape, "dtype": t.dtype})
@@ -747,7 +793,8 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
 
     known = set(ctx.constants) | {name for name, _ in inputs}
     ctx.used = _reads(g)
-    _import_nodes(ctx, _topo_sorted_nodes(g, known))
+    with step("load", len(g.node), "nodes") as tracker:
+        _import_nodes(ctx, _topo_sorted_nodes(g, known), tracker)
 
     out_values, out_names = [], []
     for o in g.output:
@@ -757,6 +804,7 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
             raise ModelLoadError(f"graph output {o.name!r} is not computed by any node")
         out_names.append(o.name)
     meta = {"opset": opset, "source_opset": source_opset, "producer": model.producer_name,
+            "external_data": bool(mapped),
             "domain_opsets": {d: v for d, v in ctx.domain_opsets.items() if d}}
     if ctx.symbol_ranges:
         meta["symbols"] = dict(ctx.symbol_ranges)

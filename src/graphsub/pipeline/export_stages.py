@@ -8,33 +8,42 @@ from collections import Counter
 from graphsub.backends import ort_fusions as ort_fusions_module
 from graphsub.budget import StageClock
 from graphsub.errors import GraphsubError
-from graphsub.onnx_io.exporter import to_onnx_bytes
+from graphsub.onnx_io.exporter import to_model_data
 from graphsub.pipeline.run import Run, Stage
+from graphsub.runtime.ort import DetachedModel, ModelData
 from graphsub.search import Candidate
 from graphsub.search.result import Step, StepKind
 
 
 def export(run: Run, clock: StageClock) -> None:
-    """The distinct candidates as ONNX bytes, at most `settings.candidates`; one that cannot
-    be written is dropped with a note. On a target that runs the ONNX file, given the user's
+    """The distinct candidates as ONNX, at most `settings.candidates`; one that cannot be
+    written is dropped with a note. On a target that runs the ONNX file, given the user's
     file, graphsub's own export of the unchanged graph (shape computations folded, dead and
-    no-op nodes gone) is a candidate of its own where it differs from the file."""
-    out: list[tuple[Candidate, bytes | None]] = []
+    no-op nodes gone) is a candidate of its own where it differs from the file. A large model
+    (Run.large) gets one candidate, the search's best: each one timed is a session holding
+    a copy of the weights."""
+    out: list[tuple[Candidate, ModelData | None]] = []
     seen = {run.graph.structural_hash()}
+    limit = 1 if run.large else run.settings.candidates
+    external_data = run.settings.external_data
     for c in run.result.candidates if run.result is not None else []:
-        if len(out) >= run.settings.candidates:
+        if len(out) >= limit:
             break
         h = c.graph.structural_hash()
         if h in seen:
             continue
         seen.add(h)
         try:
-            out.append((c, to_onnx_bytes(c.graph)))
+            out.append((c, to_model_data(c.graph, external_data=external_data)))
         except GraphsubError as exc:
             run.notes.append(f"candidate {len(out)} could not be written as ONNX and was "
                              f"dropped ({exc})")
-    if run.original is not None and run.target.capabilities.runs == "onnx":
-        data = to_onnx_bytes(run.graph)
+    if run.large and limit < run.settings.candidates:
+        run.notes.append(f"the model holds {run.graph.weight_bytes() / 2**30:.1f} GiB of "
+                         "weights: only the best candidate is timed against the original, "
+                         "so that two copies of them are in memory at most")
+    if run.original is not None and run.target.capabilities.runs == "onnx" and not run.large:
+        data = to_model_data(run.graph, external_data=external_data)
         if _op_counts(data) != _op_counts(run.original):
             initial = run.result.initial_cost if run.result is not None else float("nan")
             out.insert(0, (Candidate(run.graph, initial, ()), data))
@@ -47,7 +56,11 @@ def ort_fusions(run: Run, clock: StageClock) -> None:
     rewrites leave as well as to what the exporter wrote, and either can be the faster."""
     run.say("writing candidates with onnxruntime's fused operators")
     initial = run.result.initial_cost if run.result is not None else float("nan")
-    sources = [(Candidate(run.graph, initial, ()), run.original_bytes), *run.exported[:1]]
+    sources = [(Candidate(run.graph, initial, ()), run.original_model), *run.exported[:1]]
+    if any(isinstance(data, DetachedModel) for _, data in sources):
+        run.notes.append("onnxruntime fusions: not written for a model with external data "
+                         "(onnxscript's rewriter would read all its weights into memory)")
+        return
     fused_candidates = []
     for candidate, data in sources:
         if data is None:
@@ -68,10 +81,10 @@ def ort_fusions(run: Run, clock: StageClock) -> None:
     run.exported += fused_candidates
 
 
-def _op_counts(model: bytes) -> Counter[str]:
+def _op_counts(model: ModelData) -> Counter[str]:
     import onnx
 
-    proto = onnx.load_from_string(model)
+    proto = onnx.load_from_string(model.proto if isinstance(model, DetachedModel) else model)
     return Counter(n.op_type for n in proto.graph.node)
 
 

@@ -13,10 +13,12 @@ from graphsub.errors import GraphsubError
 from graphsub.ir.binding import bind_graph
 from graphsub.ir.graph import Graph
 from graphsub.pipeline.run import Run, Stage
+from graphsub.progress import step
 from graphsub.runtime.bindings import ProfileShape, check_bindings
 from graphsub.runtime.equivalence import (SAME_FUNCTION, Comparison, Tolerance,
                                           compare_models, compare_runners, value_dtypes)
 from graphsub.runtime.inputs import InputSpec, graph_input_specs, random_feeds
+from graphsub.runtime.ort import ModelData
 from graphsub.runtime.speedup import Decision, describe, sequential
 from graphsub.runtime.timing import Runnable
 from graphsub.search.result import Candidate
@@ -56,7 +58,7 @@ def measure(run: Run, clock: StageClock) -> None:
     candidates = [(_bound(c, main), data) for c, data in run.exported]
     try:
         run.selection = measure_and_choose(run.target, bind_graph(run.graph, main),
-                                           run.original_bytes, candidates,
+                                           run.original_model, candidates,
                                            random_feeds(graph_input_specs(run.graph, main)),
                                            first, run.settings.measure_seconds, say=run.say,
                                            tolerance=model_tolerance(run.graph))
@@ -100,7 +102,7 @@ def _not_slower_at(run: Run, shape: ProfileShape, until: float) -> bool:
     candidate, data = run.exported[selection.chosen]
     feeds = random_feeds(graph_input_specs(run.graph, binding))
     run.say(f"timing the chosen candidate against the original at {shape}")
-    original = run.target.prepare(bind_graph(run.graph, binding), run.original_bytes,
+    original = run.target.prepare(bind_graph(run.graph, binding), run.original_model,
                                   f"original at {shape}")
     chosen = run.target.prepare(bind_graph(candidate.graph, binding), data,
                                 f"candidate {selection.chosen} at {shape}")
@@ -133,7 +135,7 @@ def verify(run: Run, clock: StageClock) -> None:
     graphsub's, reported loudly (a warning, the report's notes and `run.verification_failure`);
     the original model is then written: a valid model never ends in an error."""
     selection = run.selection
-    run.chosen_bytes = run.original_bytes
+    run.chosen_model = run.original_model
     if selection is None or (selection.chosen is None and selection.mismatch is None):
         return
     shapes = sorted(run.profile, key=lambda shape: -shape.weight)
@@ -148,16 +150,16 @@ def verify(run: Run, clock: StageClock) -> None:
                                   [s.values for s in shapes]) or [{}]
         run.say("verifying the optimized model against the original"
                 + (f" at {len(bindings)} bindings of its sizes" if main else ""))
+        on_target = not run.target.capabilities.is_reference
+        if not on_target:  # its session is not needed: two in memory at a time, not three
+            selection.runnable.close()
         try:
-            for binding in bindings:
-                comparison = check_equivalence(run.original_bytes, data,
-                                               graph_input_specs(run.graph, binding),
-                                               run.threads, tolerance)
-                if not comparison.equivalent:
-                    break
-            if comparison.equivalent and not run.target.capabilities.is_reference:
+            comparison = check_equivalence(run.original_model, data, [
+                graph_input_specs(run.graph, binding) for binding in bindings],
+                run.threads, tolerance)
+            if comparison.equivalent and on_target:
                 comparison = check_equivalence_on_target(
-                    run.original_bytes, selection.runnable, graph_input_specs(run.graph, main),
+                    run.original_model, selection.runnable, graph_input_specs(run.graph, main),
                     run.threads, tolerance)
         finally:
             selection.runnable.close()
@@ -174,7 +176,7 @@ def verify(run: Run, clock: StageClock) -> None:
         run.comparison = comparison
         return
     run.chosen, run.comparison = chosen, comparison
-    run.chosen_bytes = run.exported[selection.chosen][1]
+    run.chosen_model = run.exported[selection.chosen][1]
 
 
 def model_tolerance(graph: Graph) -> Tolerance:
@@ -182,14 +184,25 @@ def model_tolerance(graph: Graph) -> Tolerance:
     return SAME_FUNCTION.for_precision(value_dtypes(graph))
 
 
-def check_equivalence(a: bytes, b: bytes, specs: Sequence[InputSpec], threads: int,
-                      tolerance: Tolerance = SAME_FUNCTION) -> Comparison:
-    """Whether model b computes what model a computes, in onnxruntime on random inputs
-    (runtime.equivalence.SAME_FUNCTION, or that for the model's precision)."""
-    return compare_models(a, b, specs, tolerance, trials=VERIFY_TRIALS, threads=threads)
+def check_equivalence(a: ModelData, b: ModelData, bindings: Sequence[Sequence[InputSpec]],
+                      threads: int, tolerance: Tolerance = SAME_FUNCTION) -> Comparison:
+    """Whether model b computes what model a computes, in onnxruntime on random inputs of
+    each binding's input types in turn (runtime.equivalence.SAME_FUNCTION, or that for the
+    model's precision): the first comparison that fails, else the last. One session of each
+    serves every binding."""
+    from graphsub.runtime.ort import make_session
+
+    first, second = make_session(a, threads), make_session(b, threads)
+    with step("verify", len(bindings), "bindings") as tracker:
+        for specs in bindings:
+            comparison = compare_models(first, second, specs, tolerance, trials=VERIFY_TRIALS)
+            tracker.advance()
+            if not comparison.equivalent:
+                break
+    return comparison
 
 
-def check_equivalence_on_target(original: bytes, runnable: Runnable,
+def check_equivalence_on_target(original: ModelData, runnable: Runnable,
                                 specs: Sequence[InputSpec], threads: int,
                                 tolerance: Tolerance = SAME_FUNCTION) -> Comparison:
     """Whether the chosen graph, as the target runs it, computes what the original model

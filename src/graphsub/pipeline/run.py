@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphsub.backends import Target, get_target
-from graphsub.budget import Budget, StageClock
+from graphsub.budget import LARGE_MEASURE_SHARE, Budget, StageClock
 from graphsub.cost import CostModel, make_cost_model
 from graphsub.errors import GraphsubError
 from graphsub.fission import stage as fission_stage
 from graphsub.ir.graph import Graph
 from graphsub.pipeline.settings import Settings
 from graphsub.rules import Rule, builtin_rules, load_rules
+from graphsub.runtime.ort import ModelData
 from graphsub.runtime.bindings import ProfileShape, complete_profile
 from graphsub.search.result import Candidate, OptimizeResult, ProgressFn
 
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
     from graphsub.fission.stage import FissionOutcome
     from graphsub.runtime.equivalence import Comparison
     from graphsub.selection import Selection
+
+
+#: Weights above this many bytes make a run large (Run.large).
+LARGE_MODEL_BYTES = 512 << 20
 
 
 @dataclass
@@ -49,7 +54,7 @@ class Run:
     #: The latency model alone: what reports show as predicted ms, whatever the objective.
     time_model: CostModel
     #: The user's model as given (None: graphsub writes the graph itself).
-    original: bytes | None = None
+    original: ModelData | None = None
     label: str = "model"
     #: Told what is happening (the search starting, then each later stage), for displays.
     say: Callable[[str], None] = lambda message: None
@@ -70,13 +75,13 @@ class Run:
     #: What the search did inside each control-flow body (graphsub.pipeline.bodies).
     bodies: list[BodyOutcome] = field(default_factory=list)
     fission: FissionOutcome | None = None
-    #: Candidates as the target runs them, best predicted first (bytes: their ONNX; None on
-    #: a run that never writes ONNX).
-    exported: list[tuple[Candidate, bytes | None]] = field(default_factory=list)
+    #: Candidates as the target runs them, best predicted first (their ONNX; None on a run
+    #: that never writes ONNX).
+    exported: list[tuple[Candidate, ModelData | None]] = field(default_factory=list)
     selection: Selection | None = None
     #: The candidate kept (None: the original stays), what to write, and its check.
     chosen: Candidate | None = None
-    chosen_bytes: bytes | None = None
+    chosen_model: ModelData | None = None
     comparison: Comparison | None = None
     #: The candidate that failed verification (a bug of graphsub's; the original is written).
     verification_failure: GraphsubError | None = None
@@ -88,6 +93,7 @@ class Run:
     warning: type[Warning] = RuntimeWarning
     #: What a stage leaves for whoever called the runner (a report, a torch module).
     product: Any = None
+    _large: bool | None = None
 
     @property
     def threads(self) -> int:
@@ -95,13 +101,23 @@ class Run:
         return self.settings.threads or os.cpu_count() or 1
 
     @property
-    def original_bytes(self) -> bytes:
-        """The original model as ONNX bytes (graphsub's own export when none was given)."""
+    def original_model(self) -> ModelData:
+        """The original model as onnxruntime gets it (graphsub's own export when none was
+        given)."""
         if self.original is None:
-            from graphsub.onnx_io.exporter import to_onnx_bytes
+            from graphsub.onnx_io.exporter import to_model_data
 
-            self.original = to_onnx_bytes(self.graph)
+            self.original = to_model_data(self.graph, external_data=self.settings.external_data)
         return self.original
+
+    @property
+    def large(self) -> bool:
+        """Whether the model's weights exceed LARGE_MODEL_BYTES: then at most two sessions of
+        it live at once (the original and one candidate; each holds a copy of the weights),
+        so that graphsub's memory stays within a few times the model's size."""
+        if self._large is None:
+            self._large = self.graph.weight_bytes() > LARGE_MODEL_BYTES
+        return self._large
 
     def candidates(self) -> list[Candidate]:
         """The search's candidates (the input graph alone before a search has run)."""
@@ -154,8 +170,11 @@ def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | None = N
     profile = complete_profile(settings.shape_profile, graph.meta.get("symbols") or {})
     if profile:
         cost_model.shape_profile = profile
-    return Run(settings, budget, target, graph, rules, cost_model, cost_model, profile=profile,
-               **state)
+    run = Run(settings, budget, target, graph, rules, cost_model, cost_model, profile=profile,
+              **state)
+    if run.large:
+        budget.measure_share = LARGE_MEASURE_SHARE
+    return run
 
 
 def load_rule_files(paths: Sequence[str | Path]) -> list[Rule]:

@@ -80,6 +80,9 @@ class Settings:
     keep: int = 5
     fission: bool = True
     ort_fusions: bool = False
+    #: Whether the written model keeps its weights in a data file beside it (None: where the
+    #: input did, or where they are too large for one protobuf: onnx_io.external).
+    external_data: bool | None = None
     #: Whether the report gets what its HTML page draws (rewrites replayed, operator times).
     evidence: bool = True
     #: The bindings of a model's size symbols that costs are measured at, with weights
@@ -218,7 +221,7 @@ class Settings:
                 "cost": cost, "objective": self.objective.describe(), "target": self.target_name,
                 "threads": self.threads, "split": self.split, "executor": self.executor,
                 "candidates": self.candidates, "fission": self.fission,
-                "ort_fusions": self.ort_fusions,
+                "ort_fusions": self.ort_fusions, "external_data": self.external_data,
                 **({"shape_profile": [str(p) for p in self.shape_profile]}
                    if self.shape_profile else {})}
 

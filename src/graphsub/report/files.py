@@ -45,7 +45,7 @@ def render_html(data: dict[str, Any]) -> str:
 
 def save_report(data: dict[str, Any], path: Path) -> None:
     """Write a report's data to `path` as JSON or HTML, by its suffix, atomically."""
-    from graphsub.onnx_io.exporter import write_atomic
+    from graphsub.onnx_io.files import write_atomic
 
     if report_format(path) == "html":
         text = render_html(data)

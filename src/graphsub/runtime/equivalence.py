@@ -178,9 +178,10 @@ def compare_runners(a: ModelFn, b: ModelFn, specs: Sequence[InputSpec],
 def compare_models(a: Any, b: Any, specs: Sequence[InputSpec],
                    tolerance: Tolerance = Tolerance(), trials: int = 2, seed: int = 0,
                    threads: int | None = None) -> Comparison:
-    """Run both ONNX models in onnxruntime on `trials` sets of random inputs and compare every
-    output (see `compare_runners`)."""
-    sa, sb = make_session(a, threads), make_session(b, threads)
+    """Run both ONNX models (or onnxruntime sessions of them) on `trials` sets of random
+    inputs and compare every output (see `compare_runners`)."""
+    sa = a if hasattr(a, "run") else make_session(a, threads)
+    sb = b if hasattr(b, "run") else make_session(b, threads)
     names_a = [o.name for o in sa.get_outputs()]
     names_b = [o.name for o in sb.get_outputs()]
     if names_a != names_b:

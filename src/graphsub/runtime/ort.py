@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,29 @@ def _onnxruntime_errors() -> tuple[type[Exception], ...]:
 ORT_ERRORS = _onnxruntime_errors()
 
 
+@dataclass(frozen=True, eq=False)
+class DetachedModel:
+    """An ONNX model whose large initializers are held apart from its protobuf: `proto` marks
+    them as external data, `weights` holds their arrays by name (views of a memory-mapped
+    data file, or arrays graphsub computed). Sessions receive the arrays by reference, so a
+    model over protobuf's 2 GiB limit runs, and candidates sharing the original's weights
+    share its memory instead of each serializing a copy (graphsub.onnx_io.external)."""
+
+    proto: bytes
+    weights: Mapping[str, np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.proto) + sum(int(a.nbytes) for a in self.weights.values())
+
+
+#: What graphsub hands onnxruntime as a model: its serialized protobuf, or a detached one.
+ModelData = bytes | DetachedModel
+
+
 def _as_bytes(model: Any) -> bytes | str:
+    if isinstance(model, DetachedModel):
+        return model.proto
     if isinstance(model, (bytes, bytearray)):
         return bytes(model)
     if isinstance(model, (str, Path)):
@@ -99,8 +122,33 @@ def make_session(model: Any, threads: int | None = None, optimize: bool = True,
     opts.log_severity_level = 4 if quiet else 3
     for library in _custom_op_libraries:
         opts.register_custom_ops_library(library)
-    return ort.InferenceSession(_as_bytes(model), sess_options=opts,
-                                providers=list(providers) or ["CPUExecutionProvider"])
+    held = []
+    if isinstance(model, DetachedModel) and model.weights:
+        held = [ort.OrtValue.ortvalue_from_numpy(a) for a in model.weights.values()]
+        opts.add_external_initializers(list(model.weights), held)
+    session = ort.InferenceSession(_as_bytes(model), sess_options=opts,
+                                   providers=list(providers) or ["CPUExecutionProvider"])
+    session.graphsub_weights = held  # the arrays must outlive the session that reads them
+    if held:
+        _release_mapped_pages(model.weights.values())
+    return session
+
+
+def _release_mapped_pages(arrays: Any) -> None:
+    """Let the kernel drop the pages of memory-mapped weights this process has read (a
+    session has just copied or packed them): they are clean pages of a file, read again
+    from it if needed, and would otherwise stay counted in the process's memory as long as
+    the mapping lives."""
+    import mmap
+
+    seen: set[int] = set()
+    for array in arrays:
+        base = array
+        while isinstance(base, np.ndarray):
+            base = base.base
+        if isinstance(base, mmap.mmap) and id(base) not in seen and hasattr(mmap, "MADV_DONTNEED"):
+            seen.add(id(base))
+            base.madvise(mmap.MADV_DONTNEED)
 
 
 def quiet_run() -> Any:
@@ -139,6 +187,13 @@ class OrtRunnable(Runnable):
 
     def timed(self, n: int) -> list[float]:
         return timed_calls(lambda: self.session.run(None, self._feeds), n)
+
+    def close(self) -> None:
+        """Drop the session: onnxruntime frees it, and with it its copy of the weights (the
+        measure stage closes what it no longer times, so that a large model's sessions do
+        not pile up)."""
+        self.session = None
+        self._feeds = {}
 
 
 def time_models(models: Sequence[Any], feeds: Mapping[str, np.ndarray],

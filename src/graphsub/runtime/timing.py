@@ -19,6 +19,8 @@ from typing import Protocol
 
 import numpy as np
 
+from graphsub.progress import Tracker, step
+
 
 def timed_calls(call: Callable[[], object], n: int) -> list[float]:
     """Seconds of each of n calls: what a CPU runnable's `timed` measures."""
@@ -192,6 +194,13 @@ class Interleaved:
         ends the rounds once passed, after at least one: the caller's time limit wins over
         `min_rounds`."""
         started = time.perf_counter()
+        with step("timing", None, "rounds") as tracker:
+            tracker.count.done = self.rounds
+            self._rounds(rounds, min_seconds, min_rounds, max_rounds, deadline, tracker)
+        self.seconds += time.perf_counter() - started
+
+    def _rounds(self, rounds: int | None, min_seconds: float, min_rounds: int, max_rounds: int,
+                deadline: float | None, tracker: Tracker) -> None:
         timed = 0.0
         done = 0
         while True:
@@ -213,7 +222,7 @@ class Interleaved:
                 timed += sum(block_times)
             done += 1
             self.rounds += 1
-        self.seconds += time.perf_counter() - started
+            tracker.advance()
 
     def timings(self) -> list[Timing]:
         return [Timing(tuple(s), self.block) for s in self.samples]

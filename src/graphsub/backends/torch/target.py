@@ -33,6 +33,7 @@ from graphsub.errors import GraphsubError
 from graphsub.ir.binding import is_symbolic_graph
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Node, Value
+from graphsub.runtime.ort import ModelData
 from graphsub.runtime.timing import event_timed_calls, median_call_time
 
 Strides = tuple[int, ...]
@@ -88,7 +89,7 @@ class TorchTarget(Target):
                 return SizedTorchProgram(graph, self.torch_device, self.fused_conv_relu)
         return TorchProgram(graph, self.torch_device, self.fused_conv_relu)
 
-    def prepare(self, graph: Graph | None, onnx: bytes | str | None = None,
+    def prepare(self, graph: Graph | None, onnx: ModelData | str | None = None,
                 label: str = "") -> TorchRunnable:
         if graph is None:
             from graphsub.onnx_io import load
