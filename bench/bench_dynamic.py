@@ -29,7 +29,6 @@ import json
 import statistics
 import sys
 import time
-import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -38,11 +37,12 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from tables import cpu_meta, markdown, peer_models, rules_text, save_rows  # noqa: E402
+from tables import (cpu_meta, export_hidden_states, markdown, peer_models,  # noqa: E402
+                    rules_text, save_rows)
 
 import graphsub  # noqa: E402
 from graphsub.ir.types import TensorType  # noqa: E402
-from graphsub.onnx_io.importer import model_bytes  # noqa: E402
+from graphsub.onnx_io.importer import model_data  # noqa: E402
 from graphsub.optimizer import optimize_model  # noqa: E402
 from graphsub.runtime import Timing, compare_models, time_models  # noqa: E402
 from graphsub.runtime.bindings import parse_profile  # noqa: E402
@@ -67,33 +67,8 @@ def export(name: str, folder: Path) -> Path:
     torch.manual_seed(0)
     inner = (BertModel(BertConfig(**CONFIGS[name]), add_pooling_layer=False) if name == "bert"
              else LlamaModel(LlamaConfig(**CONFIGS[name])))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # biases and norms perturbed: nothing trivially zero or one
-        for p in inner.parameters():
-            if p.dim() == 1:
-                p.add_(torch.randn(p.shape, generator=gen) * 0.02)
-
-    class Hidden(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids, attention_mask):
-            extra = {"use_cache": False} if name == "llama" else {}
-            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
-                              **extra).last_hidden_state
-
-    batch, seq = torch.export.Dim("batch", max=64), torch.export.Dim("seq", max=512)
-    path = folder / f"{name}_dynamic.onnx"
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(Hidden().eval(), (torch.randint(0, 2000, (2, 16)),
-                                            torch.ones(2, 16, dtype=torch.int64)),
-                          str(path), dynamo=True, verbose=False, external_data=False,
-                          dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}),
-                          input_names=["input_ids", "attention_mask"],
-                          output_names=["last_hidden_state"])
-    return path
+    return export_hidden_states(inner, folder / f"{name}_dynamic.onnx", vocab=2000,
+                                max_seq=512, decoder=name == "llama")
 
 
 def peers(name: str, path: Path) -> dict[str, bytes | str]:
@@ -141,7 +116,7 @@ def search_rules(path: Path, first: dict[str, int], seconds: float) -> dict[str,
 
 def measure(name: str, folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     path = export(name, folder)
-    original = model_bytes(path)
+    original = model_data(path)
     shapes = [parse_profile(text) for text in args.shapes]
     row: dict[str, Any] = {"model": name, "shapes": [str(s) for s in shapes]}
     row["search"] = search_rules(path, shapes[0].values, args.search_seconds)

@@ -39,6 +39,43 @@ def cpu_meta() -> dict[str, Any]:
             "command": " ".join(sys.argv)}
 
 
+def export_hidden_states(inner: Any, path: Path, vocab: int, max_seq: int,
+                         decoder: bool, external_data: bool = False) -> Path:
+    """A transformers model's last hidden state as `torch.onnx.export(dynamo=True)` writes
+    it, inputs input_ids and attention_mask of a dynamic batch and sequence; the model's norms
+    and biases perturbed first, so that nothing is trivially zero or one."""
+    import warnings
+
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in inner.parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.02)
+    extra = {"use_cache": False} if decoder else {}
+
+    class Hidden(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                              **extra).last_hidden_state
+
+    batch, seq = torch.export.Dim("batch", max=64), torch.export.Dim("seq", max=max_seq)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Hidden().eval(), (torch.randint(0, vocab, (2, 16)),
+                                            torch.ones(2, 16, dtype=torch.int64)),
+                          str(path), dynamo=True, verbose=False, external_data=external_data,
+                          dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}),
+                          input_names=["input_ids", "attention_mask"],
+                          output_names=["last_hidden_state"])
+    return path
+
+
 def peer_models(path: str | Path, ort_type: tuple[str, int, int],
                 names: Sequence[str]) -> dict[str, bytes | str]:
     """The model at `path` as each named peer writes it ("ort-transformers": onnxruntime's
