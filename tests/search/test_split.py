@@ -5,6 +5,7 @@ computes."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import graphsub
@@ -12,7 +13,7 @@ from graphsub import zoo
 from graphsub.cost import AnalyticCostModel
 from graphsub.errors import GraphsubError
 from graphsub.ir.builder import GraphBuilder
-from graphsub.ir.types import Constant, ConstantStub
+from graphsub.ir.types import Constant, ConstantStub, WeightDataUnavailable
 from graphsub.rules import builtin_rules
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.runtime import compare_models, graph_input_specs
@@ -197,3 +198,19 @@ def test_cost_models_travel_to_workers_without_their_caches():
     copy = pickle.loads(pickle.dumps(model))
     assert copy._memo == {} and copy._by_node == {}  # node identities mean nothing elsewhere
     assert copy.graph_cost(zoo.build("squeezenet")) == pytest.approx(cost)
+
+
+def test_rule_conditions_on_weight_values_hold_in_the_workers():
+    """A Llama's causal mask is a weight a rule condition reads (softmax-guard-unneeded asks
+    whether a row is fully masked): it travels whole to a split's workers, and a condition on
+    a stub's values is no match there rather than a crash."""
+    g = zoo.build("llama:layers=2,seq=32,hidden=64,heads=4,kv_heads=2,mlp=128")
+    result = splitting(BACKTRACKING, threshold=40, executor="process", workers=2)(
+        g, RULES, COST, Limits(time=30))
+    assert result.rules_used()["softmax-guard-unneeded"] == 2
+    assert_same_function(g, result.graph)
+    stripped = without_weight_data(g)
+    kept = [n.attrs["value"] for n in stripped.nodes.values() if n.op == "weight"]
+    assert not any(isinstance(w, ConstantStub) for w in kept)  # all small here: whole
+    with pytest.raises(WeightDataUnavailable):
+        ConstantStub(Constant(np.zeros((4, 4), dtype="float32"))).array

@@ -155,6 +155,10 @@ def mapped_region(array: np.ndarray) -> tuple[str, int] | None:
     return root.filename, root.offset + start
 
 
+class WeightDataUnavailable(GraphsubError):
+    """A weight's values were asked for where only its stub is (a split search's worker)."""
+
+
 class ConstantStub(Constant):
     """A Constant without its data: its digest (so it compares and hashes equal to the
     original), its type, and its one value when all elements are the same. A split search
@@ -173,7 +177,8 @@ class ConstantStub(Constant):
 
     @property
     def array(self) -> np.ndarray:
-        raise GraphsubError("this weight's data stayed in the process that split the graph")
+        raise WeightDataUnavailable("this weight's data stayed in the process that split the "
+                                    "graph")
 
     @property
     def type(self) -> TensorType:

@@ -15,7 +15,7 @@ import numpy as np
 
 from graphsub.errors import GraphsubError
 from graphsub.ir.symbolic import at_most, equal, is_symbolic
-from graphsub.ir.types import Constant, TensorType
+from graphsub.ir.types import Constant, TensorType, WeightDataUnavailable
 from graphsub.rules.ast import AVar, Call, Expr, Lit, ListExpr, OutRef
 
 
@@ -374,5 +374,5 @@ def try_evaluate(e: Expr, env: Env) -> tuple[bool, Any]:
     except _Undecided:
         _undecided += 1
         return False, None
-    except _NoValue:
+    except (_NoValue, WeightDataUnavailable):  # values a split's worker does not have
         return False, None

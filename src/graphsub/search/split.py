@@ -144,14 +144,21 @@ def extract_region(graph: Graph, ops: Iterable[int]) -> Region:
     return Region(sub, inputs, outputs)
 
 
+#: Weights of at least this many bytes are sent to a split's workers as stubs; smaller ones
+#: (masks, scales, shapes: what rule conditions read) travel whole.
+STUB_BYTES = 1 << 20
+
+
 def without_weight_data(graph: Graph) -> Graph:
-    """The graph with every weight's data left behind (ConstantStub): what is sent to a
-    worker process, which matches, rewrites and prices but never reads weight values beyond
-    'all elements equal x'. Stubs compare equal to their originals, so `stitch` puts the
+    """The graph with its large weights' data left behind (ConstantStub, from STUB_BYTES):
+    what is sent to a worker process, which matches, rewrites and prices but never reads
+    those weights' values beyond 'all elements equal x' (a rule condition on the values of a
+    stub does not hold there). Stubs compare equal to their originals, so `stitch` puts the
     original weight nodes back."""
     nodes = dict(graph.nodes)
     for nid, node in graph.nodes.items():
-        if node.op == "weight" and not isinstance(node.attrs["value"], ConstantStub):
+        if node.op == "weight" and not isinstance(node.attrs["value"], ConstantStub) \
+                and node.attrs["value"].array.nbytes >= STUB_BYTES:
             attrs = Attrs({**node.attrs, "value": ConstantStub(node.attrs["value"])})
             nodes[nid] = Node(node.op, attrs, node.inputs, node.outputs, node.name)
     return Graph(nodes, graph.inputs, graph.outputs, graph.output_names, graph.meta,
