@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from graphsub.budget import LARGE_MEASURE_SHARE, Budget, measure_reserve
+from graphsub.budget import Budget, measure_reserve
 
 
 def test_the_search_leaves_the_measure_reserve_and_measuring_ends_at_the_limit():
@@ -36,11 +36,3 @@ def test_a_measure_limit_is_measurings_own_whatever_the_search_did():
     budget = Budget(time_limit=5.0, measure_limit=30.0)
     budget.interrupted()
     assert budget.clock("measure").remaining() == pytest.approx(30.0, abs=1.0)
-
-
-def test_a_large_models_reserve_is_half_the_limit_without_a_cap():
-    assert measure_reserve(60.0, LARGE_MEASURE_SHARE) == 30.0
-    assert measure_reserve(600.0, LARGE_MEASURE_SHARE) == 300.0
-    budget = Budget(600.0, measure_share=LARGE_MEASURE_SHARE)
-    search = budget.clock("search")
-    assert search.deadline == pytest.approx(budget.started + 300.0)

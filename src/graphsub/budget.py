@@ -17,10 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-#: The share of the time limit kept for timing and verifying candidates (see measure_reserve),
-#: and that of a large model (pipeline.run.Run.large): its sessions take seconds to build and
-#: each run a second, and verifying it alone takes what a quarter of a minute's limit gives.
-MEASURE_SHARE, LARGE_MEASURE_SHARE = 0.25, 0.5
+#: The share of the time limit kept for timing and verifying candidates (see measure_reserve).
+MEASURE_SHARE = 0.25
 #: The share of the search's window given to fission and orchestration, and its cap in seconds.
 FISSION_SHARE, FISSION_MAX_SECONDS = 0.2, 20.0
 #: The least time a stage that has one is given, however late it starts: a search that cannot
@@ -28,13 +26,10 @@ FISSION_SHARE, FISSION_MAX_SECONDS = 0.2, 20.0
 MIN_SEARCH_SECONDS, MIN_FISSION_SECONDS = 0.05, 0.5
 
 
-def measure_reserve(time_limit: float, share: float = MEASURE_SHARE) -> float:
+def measure_reserve(time_limit: float) -> float:
     """The part of a time limit kept for timing and verifying candidates when no measuring
-    limit is given: `share` of it (a quarter), at least 2 s, at most half of the limit and
-    60 s (a large model's share has no cap in seconds: its verification alone can take a
-    minute)."""
-    cap = 60.0 if share <= MEASURE_SHARE else float("inf")
-    return min(max(share * time_limit, 2.0), 0.5 * time_limit, cap)
+    limit is given: a quarter, at least 2 s, at most half of the limit and 60 s."""
+    return min(max(MEASURE_SHARE * time_limit, 2.0), 0.5 * time_limit, 60.0)
 
 
 def fission_seconds(window: float) -> float:
@@ -96,9 +91,6 @@ class Budget:
     fission: bool = False
     measuring: bool = True
     started: float = field(default_factory=time.perf_counter)
-    #: The share of the limit measure_reserve keeps for measuring (LARGE_MEASURE_SHARE for a
-    #: large model: set before the first stage starts).
-    measure_share: float = MEASURE_SHARE
     #: Seconds per stage, in the order the stages ran (a stage run twice adds up).
     seconds: dict[str, float] = field(default_factory=dict)
     _window_end: float | None = field(default=None, repr=False)
@@ -108,7 +100,7 @@ class Budget:
     def search_window_end(self) -> float:
         """When the search and fission must be done."""
         if self._window_end is None:
-            reserve = (measure_reserve(self.time_limit, self.measure_share)
+            reserve = (measure_reserve(self.time_limit)
                        if self.measuring and self.measure_limit is None else 0.0)
             self._window_end = self.started + self.time_limit - reserve
         return self._window_end
@@ -130,8 +122,7 @@ class Budget:
         if stage == "measure":
             end = (now + self.measure_limit if self.measure_limit is not None
                    else min(self.started + self.time_limit,
-                            self.search_window_end()
-                            + measure_reserve(self.time_limit, self.measure_share)))
+                            self.search_window_end() + measure_reserve(self.time_limit)))
             return StageClock(stage, now, end)
         return StageClock(stage, now, None)
 

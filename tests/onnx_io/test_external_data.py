@@ -12,7 +12,6 @@ import pytest
 from typer.testing import CliRunner
 
 import graphsub
-from graphsub.budget import LARGE_MEASURE_SHARE
 from graphsub.cli import app
 from graphsub.errors import ExportError, ModelLoadError
 from graphsub.ir import GraphBuilder
@@ -157,8 +156,7 @@ def test_external_data_on_request_and_above_the_threshold(tmp_path, monkeypatch)
 def test_a_large_model_times_one_candidate_against_the_original(stored, monkeypatch):
     monkeypatch.setattr(pipeline_run, "LARGE_MODEL_BYTES", 1000)
     graph = load(stored)
-    run = pipeline_run.start_run(graph, Settings.make(cost="analytic"))
-    assert run.large and run.budget.measure_share == LARGE_MEASURE_SHARE
+    assert pipeline_run.start_run(graph, Settings.make(cost="analytic")).large
     data, report = optimize_model(graph, model_data(stored), "stored", cost="analytic",
                                   time_limit=30, threads=1, candidates=3)
     assert len(report.candidates) <= 1

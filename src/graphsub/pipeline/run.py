@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphsub.backends import Target, get_target
-from graphsub.budget import LARGE_MEASURE_SHARE, Budget, StageClock
+from graphsub.budget import Budget, StageClock
 from graphsub.cost import CostModel, make_cost_model
 from graphsub.errors import GraphsubError
 from graphsub.fission import stage as fission_stage
@@ -170,11 +170,8 @@ def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | None = N
     profile = complete_profile(settings.shape_profile, graph.meta.get("symbols") or {})
     if profile:
         cost_model.shape_profile = profile
-    run = Run(settings, budget, target, graph, rules, cost_model, cost_model, profile=profile,
-              **state)
-    if run.large:
-        budget.measure_share = LARGE_MEASURE_SHARE
-    return run
+    return Run(settings, budget, target, graph, rules, cost_model, cost_model, profile=profile,
+               **state)
 
 
 def load_rule_files(paths: Sequence[str | Path]) -> list[Rule]:
