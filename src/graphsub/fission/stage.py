@@ -23,6 +23,7 @@ from graphsub.fission.orchestrate import Orchestration, assemble, orchestrate
 from graphsub.fission.primitives import (Category, category, cleanup_rules, fission,
                                          fission_rules, kernel_rules, rewrite_until_fixed)
 from graphsub.ir.graph import Graph
+from graphsub.progress import step
 
 #: Whether a target runs a kernel's graph as one call (its kernel library): given the
 #: kernel's graph. Torch lowers every fused operator to one call; onnxruntime has a fused
@@ -132,11 +133,15 @@ def fission_and_orchestrate(graph: Graph, cost_model: CostModel,
                          if category(n.op) is Category.COARSE
                          and nid not in graph.weight_only()))
     primitive = fission(graph)
-    prims = primitive_kernels(primitive, cost_model)
-    library = [k for k in library_kernels(primitive, kernel_rules(), cost_model)
-               if one_kernel(k.graph)]
-    generated = (generated_kernels(primitive, cost_model, start + time_limit / 2)
-                 if generate and time_limit / 2 >= MIN_GENERATE_SECONDS else [])
+    with step("fission", None, "candidate kernels priced") as tracker:
+        prims = primitive_kernels(primitive, cost_model)
+        tracker.advance(len(prims))
+        library = [k for k in library_kernels(primitive, kernel_rules(), cost_model)
+                   if one_kernel(k.graph)]
+        tracker.advance(len(library))
+        generated = (generated_kernels(primitive, cost_model, start + time_limit / 2)
+                     if generate and time_limit / 2 >= MIN_GENERATE_SECONDS else [])
+        tracker.advance(len(generated))
     left = max(time_limit - (time.perf_counter() - start), 0.5)
     plan = orchestrate(primitive, prims + library + generated, time_limit=left)
     result = rewrite_until_fixed(assemble(primitive, plan), cleanup_rules())

@@ -73,8 +73,9 @@ class OptimizeReport:
     notes: list[str] = field(default_factory=list)
     #: Seconds spent: search, measure (timing and confirming), verify, total; and the limits.
     seconds: dict[str, float | None] = field(default_factory=dict)
-    #: What each long step did, in its own unit (graphsub.progress): load (nodes), timing
-    #: (rounds), verify (bindings), write (MB): {step: {done, total, unit, seconds}}.
+    #: What each long step did, in its own unit (graphsub.progress): load (nodes), fission
+    #: (candidate kernels priced), timing (rounds), verify (bindings), write (MB): {step:
+    #: {done, total, unit, seconds}}; the search's own count is in `search`.
     steps: dict[str, Any] = field(default_factory=dict)
     #: Operator fission and kernel orchestration (graphsub.fission.stage): what was split,
     #: the candidate kernels, the kernels chosen and what each replaced, and whether the
