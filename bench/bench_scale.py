@@ -4,7 +4,7 @@ found, and the output's speed against the original and the tools people use inst
 
     python bench/bench_scale.py [--layers 2,8,16,32] [--time-limit 60] [--seconds 20]
         [--cache out/scale] [--out out/bench/scale.json] [--plot bench/scale_layers.png]
-    python bench/bench_scale.py --search-only [--splits 100,400] [--out ...]
+    python bench/bench_scale.py --search-only [--splits 100,400] [--zoo] [--out ...]
 
 Needs the bench extra (transformers). Per layer count:
 - the export: transformers' LlamaModel with TinyLlama-1.1B's widths (hidden 2048, 32 heads,
@@ -28,7 +28,8 @@ Needs the bench extra (transformers). Per layer count:
 
 With --search-only: the search alone on the whole graph and within MetaFlow's split at the
 --splits part sizes, its predicted cost and rewrites per layer: whether whole-graph search
-still pays at 32 layers.
+still pays at 32 layers; with --zoo, on the zoo's narrow Llama (analytic costs) at depths
+the machine could not hold at width 2048 (--layers 64,128 --splits 400).
 """
 
 from __future__ import annotations
@@ -216,11 +217,14 @@ def search_depth(layers: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     main job keeps for measuring) on the whole graph and within MetaFlow's split at two part
     sizes: where whole-graph search stops paying, the split should win."""
     import graphsub
+    from graphsub import zoo
 
-    graph = graphsub.load(export(layers, Path(args.cache)))
+    graph = (zoo.build(f"llama:layers={layers},seq=128") if args.zoo
+             else graphsub.load(export(layers, Path(args.cache))))
     rows = []
     for split in (None, *(int(n) for n in args.splits.split(","))):
-        result = graphsub.optimize(graph, time_limit=args.time_limit * 0.6, split=split)
+        result = graphsub.optimize(graph, time_limit=args.time_limit * 0.6, split=split,
+                                   cost="analytic" if args.zoo else "measured")
         rows.append({"layers": layers, "nodes": len(graph), "split": split,
                      "seconds": result.stats.seconds, "explored": result.stats.explored,
                      "propagated": result.stats.propagated,
@@ -317,6 +321,9 @@ def main() -> None:
     ap.add_argument("--search-only", action="store_true",
                     help="the search alone, whole graph against --splits part sizes")
     ap.add_argument("--splits", default="100,400")
+    ap.add_argument("--zoo", action="store_true",
+                    help="with --search-only: the zoo's narrow Llama (hidden 256), analytic "
+                         "costs, for graphs deeper than the machine holds at width 2048")
     args = ap.parse_args()
     Path(args.cache).mkdir(parents=True, exist_ok=True)
     if args.search_only:
