@@ -786,8 +786,7 @@ def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
                   f"total {t['total']:.1f} of {t['time_limit']:g}"
                   + (f" + {t['measure_limit']:g}" if t["measure_limit"] is not None else ""))
     if rep.steps:
-        work = [f"{name} {StepCount(name, **{k: v for k, v in c.items() if k != 'seconds'}).text()}"
-                for name, c in rep.steps.items()]
+        work = [f"{name} {StepCount(name, **c).text()}" for name, c in rep.steps.items()]
         table.add_row("work", ", ".join(work[:2]), ", ".join(work[2:4]), ", ".join(work[4:]))
     out.print(table)
     if rep.rules_used:

@@ -11,6 +11,7 @@ after a Ctrl-C in the search. A stage is a plain function of the run and its clo
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -93,7 +94,6 @@ class Run:
     warning: type[Warning] = RuntimeWarning
     #: What a stage leaves for whoever called the runner (a report, a torch module).
     product: Any = None
-    _large: bool | None = None
 
     @property
     def threads(self) -> int:
@@ -110,14 +110,12 @@ class Run:
             self.original = to_model_data(self.graph, external_data=self.settings.external_data)
         return self.original
 
-    @property
+    @functools.cached_property
     def large(self) -> bool:
         """Whether the model's weights exceed LARGE_MODEL_BYTES: then at most two sessions of
         it live at once (the original and one candidate; each holds a copy of the weights),
         so that graphsub's memory stays within a few times the model's size."""
-        if self._large is None:
-            self._large = self.graph.weight_bytes() > LARGE_MODEL_BYTES
-        return self._large
+        return self.graph.weight_bytes() > LARGE_MODEL_BYTES
 
     def candidates(self) -> list[Candidate]:
         """The search's candidates (the input graph alone before a search has run)."""
