@@ -192,6 +192,9 @@ def one_case_per_operator():
             y = b.batch_norm(x4, *(b.uniform_weight((4,), 0.5, 1.5) for _ in range(4)))
         elif op == "global_avg_pool":
             y = b.global_avg_pool(x4)
+        elif op == "expand":  # a new leading axis and an axis of 1 widened
+            y = b.expand(b.reduce_sum(x4, axes=(1,), keepdims=True),
+                         shape=(3,) + b.type_of(x4).shape)
         elif op == "cast":
             y = b.cast(b.cast(x4, to="int32"), to="float32")
         elif op == "clip":

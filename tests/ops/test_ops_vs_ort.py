@@ -262,6 +262,16 @@ def test_reshape(shape, seed, data):
     check_op("reshape", [rand(shape, seed)], {"shape": tuple(target) + (1,)})
 
 
+@given(shape=st.lists(st.integers(1, 3), min_size=1, max_size=3).map(tuple), seed=seeds,
+       data=st.data())
+def test_expand(shape, seed, data):
+    """Axes of size 1 repeated, new leading axes added (what grouped-query attention's copies
+    of the keys do)."""
+    lead = data.draw(st.lists(st.integers(1, 3), max_size=2))
+    target = tuple(lead) + tuple(data.draw(st.integers(1, 4)) if d == 1 else d for d in shape)
+    check_op("expand", [rand(shape, seed)], {"shape": target})
+
+
 @given(shape=st.lists(dims, min_size=1, max_size=4).map(tuple), seed=seeds, data=st.data())
 def test_flatten(shape, seed, data):
     axis = data.draw(st.integers(-len(shape), len(shape)))
@@ -442,7 +452,7 @@ def test_batch_norm(shape, seed):
 TESTED_HERE = {
     *UNARY, "add", "sub", "mul", "div", "pow", "smul", "gelu", "leaky_relu", "clip", "cast",
     "dropout", "matmul", "conv2d", "enlarge", "max_pool2d", "avg_pool2d", "global_avg_pool",
-    "concat", "split", "transpose", "reshape", "flatten", "squeeze", "unsqueeze", "slice",
+    "concat", "split", "transpose", "reshape", "expand", "flatten", "squeeze", "unsqueeze", "slice",
     "pad", "reduce_sum", "reduce_mean", "reduce_max", "softmax", "guarded_softmax",
     "log_softmax", "layer_norm", "rms_norm", "batch_norm", "attention", "fused",
 }

@@ -173,7 +173,8 @@ def signature_graph(sig: OpSignature, replicas: int = 1,
     b = GraphBuilder()
 
     def data(i: int, t: TensorType) -> np.ndarray:
-        arr = (rng.standard_normal(t.shape).astype(t.dtype) if t.dtype.startswith("float")
+        arr = (rng.standard_normal(t.shape).astype(t.dtype)
+               if t.dtype.startswith(("float", "bfloat"))
                else np.zeros(t.shape, t.dtype))
         return np.abs(arr) + 1 if sig.op == "batch_norm" and i == 4 else arr  # a variance
 

@@ -18,6 +18,7 @@ import torch
 import torch.fx as fx
 from torch.fx.passes.shape_prop import TensorMetadata
 
+from graphsub.backends.torch.arrays import to_numpy
 from graphsub.errors import ConversionError
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
@@ -27,7 +28,8 @@ from graphsub.ops.base import AtenCheckFn, AtenImportFn
 
 aten = torch.ops.aten
 #: dtypes graphsub converts (other tensors stay in torch).
-_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.float64: "float64",
+_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16",
+           torch.float64: "float64",
            torch.int64: "int64", torch.int32: "int32", torch.bool: "bool"}
 
 
@@ -134,6 +136,14 @@ class AtenNode:
     def shape_of(self, arg: Any) -> tuple[Dim, ...] | None:
         return node_shape(arg)
 
+    def device_of(self, arg: Any) -> str | None:
+        if not isinstance(arg, fx.Node):
+            return None
+        val = arg.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return str(val.device)
+        return arg.meta.get("device")
+
 
 class Converter:
     """Builds one graphsub Graph from FX nodes (graphsub.ops.base.AtenBuilder): `value` gives
@@ -232,7 +242,7 @@ def convert_graph(graph: fx.Graph, constants: dict[fx.Node, torch.Tensor],
     for node in graph.nodes:
         if node.op == "placeholder":
             if node in constants:
-                c.env[node] = c.b.weight(constants[node].detach().cpu().numpy())
+                c.env[node] = c.b.weight(to_numpy(constants[node]))
             elif _sym_value(node) is not None:
                 continue  # a size: its readers see its expression (AtenNode)
             else:

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes  # noqa: F401 - registers bfloat16 with numpy: np.dtype("bfloat16") works
 import numpy as np
 
 from graphsub.errors import GraphsubError
@@ -65,7 +66,7 @@ class TensorType:
 
     @property
     def itemsize(self) -> int:
-        return 2 if self.dtype == "bfloat16" else np.dtype(self.dtype).itemsize
+        return np.dtype(self.dtype).itemsize
 
     @property
     def nbytes(self) -> Dim:
@@ -119,7 +120,8 @@ class Constant:
             if region is not None:
                 h.update(f"mapped:{region[0]}:{region[1]}".encode())
             elif self._array.size:
-                h.update(memoryview(self._array).cast("B"))
+                # bytes, not the buffer as typed: numpy cannot export bfloat16's buffer
+                h.update(np.ascontiguousarray(self._array).view(np.uint8).data)
             self._digest = h.digest()
         return self._digest
 

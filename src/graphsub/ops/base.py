@@ -319,6 +319,10 @@ class AtenCall(Protocol):
     def shape_of(self, arg: Any) -> tuple[int, ...] | None:
         """The shape of a tensor argument as recorded in the graph, None if unknown."""
 
+    def device_of(self, arg: Any) -> str | None:
+        """The device of a tensor argument as recorded in the graph ("cpu", "cuda:0"), None
+        if unknown."""
+
 
 class AtenBuilder(Protocol):
     """What an ATen importer may ask of the graph being built."""

@@ -226,7 +226,7 @@ def _eval_clip(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]
 def _torch_clip(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
     # Bounds converted to the tensor's dtype as the numpy reference does (an integer tensor
     # clipped at -0.5 is clipped at 0).
-    dtype = np.dtype(ins[0].dtype) if ins[0].dtype != "bfloat16" else np.dtype("float32")
+    dtype = np.dtype(ins[0].dtype)
     lo = None if attrs["min"] is None else np.array(attrs["min"], dtype).item()
     hi = None if attrs["max"] is None else np.array(attrs["max"], dtype).item()
     if lo is None and hi is None:
@@ -244,7 +244,7 @@ register(OpDef(
 
 
 def _dtype_name(v: object) -> str:
-    name = str(np.dtype(v)) if str(v) != "bfloat16" else "bfloat16"  # type: ignore[call-overload]
+    name = str(np.dtype(v))  # type: ignore[call-overload]
     if name not in SUPPORTED_DTYPES:
         raise ValueError(f"unsupported dtype {name}")
     return name
@@ -490,8 +490,16 @@ def _aten_identity(c: AtenBuilder, n: AtenCall) -> object:
 
 
 def _to_copy_check(n: AtenCall) -> str | None:
-    extra = {k for k in ("layout", "device", "pin_memory", "memory_format")
-             if n.kwargs.get(k) is not None}
+    """A cast, or a copy that changes nothing else: the layout named as the strided one it
+    is, the device named as the one it is on (what `.to(torch.float32)` on a module's
+    activations traces to)."""
+    kwargs = n.kwargs
+    extra = {k for k in ("pin_memory", "memory_format") if kwargs.get(k)}
+    if kwargs.get("layout") is not None and str(kwargs["layout"]) != "torch.strided":
+        extra.add("layout")
+    device = kwargs.get("device")
+    if device is not None and str(device) != n.device_of(n.args["self"]):
+        extra.add("device")
     return f"_to_copy changing {', '.join(sorted(extra))}" if extra else None
 
 

@@ -17,7 +17,7 @@ from graphsub.ir.types import Attrs, TensorType
 from graphsub.ops.base import (AXIS_TRIES, AtenBuilder, AtenCall, AtenImportFn, AttrSpec,
                                Category, LowerFn, OpDef, Role, TorchFn, TorchLowering, Types,
                                aten_importer, broadcasts_to, f32, norm_axis, onnx_importer,
-                               register)
+                               is_float, register)
 
 
 #: A normalization's axis, and its scale and bias where the rule check draws them: vectors.
@@ -35,7 +35,7 @@ def _axis_canon(op: str):
 
 def _float_same(op: str):
     def infer(attrs: Attrs, ins: Types) -> Types:
-        if not ins[0].dtype.startswith("float"):
+        if not is_float(ins[0]):
             raise ShapeError(f"{op}: needs a floating-point input, got {ins[0].dtype}")
         return (ins[0],)
 

@@ -17,9 +17,10 @@ import numpy as np
 from graphsub.errors import ShapeError
 from graphsub.ir.types import Attrs, TensorType
 from graphsub.ops.base import (AXES_TRIES, AXIS_TRIES, AtenBuilder, AtenCall, AttrSpec, Category,
-                               OpDef, Shape, TorchFn, TorchLowering, Types, aten_importer, choice,
-                               f32, ints, is_float, norm_axis, onnx_importer, register,
-                               same_dim, same_dtype, size_dims)
+                               OpDef, Shape, TorchFn, TorchLowering, Types, aten_importer,
+                               broadcast_shapes, broadcasts_to, choice, f32, ints, is_float,
+                               norm_axis, onnx_importer, register, same_dim, same_dtype,
+                               size_dims)
 from graphsub.ir.symbolic import (Dim, at_most, ceildiv, floordiv, is_negative,
                                   is_symbolic, product)
 
@@ -327,6 +328,54 @@ register(OpDef(
     evaluate=lambda attrs, xs: (np.expand_dims(xs[0], attrs["axes"]),),
     export=_axes_export("Unsqueeze"), canonicalize=_unsqueeze_canon,
 ))
+
+
+# ---- expand ----------------------------------------------------------------------------------
+
+def _expand_infer(attrs: Attrs, ins: Types) -> Types:
+    x, shape = ins[0], attrs["shape"]
+    if not broadcasts_to(x.shape, shape):
+        raise ShapeError(f"expand: {x.shape} does not broadcast to {shape}")
+    return (TensorType(tuple(shape), x.dtype),)
+
+
+def _torch_expand(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    """A view with stride 0 along the broadcast axes: no data moves until an operator that
+    needs contiguous memory copies it (grouped-query attention's copies of the keys)."""
+    shape = tuple(outs[0].shape)
+    return lambda x: (x.expand(shape),)
+
+
+def _expansions(in_shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> tuple[Shape, ...]:
+    """For the rule check: each axis of size 1 widened to 3, and a new leading axis."""
+    shape = in_shapes[0]
+    return (tuple(3 if d == 1 else d for d in shape), (2,) + tuple(shape))
+
+
+register(OpDef(
+    name="expand", inputs=(1, 1), view="strided", category=Category.LAYOUT,
+    attrs=(AttrSpec("shape", convert=size_dims, tries=_expansions),),
+    infer=_expand_infer, torch=_torch_expand,
+    evaluate=lambda attrs, xs: (np.ascontiguousarray(np.broadcast_to(xs[0], attrs["shape"])),),
+    export=lambda ctx, attrs, ins, outs, types: ctx.emit(
+        "Expand", [ins[0], ctx.sizes(list(attrs["shape"]))], outs),
+    doc="Broadcast to a shape (ONNX Expand, torch's expand): axes of size 1 repeated, new "
+        "leading axes added.",
+))
+
+
+@onnx_importer("Expand")
+def _import_expand(ctx, node):
+    """Expand with a shape known at import (numbers or size expressions); its output is the
+    broadcast of the input's shape and the given one, as ONNX defines it."""
+    x = ctx.inputs(node)[0]
+    target = ctx.sizes_of(node.input[1])
+    if target is None:
+        return None
+    shape = broadcast_shapes((ctx.type_of(x).shape, tuple(target)))
+    if shape is None:
+        return None
+    return ctx.add("expand", [x], shape=shape)
 
 
 def _axes_input(ctx, node, attr_name: str = "axes") -> list[int] | None | bool:
@@ -638,19 +687,36 @@ def _import_pad(ctx, node):
 # ---- ATen import (torch.compile) -----------------------------------------------------------
 
 def _same_numel(n: AtenCall) -> str | None:
-    """A view or expand that keeps the element count is a reshape; one that broadcasts is not."""
+    """A view that keeps the element count is a reshape."""
     source = n.shape_of(n.args["self"])
-    if source is None or math.prod(source) != math.prod(n.out_shape()):
-        return "an expand that broadcasts"
+    if source is None or not same_dim(product(source), product(n.out_shape())):
+        return "a view that changes the number of elements"
     return None
 
 
 @aten_importer("view.default", "view_copy.default", "_unsafe_view.default", "reshape.default",
                "squeeze_copy.dim", "squeeze_copy.dims", "unsqueeze_copy.default", "squeeze.dim",
-               "unsqueeze.default", "flatten.using_ints", "expand_copy.default",
-               "expand.default", check=_same_numel)
+               "unsqueeze.default", "flatten.using_ints", check=_same_numel)
 def _aten_reshape(c: AtenBuilder, n: AtenCall) -> object:
     return c.op("reshape", c.value(n.args["self"]), shape=n.out_shape())
+
+
+def _expand_check(n: AtenCall) -> str | None:
+    source = n.shape_of(n.args["self"])
+    if source is None or not broadcasts_to(source, n.out_shape()):
+        return "an expand to a shape its input does not broadcast to"
+    return None
+
+
+@aten_importer("expand_copy.default", "expand.default", check=_expand_check)
+def _aten_expand(c: AtenBuilder, n: AtenCall) -> object:
+    """An expand that keeps the element count is a reshape (adds or keeps axes of size 1);
+    one that broadcasts is an expand."""
+    x = c.value(n.args["self"])
+    shape = n.out_shape()
+    if same_dim(product(c.shape(x)), product(shape)):
+        return c.op("reshape", x, shape=shape)
+    return c.op("expand", x, shape=shape)
 
 
 @aten_importer("t.default", "t_copy.default")

@@ -145,6 +145,20 @@ def _shape_conditions(rule: Rule) -> dict[str, Expr]:
     return found
 
 
+def _dtype_conditions(rule: Rule) -> dict[str, str]:
+    """Variables whose element type a condition (eq (dtype ?v) T) fixes, with T: drawn in
+    that type (a rule about half-precision models has no float32 example)."""
+    found: dict[str, str] = {}
+    for c in rule.conditions:
+        if isinstance(c, Call) and c.fn == "eq" and len(c.args) == 2:
+            lhs, rhs = c.args
+            if (isinstance(lhs, Call) and lhs.fn == "dtype" and len(lhs.args) == 1
+                    and isinstance(lhs.args[0], AVar) and isinstance(rhs, Lit)
+                    and isinstance(rhs.value, str)):
+                found.setdefault(lhs.args[0].name, rhs.value)
+    return found
+
+
 @dataclass
 class _Example:
     graph: Graph
@@ -188,6 +202,7 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
     causal = _condition_vars(rule, "causal")
     unmasked = _condition_vars(rule, "unmasked-rows")
     shaped = _shape_conditions(rule)
+    typed = _dtype_conditions(rule)
     positive = _positive_vars(rule)
     b = GraphBuilder(seed=int(rng.integers(1 << 30)))
     feeds: dict[str, np.ndarray] = {}
@@ -227,6 +242,8 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
             data = rng.standard_normal(shape).astype(np.float32)
         if dtype == "float32" and (name in scalars or name in positive):
             data = np.abs(data) + np.float32(0.5)  # a positive role puts name in positive
+        if dtype == "float32" and name in typed:
+            data = data.astype(typed[name])
         if name in constants:
             fill = constants[name]
             data = np.full(shape, fill.value if isinstance(fill, Lit) else 1.0, np.float32)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+import ml_dtypes
 import numpy as np
 
 from graphsub.errors import GraphsubError
@@ -96,7 +97,8 @@ def _close_to(env: Env, t: Expr, x: Expr) -> bool:
     value = constant.uniform() if constant is not None else None
     if value is None:
         return False
-    eps = float(np.finfo(constant.type.dtype).eps) if constant.type.dtype.startswith("float") else 0
+    eps = (float(ml_dtypes.finfo(constant.type.dtype).eps)
+           if constant.type.dtype.startswith(("float", "bfloat")) else 0)
     return abs(value - evaluate(x, env)) <= 4 * eps * max(1.0, abs(value))
 
 
@@ -122,7 +124,8 @@ def _unmasked_rows(env: Env, t: Expr) -> bool:
     softmax of scores plus such a mask has no fully masked row, so it is NaN only where the
     scores are (a NaN or infinite input), which graphsub's rules, like TASO's, leave aside."""
     constant = env.constant(t)
-    if constant is None or constant.type.rank == 0 or not constant.type.dtype.startswith("float"):
+    if constant is None or constant.type.rank == 0 or not constant.type.dtype.startswith(
+            ("float", "bfloat")):
         return False
     arr = constant.array
     return bool(not np.isnan(arr).any() and not np.isposinf(arr).any()

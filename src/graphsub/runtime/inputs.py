@@ -58,7 +58,7 @@ def given_values(graph: Graph, values: Mapping[str, str]) -> dict[str, np.ndarra
                                 f"them with --input-shape first")
         try:
             flat = np.array([float(v) for v in text.split(",")], dtype=np.float64)
-            value = flat.astype(t.dtype if t.dtype != "bfloat16" else "float32").reshape(t.shape)
+            value = flat.astype(t.dtype).reshape(t.shape)
         except ValueError:
             raise GraphsubError(f"--input-value {name}={text}: expected {t.numel} comma-"
                                 f"separated number(s) for an input of type {t}") from None
@@ -73,8 +73,7 @@ def random_array(t: TensorType, rng: np.random.Generator) -> np.ndarray:
         return t.value.copy()
     # np.asarray: a scalar input is a 0-d array, which onnxruntime takes (numpy scalars not).
     if t.dtype.startswith(("float", "bfloat")):
-        return np.asarray(rng.standard_normal(t.shape).astype(
-            t.dtype if t.dtype != "bfloat16" else "float32"))
+        return np.asarray(rng.standard_normal(t.shape).astype(t.dtype))
     if t.dtype == "bool":
         return np.asarray(rng.random(t.shape) < 0.5)
     return np.asarray(rng.integers(0, 2, t.shape).astype(t.dtype))

@@ -52,17 +52,22 @@ def evaluate(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndar
 
 
 def _evaluate_node(node: Node, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
-    """One operator's outputs. A graphsub operator over float16 computes in float32 and
-    rounds its outputs to float16, as onnxruntime's CPU provider does (its float16 kernels
-    accumulate in float32, and it casts around the operators it has none for): numpy summing
+    """One operator's outputs. A graphsub operator over half precision (float16, bfloat16)
+    computes in float32 and rounds its outputs to its type, as onnxruntime's CPU provider and
+    torch's kernels do (their half-precision kernels accumulate in float32): numpy summing
     in float16 drifts by a few percent over a long reduction (found by the fuzzer). Opaque
     nodes are run by onnxruntime itself."""
-    if node.op == "opaque" or not any(a.dtype == np.float16 for a in args):
+    if node.op == "opaque" or not any(a.dtype in HALF_DTYPES for a in args):
         return get_op(node.op).evaluate(node.attrs, args)
-    wide = [a.astype(np.float32) if a.dtype == np.float16 else a for a in args]
+    wide = [a.astype(np.float32) if a.dtype in HALF_DTYPES else a for a in args]
     outs = get_op(node.op).evaluate(node.attrs, wide)
-    return tuple(np.asarray(o).astype(t.dtype) if t.dtype == "float16" else o
+    return tuple(np.asarray(o).astype(t.dtype) if t.dtype in HALF_PRECISIONS else o
                  for o, t in zip(outs, node.outputs))
+
+
+#: The half-precision types, by name and as numpy dtypes.
+HALF_PRECISIONS = frozenset({"float16", "bfloat16"})
+HALF_DTYPES = frozenset(np.dtype(name) for name in HALF_PRECISIONS)
 
 
 def materialized_weights(graph: Graph) -> dict[Value, np.ndarray]:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from graphsub.backends.torch.arrays import to_torch
 from graphsub.errors import NoLoweringError
 from graphsub.ir.types import Attrs, TensorType
 from graphsub.ops import all_ops, get_op
@@ -59,7 +60,7 @@ class LowerContext:
     def const(self, array: np.ndarray) -> Any:
         if self._const is not None:
             return self._const(array)
-        return torch.as_tensor(np.array(array), device=self.device)
+        return to_torch(np.asarray(array), self.device)
 
     def leaf(self, fn: Callable[..., Any], *args: Any) -> Any:
         return self._leaf(fn, *args) if self._leaf is not None else fn(*args)

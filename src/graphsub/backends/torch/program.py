@@ -22,6 +22,7 @@ import torch.fx as fx
 from torch.fx.proxy import GraphAppendingTracer
 
 from graphsub.backends.torch import fusion
+from graphsub.backends.torch.arrays import to_numpy, to_torch
 from graphsub.backends.torch.lowering import LowerContext, lower, torch_dtype
 from graphsub.errors import GraphsubError
 from graphsub.ir.binding import bind_graph, binding_of, is_symbolic_graph
@@ -108,7 +109,7 @@ def _computed_type(t: TensorType, sizes: Mapping[str, Any]) -> TensorType | Comp
 
 def to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
     """A device tensor holding a copy of the array (weights are read-only numpy arrays)."""
-    return torch.tensor(np.require(array, requirements="C"), device=device)
+    return to_torch(array, device)
 
 
 class TorchProgram:
@@ -227,9 +228,7 @@ class TorchProgram:
             raise GraphsubError(f"no value given for graph input(s): {', '.join(missing)}")
         out = []
         for name, t in zip(self.input_names, self.input_types):
-            arr = np.asarray(feeds[name])
-            tensor = torch.from_numpy(np.require(arr, requirements="C")).to(self.device)
-            out.append(tensor.to(torch_dtype(t.dtype)))
+            out.append(to_torch(np.asarray(feeds[name]), self.device).to(torch_dtype(t.dtype)))
         return out
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -317,10 +316,6 @@ class _SizedModule(torch.nn.Module):
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return self._program(*inputs)
-
-
-def to_numpy(t: torch.Tensor) -> np.ndarray:
-    return t.detach().to("cpu").contiguous().numpy()
 
 
 class CudaGraphReplay:
