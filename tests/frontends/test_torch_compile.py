@@ -244,7 +244,7 @@ def test_parts_that_break_the_whole_graph_are_put_back(monkeypatch):
     # wrong: the end-to-end check must catch it and put original parts back.
     keep_attention_in_torch(monkeypatch)
     force_rewrites(monkeypatch, REWRITES_THAT_CHANGE_LAYOUT)
-    monkeypatch.setattr(torch_compile, "_restrided", lambda t, stride: t)
+    monkeypatch.setattr(torch_compile, "restrided", lambda t, stride: t)
     model = TransformerBlock().eval()
     x = torch.randn(2, 16, 64)
     with pytest.warns(torch_compile.GraphsubWarning, match="whole graph disagreed"):

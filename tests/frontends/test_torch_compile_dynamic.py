@@ -52,7 +52,8 @@ def test_one_compilation_serves_three_sequence_lengths(kind):
     assert len(report.sizes["symbols"]) == 2  # batch and sequence
     assert len(report.sizes["checked_at"]) >= 2
     replaced = [p for p in report.parts if not p.kept]
-    assert replaced and any(p.rules_used for p in replaced)
+    assert replaced and any(p.rules_used for p in replaced), [(p.nodes, p.rules_used, p.kept)
+                                                             for p in report.parts]
 
 
 def test_automatic_dynamic_sizes_compile_once_more_with_symbols():

@@ -68,14 +68,16 @@ def test_search_folds_scales_and_collapses_the_k_transpose():
     same_outputs(g, r)
 
 
-def test_search_with_all_rules_merges_projections_and_folds_a_scale():
-    """With every rule, backtracking (alpha = 1.05) merges the projections and folds Q's scale;
-    K's fold needs cleanup steps that cost more than 1.05x the merged graph, so it is pruned
-    (the motivating case for the exact K-bounded searches)."""
+def test_search_with_all_rules_merges_projections_and_forms_one_attention():
+    """With every rule, the scores, the softmax and the product with V become one attention
+    operator carrying Q's scale (the normal form), and the search merges the projections
+    around it."""
     g = exported_attention()
     result = graphsub.optimize(g, cost=AnalyticCostModel("cpu"), time_limit=30)
     used = result.rules_used()
-    assert used["merge-linears-shared-input"] >= 1 and used["fold-scale-into-projection"] >= 1
+    assert used["merge-linears-shared-input"] >= 1 and used["attention-unscaled-scores"] == 1
+    ops = [result.graph[n].op for n in result.graph.topo_order()]
+    assert ops.count("attention") == 1 and "softmax" not in ops and ops.count("smul") <= 1
     assert result.final_cost < 0.8 * result.initial_cost
     same_outputs(g, result.graph)
 

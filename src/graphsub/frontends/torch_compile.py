@@ -44,7 +44,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -55,12 +55,16 @@ from graphsub.errors import GraphsubError
 from graphsub.backends.torch.program import SizedTorchProgram, symbol_sources, symbol_values
 from graphsub.frontends.dynamic_trace import (has_dynamic_sizes, input_symbols, inputs_at,
                                               other_bindings, trace_dynamic)
+from graphsub.frontends.cuda_graphs import CudaGraphed
+from graphsub.frontends.fx_fold import fold_constants
+from graphsub.frontends.fx_equivalence import disagreement, restrided, shapes
 from graphsub.frontends.fx_import import (ConversionError, convert_graph, symbolic_size,
                                           unsupported_reason)
 from graphsub.ir.binding import is_symbolic_graph
 from graphsub.ir.symbolic import bind_all, evaluate_size
 from graphsub.pipeline import FISSION, SEARCH, Run, Settings, Stage, run_stages, start_run
 from graphsub.rules import Rule
+from graphsub.search.normal_form import normal_form, normal_form_rules
 from graphsub.runtime.bindings import ProfileShape
 from graphsub.runtime.speedup import MIN_ROUNDS, Decision, HeadToHead, sequential
 from graphsub.runtime.timing import CallTimer
@@ -70,6 +74,12 @@ log = logging.getLogger("graphsub.torch_compile")
 
 class GraphsubWarning(UserWarning):
     """graphsub left (part of) a graph unoptimized; the message says why."""
+
+
+#: inductor's modes, as `torch.compile(mode=...)` names them.
+INDUCTOR_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: The modes that run compiled code in CUDA graphs.
+CUDA_GRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
 
 
 @dataclass
@@ -82,6 +92,11 @@ class BackendOptions:
     cost: str = "measured"              # or "analytic"
     algorithm: str = "backtracking"
     inductor: bool = False              # hand the optimized graph to inductor
+    #: inductor's mode (INDUCTOR_MODES; implies `inductor`): the optimized graph is compiled,
+    #: and raced against inductor alone, in that mode; graphsub's own module runs in CUDA
+    #: graphs where the mode does (torch.compile refuses `mode=` beside `options=`, so the
+    #: mode is an option of the backend's).
+    mode: str | None = None
     fission: bool = True                # fission and kernel orchestration after the search
     race: bool = True                   # keep graphsub's module only if it outruns the baseline
     rules: Sequence[str] | None = None  # rule files; default: the built-in library
@@ -95,8 +110,18 @@ class BackendOptions:
         known = {f.name for f in fields(cls)} - {"search"}
         search = {k: options.pop(k) for k in sorted(set(options) - known)}
         opts = cls(**options, search=search)
+        if opts.mode is not None:
+            if opts.mode not in INDUCTOR_MODES:
+                raise GraphsubError(f"graphsub backend options: mode {opts.mode!r} is not one of "
+                                    f"inductor's modes ({', '.join(INDUCTOR_MODES)})")
+            opts.inductor = True
         opts.settings(opts.target or "torch-cpu", opts.time_limit)  # fails here, not per part
         return opts
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """Whether the mode runs the compiled graph in CUDA graphs."""
+        return self.mode in CUDA_GRAPH_MODES
 
     def settings(self, target: Any, time_limit: float) -> Settings:
         """The settings of one part's search: this budget, on this target."""
@@ -172,7 +197,7 @@ def graphsub_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
         report = CompileReport(opts.target or "", fallback=str(exc) or type(exc).__name__)
         warnings.warn(f"graphsub: this graph runs unoptimized: {report.fallback}", GraphsubWarning,
                       stacklevel=2)
-        compiled = _inductor(gm, example_inputs) if opts.inductor else gm.forward
+        compiled = _inductor(gm, example_inputs, opts.mode) if opts.inductor else gm.forward
     report.seconds = time.perf_counter() - start
     _REPORTS.append(report)
     log.info("graphsub compiled a graph: %s", report.as_dict())
@@ -202,10 +227,15 @@ def _restart_analysis() -> type[BaseException]:
     return RestartAnalysis
 
 
-def _inductor(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+def _inductor(gm: fx.GraphModule, example_inputs: Sequence[Any],
+              mode: str | None = None) -> Callable:
+    """The graph compiled by inductor in `mode`, as `torch.compile(mode=mode)` compiles it
+    (the mode's configuration, `torch._inductor.list_mode_options`, patched in)."""
+    from torch._inductor import list_mode_options
     from torch._inductor.compile_fx import compile_fx
 
-    return compile_fx(gm, list(example_inputs))
+    patches = list_mode_options(mode) if mode else {}
+    return compile_fx(gm, list(example_inputs), config_patches=patches or None)
 
 
 def _compile(gm: fx.GraphModule, example_inputs: list[Any],
@@ -223,13 +253,15 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
 
     # inductor's own compilation first: it may ask dynamo to capture the graph again, which
     # is better asked before the search than after it.
-    baseline = _inductor(gm, example_inputs) if opts.inductor else gm.forward
-    constants = _constant_positions(gm, example_inputs)
+    baseline = _inductor(gm, example_inputs, opts.mode) if opts.inductor else gm.forward
     hints: dict[str, int] = {}
     if dynamic:
         aten_gm, inputs, hints = trace_dynamic(gm, example_inputs)
     else:
         aten_gm, inputs = _trace_static(gm, example_inputs), list(example_inputs)
+    constants = _constant_positions(gm, example_inputs)
+    placeholders = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
+    fold_constants(aten_gm, {placeholders[i]: inputs[i] for i in constants})
     propagate_shapes(aten_gm, inputs)
     # The inputs the optimized graph is checked on: the example, and with dynamic sizes the
     # same graph at other sizes (where the original runs at all).
@@ -282,7 +314,9 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     # The optimized graph shares the original's weights and parts until a part is replaced;
     # the original stays whole as the reference for the end-to-end check.
     optimized = fx.GraphModule(parent, copy.deepcopy(parent.graph))
+    normal = fx.GraphModule(parent, copy.deepcopy(parent.graph))
     replaced: list[tuple[str, PartReport]] = []
+    normal_parts: list[str] = []
     for part in parts:
         sub: fx.GraphModule = getattr(parent, part.target)
         part_constants = {}
@@ -292,24 +326,26 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
                     and arg.name in known:
                 part_constants[ph] = known[arg.name]
         budget = opts.time_limit * sizes[part.target] / total
-        replacement, part_report = _optimize_part(
+        outcome = _optimize_part(
             _Part(sub, [c[part.target] for c in captured], part_constants, sub_placeholders),
             target, rules, opts.settings(target, budget), opts, profile)
-        report.parts.append(part_report)
-        if replacement is not None:
-            setattr(optimized, part.target, replacement)
-            replaced.append((part.target, part_report))
+        report.parts.append(outcome.report)
+        if outcome.module is not None:
+            setattr(optimized, part.target, outcome.module)
+            replaced.append((part.target, outcome.report))
+        if outcome.normal_form is not None:
+            setattr(normal, part.target, outcome.normal_form)
+            normal_parts.append(part.target)
     optimized.recompile()
+    normal.recompile()
     _undo_until_equal(parent, optimized, replaced, checks, constants, opts.rtol)
-    # With dynamic sizes inductor traces graphsub's parts over the symbols: only parts that
-    # are one program for every size can be traced so (a part lowered per size would pin
-    # inductor's graph to the example's sizes).
-    with_inductor = opts.inductor and all(
-        getattr(optimized, name).one_program for name, _ in replaced)
-    compiled = _inductor(optimized, example_inputs) if with_inductor else optimized
-    if opts.race and replaced:
-        contenders = {"graphsub+inductor": compiled, "graphsub": optimized} if with_inductor \
-            else {"graphsub": optimized}
+    if normal_parts and disagreement(parent, normal, checks, [
+            i for i in range(len(checks[0])) if i not in set(constants)], opts.rtol) is not None:
+        normal_parts = []
+    contenders = _contenders(optimized, normal if normal_parts else None, replaced,
+                             normal_parts, example_inputs, constants, opts, target)
+    compiled = contenders.get("graphsub+inductor", optimized)
+    if opts.race and contenders and (replaced or normal_parts):
         speedups = {name: _speedup(fn, baseline, inputs, target.torch_device)
                     for name, fn in contenders.items()}
         report.race = {name: round(x.speedup, 4) for name, x in speedups.items()}
@@ -321,7 +357,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
             # optimizer's profile shapes are)
             there = _speedup(contenders[best], baseline, other, target.torch_device,
                              min_gain=0.0)
-            report.race[f"{best} at {_shapes(other)}"] = round(there.speedup, 4)
+            report.race[f"{best} at {shapes(other)}"] = round(there.speedup, 4)
             faster = there.decision is not Decision.NOT_FASTER
         if not faster:
             report.chosen = "inductor" if opts.inductor else "eager"
@@ -329,6 +365,38 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
         else:
             report.chosen, compiled = best, contenders[best]
     return compiled, report
+
+
+def _contenders(optimized: fx.GraphModule, normal: fx.GraphModule | None,
+                replaced: Sequence[tuple[str, PartReport]], normal_parts: Sequence[str],
+                example_inputs: Sequence[Any], constants: Sequence[int], opts: BackendOptions,
+                target: Any) -> dict[str, Callable]:
+    """The ways of running the optimized graph that race the baseline: graphsub's module
+    with the search's graphs ("graphsub") and with the normal forms' alone ("normal form":
+    attention fused, nothing else rewritten, for a compiler whose fusions absorb the other
+    rewrites), each handed on to inductor in the options' mode where asked
+    ("...+inductor"), and run as it is (in CUDA graphs where the mode runs them): per-part
+    measurements cannot see what inductor will make of either.
+
+    With dynamic sizes inductor traces graphsub's parts over the symbols: only parts that are
+    one program for every size can be traced so (a part lowered per size would pin
+    inductor's graph to the example's sizes)."""
+    cuda = target.torch_device.type == "cuda" and opts.cuda_graphs
+
+    def own(module: fx.GraphModule) -> Callable:
+        return CudaGraphed(module, constants) if cuda else module
+
+    modules: dict[str, tuple[fx.GraphModule, Sequence[str]]] = {}
+    if replaced:
+        modules["graphsub"] = (optimized, [name for name, _ in replaced])
+    if normal is not None:
+        modules["normal form"] = (normal, normal_parts)
+    contenders: dict[str, Callable] = {}
+    for name, (module, names) in modules.items():
+        if opts.inductor and all(getattr(module, n).one_program for n in names):
+            contenders[f"{name}+inductor"] = _inductor(module, example_inputs, opts.mode)
+        contenders[name] = own(module)
+    return contenders
 
 
 def _trace_static(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> fx.GraphModule:
@@ -358,6 +426,7 @@ def propagate_shapes(gm: fx.GraphModule, args: Sequence[Any]) -> None:
                                  if isinstance(r, torch.Tensor) else r)
             if tensors:
                 n.meta["tensor_meta"] = meta
+                n.meta["device"] = str(tensors[0].device)
             return result
 
     with torch.no_grad():
@@ -402,7 +471,7 @@ def _undo_until_equal(original: fx.GraphModule, optimized: fx.GraphModule,
     code between parts sees only their outputs' values; put original parts back, the last
     first, until it agrees with the original on every set of inputs in `checks`."""
     varied = [i for i in range(len(checks[0])) if i not in set(constants)]
-    problem = _disagreement(original, optimized, checks, varied, rtol)
+    problem = disagreement(original, optimized, checks, varied, rtol)
     while problem is not None and replaced:
         name, part_report = replaced.pop()
         part_report.kept = f"end-to-end verification: {problem}"
@@ -410,7 +479,7 @@ def _undo_until_equal(original: fx.GraphModule, optimized: fx.GraphModule,
                       f"disagreed with the original ({problem})", GraphsubWarning, stacklevel=4)
         setattr(optimized, name, getattr(original, name))
         optimized.recompile()
-        problem = _disagreement(original, optimized, checks, varied, rtol)
+        problem = disagreement(original, optimized, checks, varied, rtol)
 
 
 def _constant_positions(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> list[int]:
@@ -499,16 +568,8 @@ class GraphsubPart(torch.nn.Module):
                                              for s in self.strides]
                 strides = self._strides_at[key]
         outs = self.program(*inputs)
-        outs = [_restrided(o, s) for o, s in zip(outs, strides)]
+        outs = [restrided(o, s) for o, s in zip(outs, strides)]
         return outs[0] if self.single else tuple(outs)
-
-
-def _restrided(t: Any, stride: tuple[int, ...] | None) -> Any:
-    """`t` with the given strides (a copy only where they differ)."""
-    if stride is None or not isinstance(t, torch.Tensor) or t.stride() == stride:
-        return t
-    out = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
-    return out.copy_(t)
 
 
 def _output_strides(sub: fx.GraphModule, args: list[Any]) -> list[tuple[Any, ...] | None]:
@@ -549,9 +610,19 @@ class _Part:
     placeholders: list[fx.Node]
 
 
+@dataclass
+class _PartOutcome:
+    """A part optimized: graphsub's module of the search's graph and of the normal form alone
+    (None where it stays as it was, or the normal form changed nothing or is the search's
+    graph too), and the report."""
+
+    module: GraphsubPart | None
+    normal_form: GraphsubPart | None
+    report: PartReport
+
+
 def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Settings,
-                   opts: BackendOptions, profile: Sequence[dict[str, int]]
-                   ) -> tuple[GraphsubPart | None, PartReport]:
+                   opts: BackendOptions, profile: Sequence[dict[str, int]]) -> _PartOutcome:
     """One part through the pipeline's stages (search, fission and the race between their
     graphs), then checked against the original part. With dynamic sizes, costs are measured
     at the `profile`'s sizes (the example's first)."""
@@ -567,7 +638,8 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
             settings = settings.replace(shape_profile=tuple(
                 ProfileShape.of(dict(shape)) for shape in shapes))
     except (ConversionError, GraphsubError, KeyError) as exc:
-        return None, PartReport(0, {}, 0.0, 0.0, 0.0, kept=f"conversion: {exc}")
+        return _PartOutcome(None, None, PartReport(0, {}, 0.0, 0.0, 0.0,
+                                                   kept=f"conversion: {exc}"))
     positions = [part.placeholders.index(n) for n in inputs]
     # Generated kernels only where graphsub's program runs them: a graph handed on to
     # inductor is compiled whole by it.
@@ -586,17 +658,28 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
         report.fission = {**run.fission.as_dict(), "kept": kept}
         if kept:
             best, report.predicted_after = run.fission.graph, run.fission.cost
-    program = target.program(best, reference=profile[0] if profile else None)
+    normal, steps = normal_form(graph, normal_form_rules(run.rules), run.cost_model)
     output = next(n for n in part.sub.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))
-    module = GraphsubPart(program, positions, single, _output_strides(part.sub, example))
-    problem = _disagreement(part.sub, module, part.checks, positions, opts.rtol)
+    strides = _output_strides(part.sub, example)
+
+    def module_of(g: Any) -> GraphsubPart:
+        program = target.program(g, reference=profile[0] if profile else None)
+        return GraphsubPart(program, positions, single, strides)
+
+    normal_module = None
+    if steps and normal.structural_hash() != best.structural_hash():
+        normal_module = module_of(normal)
+        if disagreement(part.sub, normal_module, part.checks, positions, opts.rtol) is not None:
+            normal_module = None
+    module = module_of(best)
+    problem = disagreement(part.sub, module, part.checks, positions, opts.rtol)
     if problem is not None:
         report.kept = f"verification: {problem}"
         warnings.warn(f"graphsub: kept a part of the graph as it was: {problem}", GraphsubWarning,
                       stacklevel=3)
-        return None, report
-    return module, report
+        return _PartOutcome(None, normal_module, report)
+    return _PartOutcome(module, normal_module, report)
 
 
 def _race_fission(run: Run, clock: StageClock) -> None:
@@ -629,7 +712,10 @@ def _speedup(challenger: Callable, incumbent: Callable, inputs: Sequence[Any],
     both alike and a tie is never called a win."""
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     timers = [CallTimer(lambda fn=fn: fn(*inputs), sync) for fn in (incumbent, challenger)]
-    with torch.inference_mode():
+    # no_grad, not inference_mode: tensors a first call makes (CUDA-graph trees' static
+    # buffers) would be inference tensors, which the user's later calls outside inference
+    # mode cannot write into
+    with torch.no_grad():
         for timer in timers:  # first calls may compile or allocate
             timer.timed(1)
         once = max(timer.timed(1)[0] for timer in timers)  # the pace
@@ -644,50 +730,3 @@ def _runs_faster(candidate: Any, incumbent: Any, target: Any, inputs: list[Any])
     end to end than what it replaces."""
     programs = [target.program(g).module for g in (candidate, incumbent)]
     return _speedup(*programs, inputs, target.torch_device).decision is Decision.FASTER
-
-
-def _disagreement(original: Callable, optimized: Callable, checks: Sequence[Sequence[Any]],
-                  positions: Sequence[int], rtol: float, trials: int = 2) -> str | None:
-    """Where the optimized module's outputs differ from the original's (None: they agree), on
-    each set of arguments in `checks` and on random ones of the same shapes in `positions`."""
-    gen = torch.Generator().manual_seed(0)
-    for args in checks:
-        for trial in range(trials + 1):
-            run_args = list(args)
-            if trial:
-                for i in positions:
-                    a = args[i]
-                    if isinstance(a, torch.Tensor) and a.is_floating_point() \
-                            and 0 not in a.stride():  # (a broadcast input stays as it is)
-                        # in the argument's layout: a graph traced without functionalization
-                        # views its inputs, and a view needs the strides it was traced with
-                        random = torch.randn(a.shape, generator=gen, dtype=a.dtype)
-                        run_args[i] = _restrided(random.to(a.device), tuple(a.stride()))
-            problem = _compared(original, optimized, run_args, rtol)
-            if problem is not None:
-                return problem if len(checks) == 1 else f"{problem} (at {_shapes(args)})"
-    return None
-
-
-def _compared(original: Callable, optimized: Callable, args: Sequence[Any],
-              rtol: float) -> str | None:
-    from graphsub.runtime.equivalence import SAME_FUNCTION, compare_outputs
-
-    with torch.no_grad():
-        want = original(*args)
-        got = optimized(*args)
-    want = want if isinstance(want, (tuple, list)) else (want,)
-    got = got if isinstance(got, (tuple, list)) else (got,)
-    diffs, problems = compare_outputs(
-        {f"output {k}": w.detach().cpu().numpy() for k, w in enumerate(want)},
-        {f"output {k}": g.detach().cpu().numpy() for k, g in enumerate(got)},
-        replace(SAME_FUNCTION, rtol=rtol))
-    if problems:
-        return problems[0]
-    wrong = [d for d in diffs if not d.ok]
-    return wrong[0].describe() if wrong else None
-
-
-def _shapes(args: Sequence[Any]) -> str:
-    return ", ".join("x".join(map(str, a.shape)) for a in args
-                     if isinstance(a, torch.Tensor) and a.dim())

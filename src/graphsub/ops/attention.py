@@ -24,7 +24,7 @@ from graphsub.errors import ShapeError
 from graphsub.ir.types import Attrs, TensorType
 from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, TorchFn,
                                TorchLowering, Types, aten_importer, broadcasts_to, onnx_importer,
-                               register)
+                               register, is_float)
 
 
 def _check(attrs: Attrs, ins: Types) -> None:
@@ -32,7 +32,7 @@ def _check(attrs: Attrs, ins: Types) -> None:
     if not 3 <= q.rank <= 4 or k.rank != q.rank or v.rank != q.rank:
         raise ShapeError(f"attention: q, k and v must all have rank 3 or 4, got {q.shape}, "
                          f"{k.shape}, {v.shape}")
-    if not q.dtype.startswith("float") or k.dtype != q.dtype or v.dtype != q.dtype:
+    if not is_float(q) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise ShapeError(f"attention: q, k and v must share a float dtype, got {q.dtype}, "
                          f"{k.dtype}, {v.dtype}")
     if q.shape[:-3] != k.shape[:-3] or k.shape[:-3] != v.shape[:-3]:
@@ -173,6 +173,13 @@ def _torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
     sdpa, scale, torch = t.F.scaled_dot_product_attention, attrs["scale"], t.torch
     gqa = ins[0].shape[-3] != ins[1].shape[-3]
     causal, wide, masked = attrs["causal"], ins[0].rank == 3, len(ins) > 3
+    # On a GPU, grouped-query heads with a mask run only on torch's reference kernel (the
+    # flash kernel takes no mask, the memory-efficient one no grouped heads), which writes
+    # the scores out: there the key/value heads are repeated instead, a copy of k and v far
+    # smaller than the scores.
+    group = ins[0].shape[-3] // ins[1].shape[-3] if gqa else 1
+    repeat = gqa and masked and getattr(t.device, "type", "cpu") == "cuda"
+    gqa = gqa and not repeat
     # torch takes a mask or is_causal, not both: with a mask, the causal part joins it.
     extra = ([t.const(causal_mask(ins[0].shape[-2], ins[1].shape[-2])),
               t.const(np.array(-np.inf, dtype=ins[0].dtype))] if causal and masked else [])
@@ -188,6 +195,8 @@ def _torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
                 m = m & keep if m.dtype == torch.bool else torch.where(keep, m, floor)
             if wide and m.dim() == 3:
                 m = m.unsqueeze(0)
+        if repeat:
+            k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
         y = sdpa(operand(q), operand(k), operand(v), attn_mask=m,
                  is_causal=causal and m is None, scale=scale, enable_gqa=gqa)
         return y.squeeze(0) if wide else y

@@ -16,6 +16,7 @@ from graphsub.pipeline.run import Run, Stage
 from graphsub.search import ALGORITHMS, Candidate, OptimizeResult, SearchStats
 from graphsub.search.registry import Limits
 from graphsub.search.result import ProgressFn, SearchProgress, Step, StepKind, StopReason
+from graphsub.search.normal_form import normal_form, normal_form_rules, with_start
 from graphsub.search.propagate import propagate
 from graphsub.search.split import splitting
 
@@ -67,11 +68,21 @@ def search(run: Run, clock: StageClock) -> None:
                             keep=settings.keep, progress=recorder)
             algorithm = ALGORITHMS[settings.algorithm]
             start_graph = search_bodies(run, clock)
+            # The normal form is not cut by the search's deadline: its steps take no search
+            # (their matching is cheap, and past the deadline operators are priced
+            # analytically), and a chain cut halfway pays nothing.
+            initial_cost = run.cost_model.graph_cost(start_graph)
+            start_graph, normal_steps = normal_form(
+                start_graph, normal_form_rules(run.rules), run.cost_model)
+            if normal_steps:
+                run.say(f"normal form: {len(normal_steps)} rewrites "
+                        f"({', '.join(sorted({s.rule for s in normal_steps}))})")
             limits = replace(limits, time=max(clock.remaining() * (1 - PROPAGATION_SHARE), 0.0))
             function = algorithm.function if settings.split is None else \
                 splitting(algorithm, settings.split, settings.executor)
             result = function(start_graph, run.rules, run.cost_model, limits,
                               settings.search_options)
+            result = with_start(result, normal_steps, initial_cost)
     except KeyboardInterrupt:
         if not run.budget.measuring:  # nothing comes after the search: the caller's Ctrl-C
             raise

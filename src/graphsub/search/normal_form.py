@@ -1,0 +1,98 @@
+"""The search's starting point: the graph with its normal-form rules applied until none
+matches.
+
+Some rewrites pay only as a chain: attention written out becomes one attention operator after
+its views are unflattened, its softmax's float32 casts read as the softmax itself, its scale
+moved, its causal mask read as a flag and grouped-query attention's copies dropped, six to ten
+steps per layer, of which only the last few lower the cost much. A search that expands one
+graph at a time within seconds finds such a chain in few layers of a model or none (a 4-layer
+bfloat16 decoder: none in 10 s). These rules rewrite what a model writes in many ways into
+one form, each step removing what its source matched, so applying them all to a fixed point
+terminates and depends on no cost; the result is kept as the search's start only where the
+cost model predicts it cheaper than the input graph, and every step is in the trace, as a
+search's are.
+
+Which rules: those of the library's normal-form files (NORMAL_FORM_FILES), as the run loaded
+them; a rule file of the user's takes no part.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from graphsub.cost.base import CostModel
+from graphsub.ir.graph import Graph
+from graphsub.rules.applier import Rejection, apply_match
+from graphsub.rules.ast import Rule
+from graphsub.rules.matcher import find_matches
+from graphsub.search.pricing import price_rewrite
+from graphsub.search.result import OptimizeResult, Step
+
+#: The library files whose rules make the normal form (by file name).
+NORMAL_FORM_FILES = frozenset({"attention.rules", "cleanup.rules"})
+#: At most this many rewrites (a guard: every normal-form rule removes what it matched).
+MAX_STEPS = 100_000
+
+
+def normal_form_rules(rules: Sequence[Rule]) -> list[Rule]:
+    """The rules among `rules` that come from the library's normal-form files."""
+    from graphsub.rules import LIBRARY
+
+    return [r for r in rules if Path(r.origin).name in NORMAL_FORM_FILES
+            and Path(r.origin).parent == LIBRARY]
+
+
+def normal_form(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
+                deadline: float | None = None) -> tuple[Graph, tuple[Step, ...]]:
+    """The graph with `rules` applied wherever they match, in topological order, until none
+    does or the deadline passes (a `time.perf_counter()` value), and the steps taken. The
+    graph is returned unchanged, with no steps, unless the result is predicted cheaper."""
+    by_op: dict[str, list[Rule]] = {}
+    for rule in rules:
+        by_op.setdefault(rule.sources[0].op, []).append(rule)  # type: ignore[union-attr]
+    if not by_op:
+        return graph, ()
+    start, steps = graph, []
+    stuck: set[tuple[int, object]] = set()  # nodes no rule rewrites, as they are now
+    while len(steps) < MAX_STEPS and (deadline is None or time.perf_counter() < deadline):
+        weight_only = graph.weight_only()
+        todo = (nid for nid in graph.topo_order() if graph[nid].op in by_op
+                and (nid, graph[nid]) not in stuck and nid not in weight_only)
+        nid = next(todo, None)
+        if nid is None:
+            break
+        for rule in by_op[graph[nid].op]:
+            found = next(((m, g) for m in find_matches(graph, rule, first_roots=[nid])
+                          if not isinstance(g := apply_match(graph, m), Rejection)), None)
+            if found is not None:
+                steps.append((graph, found[0]))
+                graph = found[1]
+                break
+        else:
+            stuck.add((nid, graph[nid]))
+    final = cost_model.graph_cost(graph) if steps else None
+    if final is None or not final < cost_model.graph_cost(start):
+        return start, ()
+    # each step's cost priced from the graph before it (only the nodes it adds are priced)
+    costs = [price_rewrite(before, match, cost_model) for before, match in steps[:-1]]
+    return graph, tuple(
+        Step.applying(match, final if i == len(costs) or isinstance(costs[i], Rejection)
+                      else costs[i].cost)
+        for i, (_, match) in enumerate(steps))
+
+
+def with_start(result: OptimizeResult, steps: tuple[Step, ...],
+               initial_cost: float) -> OptimizeResult:
+    """A search's result from a normal-form start as the result of the whole way from the
+    input graph: the normal form's steps lead every trace, and costs count from the input."""
+    if not steps:
+        return result
+    candidates = [replace(c, trace=steps + c.trace) for c in result.candidates]
+    return replace(result, trace=steps + result.trace, initial_cost=initial_cost,
+                   candidates=candidates)
+
+
+__all__ = ["NORMAL_FORM_FILES", "normal_form", "normal_form_rules", "with_start"]
