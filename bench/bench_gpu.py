@@ -207,6 +207,7 @@ def run_config(kind: str, dtype_name: str, batch: int, seq: int, args: argparse.
             except Exception as exc:  # noqa: BLE001 - a contender that fails is a result
                 info[name] = {"failed": f"{type(exc).__name__}: {exc}"[:500]}
                 traceback.print_exc()
+                print(json.dumps({"compiled": name, **info[name]}), flush=True)
                 continue
             entry: dict[str, Any] = {"compile_s": round(time.perf_counter() - start, 1),
                                      "error": error(out, truth)}
@@ -216,9 +217,11 @@ def run_config(kind: str, dtype_name: str, batch: int, seq: int, args: argparse.
                 entry["chosen"] = [r.chosen or ("fallback: " + r.fallback if r.fallback else "")
                                    for r in reports]
                 entry["race"] = [r.race for r in reports]
+                entry["dropped"] = [r.dropped for r in reports if r.dropped]
                 entry["rules"] = [p.rules_used for r in reports for p in r.parts]
                 entry["warnings"] = sorted({str(w.message)[:200] for w in caught})[:5]
             info[name] = entry
+            print(json.dumps({"compiled": name, **entry}, default=str), flush=True)
             contenders[name] = lambda c=compiled: c(x)
     times = time_blocks(contenders, args.rounds, device)
     rows = []

@@ -162,6 +162,8 @@ class CompileReport:
     #: which way of running the graph was returned ("graphsub+inductor", "graphsub", or the
     #: baseline: "inductor" or "eager").
     race: dict[str, float] = field(default_factory=dict)
+    #: Contenders left out of the race, and why (a compilation or CUDA-graph capture failed).
+    dropped: dict[str, str] = field(default_factory=dict)
     speedup: float | None = None
     chosen: str = ""
     #: With dynamic sizes: each size symbol's range, its value in the example (what costs were
@@ -342,13 +344,26 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     if normal_parts and disagreement(parent, normal, checks, [
             i for i in range(len(checks[0])) if i not in set(constants)], opts.rtol) is not None:
         normal_parts = []
+    if not (replaced or normal_parts):  # nothing changed: what the user would have had
+        report.chosen = "inductor" if opts.inductor else "eager"
+        return baseline, report
     contenders = _contenders(optimized, normal if normal_parts else None, replaced,
-                             normal_parts, example_inputs, constants, opts, target)
-    compiled = contenders.get("graphsub+inductor", optimized)
-    if opts.race and contenders and (replaced or normal_parts):
-        speedups = {name: _speedup(fn, baseline, inputs, target.torch_device)
-                    for name, fn in contenders.items()}
+                             normal_parts, example_inputs, constants, opts, target, report)
+    # without a race: the search's graph, handed on to inductor where asked
+    compiled = next((contenders[name] for name in ("graphsub+inductor", "graphsub",
+                                                   "normal form+inductor", "normal form")
+                     if name in contenders), baseline)
+    if opts.race and contenders:
+        speedups = {}
+        for name, fn in contenders.items():
+            try:
+                speedups[name] = _speedup(fn, baseline, inputs, target.torch_device)
+            except Exception as exc:  # noqa: BLE001 - one contender, not the graph
+                _drop(report, name, exc)
         report.race = {name: round(x.speedup, 4) for name, x in speedups.items()}
+        if not speedups:
+            report.chosen = "inductor" if opts.inductor else "eager"
+            return baseline, report
         best = max(speedups, key=lambda name: speedups[name].speedup)
         report.speedup = speedups[best].speedup
         faster = speedups[best].decision is Decision.FASTER
@@ -367,10 +382,20 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     return compiled, report
 
 
+def _drop(report: CompileReport, name: str, exc: BaseException) -> None:
+    """A way of running the graph that failed (to compile, to be captured in a CUDA graph,
+    to run) leaves the race with a warning; the others race on."""
+    if isinstance(exc, _restart_analysis()):
+        raise exc
+    report.dropped[name] = f"{type(exc).__name__}: {exc}"[:500]
+    warnings.warn(f"graphsub: {name} was left out of the race: it failed with "
+                  f"{report.dropped[name]}", GraphsubWarning, stacklevel=3)
+
+
 def _contenders(optimized: fx.GraphModule, normal: fx.GraphModule | None,
                 replaced: Sequence[tuple[str, PartReport]], normal_parts: Sequence[str],
                 example_inputs: Sequence[Any], constants: Sequence[int], opts: BackendOptions,
-                target: Any) -> dict[str, Callable]:
+                target: Any, report: CompileReport) -> dict[str, Callable]:
     """The ways of running the optimized graph that race the baseline: graphsub's module
     with the search's graphs ("graphsub") and with the normal forms' alone ("normal form":
     attention fused, nothing else rewritten, for a compiler whose fusions absorb the other
@@ -394,7 +419,10 @@ def _contenders(optimized: fx.GraphModule, normal: fx.GraphModule | None,
     contenders: dict[str, Callable] = {}
     for name, (module, names) in modules.items():
         if opts.inductor and all(getattr(module, n).one_program for n in names):
-            contenders[f"{name}+inductor"] = _inductor(module, example_inputs, opts.mode)
+            try:
+                contenders[f"{name}+inductor"] = _inductor(module, example_inputs, opts.mode)
+            except Exception as exc:  # noqa: BLE001 - one contender, not the graph
+                _drop(report, f"{name}+inductor", exc)
         contenders[name] = own(module)
     return contenders
 

@@ -103,8 +103,15 @@ def _close_to(env: Env, t: Expr, x: Expr) -> bool:
 
 
 #: Scores at or below this are masked out: -inf, or the dtype's lowest value as Hugging Face's
-#: causal masks hold it.
+#: causal masks hold it (float16's lowest, -65504, is above it: see `masked_at`).
 MASKED = -1e30
+
+
+def masked_at(dtype: str) -> float:
+    """The score at or below which a mask of this float type masks: MASKED, or the type's
+    lowest value where that is higher (float16: exp(-65504 - max) is 0 in float32 as
+    exp(-inf) is)."""
+    return max(MASKED, float(ml_dtypes.finfo(dtype).min))
 
 
 def _is_causal(env: Env, t: Expr) -> bool:
@@ -113,9 +120,12 @@ def _is_causal(env: Env, t: Expr) -> bool:
     constant = env.constant(t)
     if constant is None or constant.type.rank < 2 or any(d != 1 for d in constant.type.shape[:-2]):
         return False
-    arr = constant.array.reshape(constant.type.shape[-2:])
+    if not constant.type.dtype.startswith(("float", "bfloat")):
+        return False
+    arr = constant.array.reshape(constant.type.shape[-2:]).astype(np.float64)
     below = np.tril(np.ones(arr.shape, dtype=bool))
-    return bool(np.all(arr[below] == 0) and np.all(arr[~below] <= MASKED))
+    return bool(np.all(arr[below] == 0)
+                and np.all(arr[~below] <= masked_at(constant.type.dtype)))
 
 
 def _unmasked_rows(env: Env, t: Expr) -> bool:
@@ -127,9 +137,9 @@ def _unmasked_rows(env: Env, t: Expr) -> bool:
     if constant is None or constant.type.rank == 0 or not constant.type.dtype.startswith(
             ("float", "bfloat")):
         return False
-    arr = constant.array
+    arr = constant.array.astype(np.float64)
     return bool(not np.isnan(arr).any() and not np.isposinf(arr).any()
-                and np.all(np.any(arr > MASKED, axis=-1)))
+                and np.all(np.any(arr > masked_at(constant.type.dtype), axis=-1)))
 
 
 def _uniform_value(env: Env, t: Expr) -> float:
