@@ -168,10 +168,15 @@ _NO_KERNEL = ("Could not find an implementation", "is not a registered function/
               "No Op registered", "No opset import for domain")
 
 
-def _unknown_op_hint(exc: BaseException) -> str:
+def _unknown_op_hint(exc: BaseException, graph: Graph | None = None) -> str:
     """What to do when the model has an operator onnxruntime cannot run."""
     if not any(s in str(exc) for s in _NO_KERNEL):
         return ""
+    if graph is not None and "bfloat16" in {t.dtype for n in graph.nodes.values()
+                                            for t in n.outputs}:
+        return (". The model computes in bfloat16, for which onnxruntime's CPU provider has "
+                "few kernels: optimize it for --target torch-cpu or --target torch-cuda, "
+                "which run bfloat16")
     return (". The model has an operator onnxruntime has no kernel for: give the library that "
             "implements it with --custom-ops LIB.so (as SessionOptions."
             "register_custom_ops_library), or a --target that runs it")
@@ -201,7 +206,7 @@ def measure_and_choose(device: Target, graph: Graph, original: ModelData,
         raise
     except Exception as exc:  # noqa: BLE001 (a target's libraries raise their own types)
         raise GraphsubError(f"{device.name} cannot run the original model: "
-                            f"{_first_line(exc)}{_unknown_op_hint(exc)}") from None
+                            f"{_first_line(exc)}{_unknown_op_hint(exc, graph)}") from None
     selection = Selection("not-run", candidates=reports, original_run_s=original_s)
     clock.keep_back(verification_seconds(prepare_s, original_s))
     ready: list[tuple[int, Runnable, float]] = []

@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
 
 from graphsub.budget import StageClock
 from graphsub.errors import GraphsubError
@@ -153,14 +155,22 @@ def verify(run: Run, clock: StageClock) -> None:
         on_target = not run.target.capabilities.is_reference
         if not on_target:  # its session is not needed: two in memory at a time, not three
             selection.runnable.close()
+        specs = [graph_input_specs(run.graph, binding) for binding in bindings]
         try:
-            comparison = check_equivalence(run.original_model, data, [
-                graph_input_specs(run.graph, binding) for binding in bindings],
-                run.threads, tolerance)
-            if comparison.equivalent and on_target:
-                comparison = check_equivalence_on_target(
-                    run.original_model, selection.runnable, graph_input_specs(run.graph, main),
-                    run.threads, tolerance)
+            if on_target and not _reference_runs(run.original_model, run.threads):
+                # onnxruntime has no kernels for the model (bfloat16 on its CPU provider):
+                # graphsub's reference evaluator, computing in float32, is the reference
+                run.say("onnxruntime cannot run this model: verifying with graphsub's "
+                        "reference evaluator (float32 inside) and on the target")
+                comparison = check_equivalence_by_reference(
+                    run.graph, chosen.graph, selection.runnable, specs, tolerance)
+            else:
+                comparison = check_equivalence(run.original_model, data, specs, run.threads,
+                                               tolerance)
+                if comparison.equivalent and on_target:
+                    comparison = check_equivalence_on_target(
+                        run.original_model, selection.runnable,
+                        graph_input_specs(run.graph, main), run.threads, tolerance)
         finally:
             selection.runnable.close()
         if main:
@@ -212,6 +222,39 @@ def check_equivalence_on_target(original: ModelData, runnable: Runnable,
     session = make_session(original, threads)
     return compare_runners(lambda feeds: run(session, feeds), runnable.run, specs,
                            tolerance, trials=VERIFY_TRIALS)
+
+
+def _reference_runs(model: ModelData, threads: int) -> bool:
+    """Whether onnxruntime can build a session for the model (it has kernels for it)."""
+    from graphsub.runtime.ort import make_session
+
+    try:
+        make_session(model, threads)
+    except Exception:  # noqa: BLE001 - onnxruntime's own error types
+        return False
+    return True
+
+
+def check_equivalence_by_reference(original: Graph, candidate: Graph, runnable: Runnable,
+                                   bindings: Sequence[Sequence[InputSpec]],
+                                   tolerance: Tolerance = SAME_FUNCTION) -> Comparison:
+    """Whether the candidate graph computes what the original graph computes, both by
+    graphsub's reference evaluator (half precision computed in float32 and rounded), at each
+    binding; and whether the target's run of it does too (at the first): for models
+    onnxruntime has no kernels for."""
+    from graphsub.runtime.reference import evaluate
+
+    def by_reference(graph: Graph) -> Callable[[Mapping[str, np.ndarray]], dict]:
+        return lambda feeds: evaluate(graph, dict(feeds))
+
+    comparison = compare_runners(by_reference(original), runnable.run, bindings[0], tolerance,
+                                 trials=VERIFY_TRIALS)
+    for specs in bindings if comparison.equivalent else ():
+        comparison = compare_runners(by_reference(original), by_reference(candidate), specs,
+                                     tolerance, trials=VERIFY_TRIALS)
+        if not comparison.equivalent:
+            break
+    return comparison
 
 
 MEASURE = Stage("measure", measure)

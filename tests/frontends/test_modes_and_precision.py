@@ -1,0 +1,119 @@
+"""The torch.compile backend in inductor's modes and in half precision, on the CPU (the GPU
+figures are bench/bench_gpu.py's): modes accepted and checked, the result usable outside
+inference mode, bfloat16 and float16 models optimized rather than left as they were, their
+outputs judged against the model computed in float32."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from graphsub.errors import GraphsubError  # noqa: E402
+from graphsub.frontends import torch_compile as tc  # noqa: E402
+from graphsub.frontends.cuda_graphs import CudaGraphed  # noqa: E402
+from graphsub.frontends.fx_equivalence import compared, widened  # noqa: E402
+from graphsub.frontends.fx_fold import fold_constants  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHSUB_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def decoder(dtype):
+    torch.manual_seed(0)
+    model = transformers.LlamaModel(transformers.LlamaConfig(
+        vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=2, attn_implementation="eager"))
+    return model.eval().to(dtype)
+
+
+def test_modes_are_inductors_and_imply_it():
+    for mode in tc.INDUCTOR_MODES:
+        opts = tc.BackendOptions.parse({"mode": mode})
+        assert opts.inductor and opts.mode == mode
+        assert opts.cuda_graphs == (mode in ("reduce-overhead", "max-autotune"))
+    with pytest.raises(GraphsubError, match="reduce-overhead"):
+        tc.BackendOptions.parse({"mode": "fastest"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_decoder_in_a_mode_is_optimized_and_works_outside_inference_mode(dtype):
+    """inductor's reduce-overhead mode (its CUDA graphs are the GPU's; on the CPU the mode's
+    compilation is inductor's): the decoder's attention is fused, nothing falls back for
+    its precision, and the result, called under no_grad only, returns ordinary tensors."""
+    model = decoder(dtype)
+    ids = torch.randint(0, 100, (1, 48))
+    before = len(tc.reports())
+    compiled = torch.compile(model, backend="graphsub",
+                             options={"mode": "reduce-overhead", "time_limit": 4})
+    with torch.no_grad():
+        want = model(ids, use_cache=False).last_hidden_state
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", tc.GraphsubWarning)
+            got = compiled(ids, use_cache=False).last_hidden_state
+        again = compiled(ids, use_cache=False).last_hidden_state
+    assert not got.is_inference() and got.dtype == dtype
+    wide = decoder(torch.float32)(ids, use_cache=False).last_hidden_state.detach()
+    own = (want.float() - wide).abs().max()
+    assert (got.float() - wide).abs().max() <= 4 * own + 1e-3 * wide.abs().max()
+    torch.testing.assert_close(again, got)
+    report = tc.reports()[before]
+    assert not report.fallback
+    rules = {r for p in report.parts for r in p.rules_used}
+    assert {"attention-masked-scaled-scores", "attention-causal-mask",
+            "attention-shared-key-value-heads"} <= rules
+    assert report.chosen in ("inductor", "graphsub+inductor", "graphsub",
+                             "normal form+inductor", "normal form")
+
+
+def test_half_precision_is_judged_against_float32():
+    """An output as far from the float32 computation as the original's own rounding passes;
+    one further off fails, with both distances in the message."""
+    class Sum(torch.nn.Module):
+        def forward(self, x):
+            return (x * 3.0).sum(-1)
+
+    gm = torch.fx.symbolic_trace(Sum())
+    x = torch.randn(4, 256, dtype=torch.bfloat16)
+    assert widened(gm)(x.float()).dtype == torch.float32
+    exact = (x.float() * 3.0).sum(-1)
+    assert compared(gm, lambda x: exact.to(torch.bfloat16), [x], 1e-3) is None
+    problem = compared(gm, lambda x: (exact * 1.05).to(torch.bfloat16), [x], 1e-3)
+    assert problem is not None and "float32 computation" in problem
+
+
+def test_constants_fold_and_random_draws_do_not():
+    class Masked(torch.nn.Module):
+        def forward(self, x):
+            n = x.shape[-1]
+            keep = torch.arange(n)[None, :] <= torch.arange(n)[:, None]
+            mask = torch.where(keep, 0.0, torch.finfo(torch.float32).min)
+            noise = torch.rand(n)
+            return x + mask + noise * 0
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x = torch.randn(6, 6)
+    gm = make_fx(Masked())(x)
+    assert fold_constants(gm, {}) >= 1
+    targets = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+    assert "aten.arange.default" not in targets and "aten.where.self" not in targets
+    assert any("rand" in t for t in targets)  # a random draw is never a constant
+    torch.testing.assert_close(gm(x), Masked()(x))
+
+
+def test_cuda_graphed_runs_a_cpu_module_as_it_is():
+    calls = []
+
+    def fn(x):
+        calls.append(x)
+        return x + 1
+
+    wrapped = CudaGraphed(fn)
+    assert torch.equal(wrapped(torch.zeros(3)), torch.ones(3)) and len(calls) == 1
