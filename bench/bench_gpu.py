@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import statistics
 import sys
 import time
@@ -288,8 +287,12 @@ def main() -> None:
     torch._dynamo.config.cache_size_limit = 64
     if hasattr(torch._dynamo.config, "recompile_limit"):
         torch._dynamo.config.recompile_limit = 64
-    device_name = (torch.cuda.get_device_name() if args.device == "cuda"
-                   else platform.processor() or platform.machine())
+    if args.device == "cuda":
+        device_name = torch.cuda.get_device_name()
+    else:
+        from graphsub.backends.ort import cpu_model
+
+        device_name = f"{cpu_model()}, {torch.get_num_threads()} threads"
     meta = {"date": date.today().isoformat(), "device": device_name,
             "torch": torch.__version__, "command": " ".join(sys.argv)}
     rows: list[dict[str, Any]] = []
