@@ -49,7 +49,8 @@ class Selection:
     """What measuring found: which candidate (if any) replaces the original, and why."""
 
     #: faster | no-cheaper-graph | not-faster | not-confirmed | undecided | contended |
-    #: no-time | not-run (report/optimize.py's OptimizeReport.outcome says what each means)
+    #: no-time | not-run | slower-at-shape | verification-failed | not-written
+    #: (report/optimize.py's OptimizeReport.outcome says what each means)
     outcome: str
     chosen: int | None = None
     runnable: Runnable | None = None  # the chosen candidate on the target (for verification)

@@ -26,6 +26,10 @@ def export(run: Run, clock: StageClock) -> None:
     seen = {run.graph.structural_hash()}
     limit = 1 if run.large else run.settings.candidates
     external_data = run.settings.external_data
+    # A target that runs graphsub's graph (a torch program) needs no ONNX to time it: the
+    # chosen candidate alone is written, after the choice (write_chosen), and the other
+    # candidates' export (seconds for a large model's weights) is not paid for
+    deferred = run.target.capabilities.runs != "onnx"
     for c in run.result.candidates if run.result is not None else []:
         if len(out) >= limit:
             break
@@ -34,7 +38,8 @@ def export(run: Run, clock: StageClock) -> None:
             continue
         seen.add(h)
         try:
-            out.append((c, to_model_data(c.graph, external_data=external_data)))
+            out.append((c, None if deferred else to_model_data(c.graph,
+                                                               external_data=external_data)))
         except GraphsubError as exc:
             run.notes.append(f"candidate {len(out)} could not be written as ONNX and was "
                              f"dropped ({exc})")
@@ -48,6 +53,21 @@ def export(run: Run, clock: StageClock) -> None:
             initial = run.result.initial_cost if run.result is not None else float("nan")
             out.insert(0, (Candidate(run.graph, initial, ()), data))
     run.exported = out
+
+
+def written(run: Run, index: int) -> ModelData | None:
+    """The ONNX of exported candidate `index`, written now where its export was deferred
+    (kept for the next call); None, with a note, where it cannot be written."""
+    candidate, data = run.exported[index]
+    if data is not None:
+        return data
+    try:
+        data = to_model_data(candidate.graph, external_data=run.settings.external_data)
+    except GraphsubError as exc:
+        run.notes.append(f"candidate {index} could not be written as ONNX ({exc})")
+        return None
+    run.exported[index] = (candidate, data)
+    return data
 
 
 def ort_fusions(run: Run, clock: StageClock) -> None:

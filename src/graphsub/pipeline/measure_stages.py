@@ -14,6 +14,7 @@ from graphsub.budget import StageClock
 from graphsub.errors import GraphsubError
 from graphsub.ir.binding import bind_graph
 from graphsub.ir.graph import Graph
+from graphsub.pipeline.export_stages import written
 from graphsub.pipeline.run import Run, Stage
 from graphsub.progress import step
 from graphsub.runtime.bindings import ProfileShape, check_bindings
@@ -147,7 +148,11 @@ def verify(run: Run, clock: StageClock) -> None:
         index, comparison = selection.mismatch
         chosen = run.exported[index][0]
     else:
-        chosen, data = run.exported[selection.chosen]
+        chosen, data = run.exported[selection.chosen][0], written(run, selection.chosen)
+        if data is None:  # it cannot be written as ONNX: the original stays (a note says why)
+            selection.runnable.close()
+            selection.chosen, selection.outcome = None, "not-written"
+            return
         bindings = check_bindings(run.graph.meta.get("symbols") or {},
                                   [s.values for s in shapes]) or [{}]
         run.say("verifying the optimized model against the original"

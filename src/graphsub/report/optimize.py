@@ -63,8 +63,9 @@ class OptimizeReport:
     #: undecided: its interval still straddled MIN_GAIN when the measuring time ran out;
     #: contended: the same on a busy machine (load above its cores), too noisy to claim;
     #: no-time: too little time to measure; not-run: no candidate could run on the target;
-    #: slower-at-shape: faster at the profile's main shape, decided slower at another.
-    #: All but faster keep the original.
+    #: slower-at-shape: faster at the profile's main shape, decided slower at another;
+    #: verification-failed: it computed something else (a bug); not-written: it could not be
+    #: written as ONNX. All but faster keep the original.
     outcome: str = ""
     #: The outcome in one or two sentences, with its figures.
     verdict: str = ""
@@ -228,6 +229,9 @@ def verdict(report: OptimizeReport, selection: Selection, interrupted: bool = Fa
         return (prefix + "The candidate chosen did not compute what the original computes, a "
                 "bug of graphsub's (see the notes: please report it); the original model is "
                 "kept.")
+    if outcome == "not-written":
+        return (prefix + "The fastest candidate could not be written as ONNX (see the notes); "
+                "the original model is kept.")
     if outcome == "no-time":
         run_ms = selection.original_run_s * 1e3
         return (prefix + f"The candidates (the cheapest {cheapest}) could not be measured and "
