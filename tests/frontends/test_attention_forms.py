@@ -38,6 +38,7 @@ def captured(model, *args, **kwargs):
     torch._dynamo.reset()
     with torch.no_grad():
         torch.compile(model, backend=backend)(*args, **kwargs)
+    torch._dynamo.reset()  # the sizes seen here would make later compilations dynamic
     return seen["gm"], seen["inputs"]
 
 

@@ -21,7 +21,11 @@ from graphsub.frontends.fx_fold import fold_constants  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def _own_cache(tmp_path, monkeypatch):
+    """A cache of its own, and dynamo's memory of earlier compilations in this process
+    forgotten: a LlamaModel compiled at other sizes by another test would make dynamo capture
+    this one with a size symbol (automatic dynamic shapes), and its causal mask with it."""
     monkeypatch.setenv("GRAPHSUB_CACHE_DIR", str(tmp_path / "cache"))
+    torch._dynamo.reset()
 
 
 def decoder(dtype):
