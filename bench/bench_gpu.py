@@ -56,16 +56,13 @@ def build_model(kind: str, hidden: int, layers: int, sdpa: bool = False) -> Any:
     torch.manual_seed(0)
     attn = "sdpa" if sdpa else "eager"
     heads = max(hidden // 64, 1)
-    if kind == "llama":
-        inner = tf.LlamaModel(tf.LlamaConfig(
+    decoders = {"llama": (tf.LlamaModel, tf.LlamaConfig, 2),  # query heads per kv head
+                "qwen2": (tf.Qwen2Model, tf.Qwen2Config, 4)}
+    if kind in decoders:
+        model_class, config_class, group = decoders[kind]
+        inner = model_class(config_class(
             vocab_size=1000, hidden_size=hidden, num_hidden_layers=layers,
-            num_attention_heads=heads, num_key_value_heads=max(heads // 2, 1),
-            intermediate_size=int(2.75 * hidden), max_position_embeddings=8192,
-            attn_implementation=attn))
-    elif kind == "qwen2":
-        inner = tf.Qwen2Model(tf.Qwen2Config(
-            vocab_size=1000, hidden_size=hidden, num_hidden_layers=layers,
-            num_attention_heads=heads, num_key_value_heads=max(heads // 4, 1),
+            num_attention_heads=heads, num_key_value_heads=max(heads // group, 1),
             intermediate_size=int(2.75 * hidden), max_position_embeddings=8192,
             attn_implementation=attn))
     elif kind == "bert":

@@ -9,15 +9,14 @@ one loop nest; a linear primitive (a matmul, a convolution) is a library call of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
 from graphsub.ir.graph import Graph, Value
 from graphsub.ops import get_op
 from graphsub.ops.base import Category
-from graphsub.rules import LIBRARY, Rule, apply_match, find_matches, load_rules
-from graphsub.rules.applier import Rejection
+from graphsub.rules import LIBRARY, Rule, load_rules
+from graphsub.rules.fixed_point import rewrite_to_fixed_point
 
 _HERE = Path(__file__).parent
 
@@ -57,7 +56,7 @@ def fission(graph: Graph) -> Graph:
     model's softmax moved by 5%)."""
     if any(t.dtype in HALF_PRECISIONS for node in graph.nodes.values() for t in node.outputs):
         return graph
-    return rewrite_until_fixed(inline_generated(graph), fission_rules())
+    return rewrite_to_fixed_point(inline_generated(graph), fission_rules())[0]
 
 
 #: Element types whose coarse operators fission leaves whole.
@@ -92,29 +91,3 @@ def cleanup_rules() -> tuple[Rule, ...]:
     orchestrated graph is tidied with, since a library kernel's target may transpose back
     what the graph had transposed."""
     return tuple(load_rules([LIBRARY / "cleanup.rules"]))
-
-
-def rewrite_until_fixed(graph: Graph, rules: Sequence[Rule]) -> Graph:
-    """Apply the rules wherever they match, in topological order, until none does. Meant for
-    rule sets that terminate (each rewrite removes what its source matched), such as fission
-    and cleanup; weight-only nodes are left alone."""
-    by_op: dict[str, list[Rule]] = {}
-    for rule in rules:
-        by_op.setdefault(rule.sources[0].op, []).append(rule)  # type: ignore[union-attr]
-    stuck: set[tuple[int, object]] = set()  # nodes no rule rewrites, as they are now
-    while True:
-        weight_only = graph.weight_only()
-        todo = [nid for nid in graph.topo_order()
-                if graph[nid].op in by_op and (nid, graph[nid]) not in stuck
-                and nid not in weight_only]
-        if not todo:
-            return graph
-        nid = todo[0]
-        for rule in by_op[graph[nid].op]:
-            rewritten = next((g for m in find_matches(graph, rule, first_roots=[nid])
-                              if not isinstance(g := apply_match(graph, m), Rejection)), None)
-            if rewritten is not None:
-                graph = rewritten
-                break
-        else:
-            stuck.add((nid, graph[nid]))

@@ -21,9 +21,10 @@ from graphsub.fission.candidates import (Kernel, group_kernels, library_kernels,
                                          primitive_kernels)
 from graphsub.fission.orchestrate import Orchestration, assemble, orchestrate
 from graphsub.fission.primitives import (Category, category, cleanup_rules, fission,
-                                         fission_rules, kernel_rules, rewrite_until_fixed)
+                                         fission_rules, kernel_rules)
 from graphsub.ir.graph import Graph
 from graphsub.progress import step
+from graphsub.rules.fixed_point import rewrite_to_fixed_point
 
 #: Whether a target runs a kernel's graph as one call (its kernel library): given the
 #: kernel's graph. Torch lowers every fused operator to one call; onnxruntime has a fused
@@ -147,7 +148,7 @@ def fission_and_orchestrate(graph: Graph, cost_model: CostModel,
         tracker.advance(len(generated))
     left = max(time_limit - (time.perf_counter() - start), 0.5)
     plan = orchestrate(primitive, prims + library + generated, time_limit=left)
-    result = rewrite_until_fixed(assemble(primitive, plan), cleanup_rules())
+    result = rewrite_to_fixed_point(assemble(primitive, plan), cleanup_rules())[0]
     return FissionOutcome(result, cost_model.graph_cost(result), len(prims), split,
                           dict(Counter(k.kind for k in prims + library + generated)), plan,
                           _summary(plan.kernels, primitive), time.perf_counter() - start)

@@ -119,6 +119,11 @@ class BackendOptions:
         return opts
 
     @property
+    def baseline_name(self) -> str:
+        """What the user would have had without graphsub, as a report names it."""
+        return "inductor" if self.inductor else "eager"
+
+    @property
     def cuda_graphs(self) -> bool:
         """Whether the mode runs the compiled graph in CUDA graphs."""
         return self.mode in CUDA_GRAPH_MODES
@@ -341,11 +346,11 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     optimized.recompile()
     normal.recompile()
     _undo_until_equal(parent, optimized, replaced, checks, constants, opts.rtol)
-    if normal_parts and disagreement(parent, normal, checks, [
-            i for i in range(len(checks[0])) if i not in set(constants)], opts.rtol) is not None:
+    if normal_parts and disagreement(parent, normal, checks, _varied(checks, constants),
+                                     opts.rtol) is not None:
         normal_parts = []
     if not (replaced or normal_parts):  # nothing changed: what the user would have had
-        report.chosen = "inductor" if opts.inductor else "eager"
+        report.chosen = opts.baseline_name
         return baseline, report
     contenders = _contenders(optimized, normal if normal_parts else None, replaced,
                              normal_parts, example_inputs, constants, opts, target, report)
@@ -362,7 +367,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
                 _drop(report, name, exc)
         report.race = {name: round(x.speedup, 4) for name, x in speedups.items()}
         if not speedups:
-            report.chosen = "inductor" if opts.inductor else "eager"
+            report.chosen = opts.baseline_name
             return baseline, report
         best = max(speedups, key=lambda name: speedups[name].speedup)
         report.speedup = speedups[best].speedup
@@ -375,7 +380,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
             report.race[f"{best} at {shapes(other)}"] = round(there.speedup, 4)
             faster = there.decision is not Decision.NOT_FASTER
         if not faster:
-            report.chosen = "inductor" if opts.inductor else "eager"
+            report.chosen = opts.baseline_name
             compiled = baseline
         else:
             report.chosen, compiled = best, contenders[best]
@@ -498,7 +503,7 @@ def _undo_until_equal(original: fx.GraphModule, optimized: fx.GraphModule,
     """Check the assembled graph end to end, since each part was checked alone and the torch
     code between parts sees only their outputs' values; put original parts back, the last
     first, until it agrees with the original on every set of inputs in `checks`."""
-    varied = [i for i in range(len(checks[0])) if i not in set(constants)]
+    varied = _varied(checks, constants)
     problem = disagreement(original, optimized, checks, varied, rtol)
     while problem is not None and replaced:
         name, part_report = replaced.pop()
@@ -508,6 +513,11 @@ def _undo_until_equal(original: fx.GraphModule, optimized: fx.GraphModule,
         setattr(optimized, name, getattr(original, name))
         optimized.recompile()
         problem = disagreement(original, optimized, checks, varied, rtol)
+
+
+def _varied(checks: Sequence[Sequence[Any]], constants: Sequence[int]) -> list[int]:
+    """The positions of the graph's inputs that are not parameters: what checks draw anew."""
+    return [i for i in range(len(checks[0])) if i not in set(constants)]
 
 
 def _constant_positions(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> list[int]:

@@ -18,23 +18,20 @@ them; a rule file of the user's takes no part.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from graphsub.cost.base import CostModel
 from graphsub.ir.graph import Graph
-from graphsub.rules.applier import Rejection, apply_match
+from graphsub.rules.applier import Rejection
 from graphsub.rules.ast import Rule
-from graphsub.rules.matcher import find_matches
+from graphsub.rules.fixed_point import rewrite_to_fixed_point
 from graphsub.search.pricing import price_rewrite
 from graphsub.search.result import OptimizeResult, Step
 
 #: The library files whose rules make the normal form (by file name).
 NORMAL_FORM_FILES = frozenset({"attention.rules", "cleanup.rules"})
-#: At most this many rewrites (a guard: every normal-form rule removes what it matched).
-MAX_STEPS = 100_000
 
 
 def normal_form_rules(rules: Sequence[Rule]) -> list[Rule]:
@@ -45,34 +42,13 @@ def normal_form_rules(rules: Sequence[Rule]) -> list[Rule]:
             and Path(r.origin).parent == LIBRARY]
 
 
-def normal_form(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
-                deadline: float | None = None) -> tuple[Graph, tuple[Step, ...]]:
-    """The graph with `rules` applied wherever they match, in topological order, until none
-    does or the deadline passes (a `time.perf_counter()` value), and the steps taken. The
-    graph is returned unchanged, with no steps, unless the result is predicted cheaper."""
-    by_op: dict[str, list[Rule]] = {}
-    for rule in rules:
-        by_op.setdefault(rule.sources[0].op, []).append(rule)  # type: ignore[union-attr]
-    if not by_op:
-        return graph, ()
-    start, steps = graph, []
-    stuck: set[tuple[int, object]] = set()  # nodes no rule rewrites, as they are now
-    while len(steps) < MAX_STEPS and (deadline is None or time.perf_counter() < deadline):
-        weight_only = graph.weight_only()
-        todo = (nid for nid in graph.topo_order() if graph[nid].op in by_op
-                and (nid, graph[nid]) not in stuck and nid not in weight_only)
-        nid = next(todo, None)
-        if nid is None:
-            break
-        for rule in by_op[graph[nid].op]:
-            found = next(((m, g) for m in find_matches(graph, rule, first_roots=[nid])
-                          if not isinstance(g := apply_match(graph, m), Rejection)), None)
-            if found is not None:
-                steps.append((graph, found[0]))
-                graph = found[1]
-                break
-        else:
-            stuck.add((nid, graph[nid]))
+def normal_form(graph: Graph, rules: Sequence[Rule], cost_model: CostModel
+                ) -> tuple[Graph, tuple[Step, ...]]:
+    """The graph with `rules` applied wherever they match until none does
+    (rules.fixed_point), and the steps taken. The graph is returned unchanged, with no
+    steps, unless the result is predicted cheaper."""
+    start = graph
+    graph, steps = rewrite_to_fixed_point(graph, rules)
     final = cost_model.graph_cost(graph) if steps else None
     if final is None or not final < cost_model.graph_cost(start):
         return start, ()
