@@ -106,6 +106,26 @@ def test_views_stay_views_and_matmul_reads_the_transposed_layout():
                                rtol=1e-4, atol=1e-4)
 
 
+def test_an_operator_reading_an_expanded_view_is_timed():
+    """Grouped-query attention's keys, expanded to every query head, are a view with stride 0
+    (elements sharing memory): an operator reading them is timed on such a view, not refused
+    (copying into memory laid out so raises in torch) and priced analytically."""
+    b = GraphBuilder(0)
+    k = b.input("k", (2, 1, 16, 8))
+    q = b.input("q", (2, 4, 32, 8))
+    wide = b.op("expand", k, shape=(2, 4, 16, 8))
+    b.output(b.matmul(q, b.transpose(wide, perm=(0, 1, 3, 2))), "s")
+    g = b.build()
+    target = TorchCpuTarget(threads=1)
+    mm = g.outputs[0].node
+    layouts = target.input_layouts(g, mm)
+    assert layouts is not None and 0 in layouts[1]
+    from graphsub.cost import MeasuredCostModel
+
+    model = MeasuredCostModel(target, cache=False)
+    assert model.node_cost(g, mm) > 0 and not model.untimed
+
+
 def test_weight_only_subgraphs_are_folded_once_into_buffers():
     b = GraphBuilder(0)
     x = b.input("x", (2, 4))
