@@ -60,6 +60,7 @@ def test_the_output_may_not_be_the_input(model):
     (["--measure-limit", "0"], "--measure-limit must be a positive number"),
     (["--algorithm", "annealing"], "unknown algorithm 'annealing'"),
     (["--cost", "guess"], "unknown cost model 'guess'"),
+    (["--cost", "compiled", "--target", "ort-cpu"], "give a torch target"),
     (["--budget", "0"], "--budget must be at least 1"),
     (["--algorithm", "eqsat", "--alpha", "1.2"], "the eqsat search has no setting alpha"),
     (["--k", "4"], "the backtracking search has no setting k"),

@@ -45,6 +45,36 @@ def test_modes_are_inductors_and_imply_it():
         tc.BackendOptions.parse({"mode": "fastest"})
 
 
+def test_a_graph_inductor_compiles_is_priced_as_inductor_compiles_it():
+    assert tc.BackendOptions.parse({}).cost_model == "measured"
+    for options in ({"inductor": True}, {"mode": "default"}):
+        assert tc.BackendOptions.parse(options).cost_model == "compiled"
+    assert tc.BackendOptions.parse({"mode": "default", "cost": "measured"}).cost_model == \
+        "measured"
+    with pytest.raises(GraphsubError, match="unknown cost model"):
+        tc.BackendOptions.parse({"cost": "fastest"})
+
+
+@pytest.mark.slow
+def test_a_decoder_handed_to_inductor_is_searched_under_the_compiled_cost():
+    """The default for a graph inductor compiles: kernels priced as inductor builds them
+    (graphsub.cost.compiled), the result correct and reported."""
+    model = decoder(torch.float32)
+    ids = torch.randint(0, 100, (1, 48))
+    before = len(tc.reports())
+    compiled = torch.compile(model, backend="graphsub", options={"inductor": True,
+                                                                 "time_limit": 4})
+    with torch.no_grad():
+        want = model(ids, use_cache=False).last_hidden_state
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", tc.GraphsubWarning)
+            got = compiled(ids, use_cache=False).last_hidden_state
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    report = tc.reports()[before]
+    assert report.cost == "compiled" and not report.fallback
+    assert all(p.predicted_before > 0 for p in report.parts)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_a_decoder_in_a_mode_is_optimized_and_works_outside_inference_mode(dtype):

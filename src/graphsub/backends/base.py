@@ -140,6 +140,11 @@ class Target(ABC):
         this target always hands operators contiguous tensors."""
         return None
 
+    def strides_of(self, graph: Graph, value: Value) -> tuple[int, ...] | None:
+        """The value's strides where it is not contiguous (a view), or None; contiguous on a
+        target that runs no view without a kernel."""
+        return None
+
     def calibration(self) -> dict[str, float]:
         """Calibrated per-operator overheads, in seconds, for reports."""
         return {}

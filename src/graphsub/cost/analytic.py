@@ -55,6 +55,9 @@ class AnalyticCostModel(CostModel):
             profile = PROFILES[profile]
         self.profile = profile
 
+    def known_cost(self, sig: OpSignature) -> float | None:
+        return self.signature_cost(sig)  # computed, never measured
+
     def op_cost(self, sig: OpSignature) -> float:
         p = self.profile
         if costs_nothing(sig.op, False, self.free_views):

@@ -175,6 +175,10 @@ class CostModel(ABC):
     #: Past this time.perf_counter() value a model that measures stops measuring (None: no
     #: limit); the stage that prices sets it from its clock.
     deadline: float | None = None
+    #: Whether pricing a graph compiles the kernels it has not seen (seconds per new graph,
+    #: not the milliseconds of an operator timing): graphs on the way to another, which
+    #: nothing runs, are then left unpriced (the normal form's intermediate steps).
+    compiles = False
 
     def notes(self) -> list[str]:
         """What a report should say about how the model priced (operators it could not
@@ -197,6 +201,11 @@ class CostModel(ABC):
     @abstractmethod
     def op_cost(self, sig: OpSignature) -> float:
         """The cost of one operator application."""
+
+    def known_cost(self, sig: OpSignature) -> float | None:
+        """The signature's cost if it is known without measuring anything (computed, or
+        already measured); None where finding it would take a measurement."""
+        return self._memo.get(sig)
 
     def signature_cost(self, sig: OpSignature) -> float:
         cost = self._memo.get(sig)

@@ -160,9 +160,20 @@ class MeasuredCostModel(CostModel):
         self.decide_weights(graph)
         return super().node_cost(graph, nid)
 
+    def known_cost(self, sig: OpSignature) -> float | None:
+        known = super().known_cost(sig)
+        if known is None and self.cache is not None and sig.is_static:
+            known = self.cache.get(self._cache_key(sig))
+            if known is not None:
+                self._memo[sig] = known
+        return known
+
+    def _cache_key(self, sig: OpSignature) -> str:
+        return sig.key() + ("|cold" if self.cold_weights else "")
+
     def op_cost(self, sig: OpSignature) -> float:
         cold = bool(self.cold_weights)
-        key = sig.key() + ("|cold" if cold else "")
+        key = self._cache_key(sig)
         if self.cache is not None:
             cached = self.cache.get(key)
             if cached is not None:

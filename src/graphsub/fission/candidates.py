@@ -19,8 +19,7 @@ from typing import Any
 from graphsub.cost.base import CostModel, costs_nothing
 from graphsub.fission.primitives import Category, category
 from graphsub.ir.graph import Graph, Value
-from graphsub.ir.region import cut_out, read_outside
-from graphsub.ops.fused import body_of
+from graphsub.ir.region import cut_out, fused_body, read_outside
 from graphsub.rules import Rule, apply_match, find_matches
 from graphsub.rules.applier import Rejection
 from graphsub.rules.matcher import Match
@@ -175,27 +174,6 @@ def connected_groups(graph: Graph, max_size: int,
                     stack.append(grown)
                     if is_convex(graph, grown):
                         yield grown
-
-
-def fused_body(graph: Graph, nodes: frozenset[int], outputs: Sequence[Value]
-               ) -> tuple[Any, tuple[Value, ...]]:
-    """The `fused` operator's body for the primitives `nodes` of `graph` writing `outputs`,
-    and the outer values it reads, in its input order."""
-    index: dict[int, int] = {}
-    reads: dict[Value, int] = {}
-    body_nodes = []
-
-    def ref(v: Value) -> tuple:
-        if v.node in index:
-            return ("node", index[v.node], v.index)
-        return ("in", reads.setdefault(v, len(reads)))
-
-    for nid in graph.topo_order():
-        if nid in nodes:
-            node = graph[nid]
-            body_nodes.append((node.op, node.attrs, tuple(ref(v) for v in node.inputs)))
-            index[nid] = len(index)
-    return body_of(body_nodes, [ref(v) for v in outputs]), tuple(reads)
 
 
 def fused_graph(graph: Graph, nodes: frozenset[int], outputs: Sequence[Value]

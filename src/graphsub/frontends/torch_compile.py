@@ -89,7 +89,10 @@ class BackendOptions:
 
     time_limit: float = 10.0            # seconds of search per captured graph, over its parts
     target: str | None = None           # default: torch-cuda for CUDA inputs, else torch-cpu
-    cost: str = "measured"              # or "analytic"
+    #: The cost model the search prices with: "compiled" (the kernels inductor builds,
+    #: compiled and timed: graphsub.cost.compiled), "measured" (operator by operator) or
+    #: "analytic"; by default compiled where inductor compiles the result, else measured.
+    cost: str | None = None
     algorithm: str = "backtracking"
     inductor: bool = False              # hand the optimized graph to inductor
     #: inductor's mode (INDUCTOR_MODES; implies `inductor`): the optimized graph is compiled,
@@ -124,6 +127,11 @@ class BackendOptions:
         return "inductor" if self.inductor else "eager"
 
     @property
+    def cost_model(self) -> str:
+        """The cost model's name: what prices graphs as they will run."""
+        return self.cost or ("compiled" if self.inductor else "measured")
+
+    @property
     def cuda_graphs(self) -> bool:
         """Whether the mode runs the compiled graph in CUDA graphs."""
         return self.mode in CUDA_GRAPH_MODES
@@ -131,7 +139,7 @@ class BackendOptions:
     def settings(self, target: Any, time_limit: float) -> Settings:
         """The settings of one part's search: this budget, on this target."""
         try:
-            return Settings.make(algorithm=self.algorithm, cost=self.cost, target=target,
+            return Settings.make(algorithm=self.algorithm, cost=self.cost_model, target=target,
                                  time_limit=time_limit, fission=self.fission,
                                  options=self.search)
         except GraphsubError as exc:
@@ -151,6 +159,9 @@ class PartReport:
     #: Fission and orchestration of the search's best graph (graphsub.fission.stage), and
     #: whether its graph, predicted cheaper, replaced the search's.
     fission: dict[str, Any] = field(default_factory=dict)
+    #: What the cost model says about its prices (operators it could not time, fused groups
+    #: estimated rather than compiled in the time given).
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -158,6 +169,8 @@ class CompileReport:
     """What the backend did to one captured graph (`graphsub.frontends.torch_compile.reports()`)."""
 
     target: str
+    #: The cost model the search priced with (BackendOptions.cost_model).
+    cost: str = ""
     parts: list[PartReport] = field(default_factory=list)
     left_in_torch: dict[str, int] = field(default_factory=dict)  # unconverted ops, by name
     seconds: float = 0.0
@@ -201,7 +214,7 @@ def graphsub_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
     except _restart_analysis():
         raise  # dynamo asks to capture the graph again (and calls the backend again)
     except Exception as exc:  # noqa: BLE001 - the user's model must run whatever happened here
-        report = CompileReport(opts.target or "", fallback=str(exc) or type(exc).__name__)
+        report = CompileReport(opts.target or "", opts.cost_model, fallback=str(exc) or type(exc).__name__)
         warnings.warn(f"graphsub: this graph runs unoptimized: {report.fallback}", GraphsubWarning,
                       stacklevel=2)
         compiled = _inductor(gm, example_inputs, opts.mode) if opts.inductor else gm.forward
@@ -256,7 +269,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
                             "torch.no_grad() or torch.inference_mode()")
     devices = {t.device.type for t in tensors}
     target_name = opts.target or ("torch-cuda" if "cuda" in devices else "torch-cpu")
-    report = CompileReport(target_name)
+    report = CompileReport(target_name, opts.cost_model)
 
     # inductor's own compilation first: it may ask dynamo to capture the graph again, which
     # is better asked before the search than after it.
@@ -697,6 +710,7 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
         if kept:
             best, report.predicted_after = run.fission.graph, run.fission.cost
     normal, steps = normal_form(graph, normal_form_rules(run.rules), run.cost_model)
+    report.notes = run.cost_model.notes()
     output = next(n for n in part.sub.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))
     strides = _output_strides(part.sub, example)

@@ -3,14 +3,18 @@
 A split search optimizes regions separately (graphsub.search.split); kernel orchestration
 prices each candidate kernel alone (graphsub.fission.candidates). Both need the same cut:
 values read from outside become inputs, the weights read come along (so a weight-only
-subgraph still folds), and the chosen values become outputs.
+subgraph still folds), and the chosen values become outputs. Kernel orchestration and the
+compiled cost model (graphsub.cost.compiled) also write a group as the body of one `fused`
+operator (`fused_body`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from graphsub.ir.graph import Graph, Node, Value, make_node
+from graphsub.ops.fused import body_of
 
 
 def cut_out(graph: Graph, ops: Iterable[int], outputs: Sequence[Value], prefix: str = "region"
@@ -72,3 +76,24 @@ def read_outside(graph: Graph, ops: Iterable[int]) -> tuple[Value, ...]:
                                     for u, _ in users.get(nid, ())):
                 out.append(v)
     return tuple(out)
+
+
+def fused_body(graph: Graph, nodes: frozenset[int], outputs: Sequence[Value]
+               ) -> tuple[Any, tuple[Value, ...]]:
+    """The `fused` operator's body for the primitives `nodes` of `graph` writing `outputs`,
+    and the outer values it reads, in its input order."""
+    index: dict[int, int] = {}
+    reads: dict[Value, int] = {}
+    body_nodes = []
+
+    def ref(v: Value) -> tuple:
+        if v.node in index:
+            return ("node", index[v.node], v.index)
+        return ("in", reads.setdefault(v, len(reads)))
+
+    for nid in graph.topo_order():
+        if nid in nodes:
+            node = graph[nid]
+            body_nodes.append((node.op, node.attrs, tuple(ref(v) for v in node.inputs)))
+            index[nid] = len(index)
+    return body_of(body_nodes, [ref(v) for v in outputs]), tuple(reads)

@@ -34,7 +34,7 @@ from graphsub.egraph.saturation import EXTRACTORS
 from graphsub.search import ALGORITHMS
 
 #: Cost models by name, and where --split runs parts.
-COST_MODELS = ("measured", "analytic")
+COST_MODELS = ("measured", "analytic", "compiled")
 EXECUTORS = ("process", "dask", "serial")
 
 #: The least value of each algorithm option that has one (the options' dataclasses hold

@@ -52,10 +52,13 @@ def normal_form(graph: Graph, rules: Sequence[Rule], cost_model: CostModel
     final = cost_model.graph_cost(graph) if steps else None
     if final is None or not final < cost_model.graph_cost(start):
         return start, ()
-    # each step's cost priced from the graph before it (only the nodes it adds are priced)
-    costs = [price_rewrite(before, match, cost_model) for before, match in steps[:-1]]
+    # each step's cost priced from the graph before it (only the nodes it adds are priced);
+    # a model that compiles what it prices would compile kernels of graphs nobody runs, so
+    # under it the normal form is one move: every step carries the cost after the last
+    costs = [] if cost_model.compiles else [price_rewrite(before, match, cost_model)
+                                            for before, match in steps[:-1]]
     return graph, tuple(
-        Step.applying(match, final if i == len(costs) or isinstance(costs[i], Rejection)
+        Step.applying(match, final if i >= len(costs) or isinstance(costs[i], Rejection)
                       else costs[i].cost)
         for i, (_, match) in enumerate(steps))
 
