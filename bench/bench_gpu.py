@@ -184,10 +184,12 @@ def run_config(kind: str, dtype_name: str, batch: int, seq: int, args: argparse.
         sdpa_model = build_model(kind, args.hidden, args.layers, sdpa=True).to(
             device=device, dtype=dtype)
     for mode in [m for m in args.modes if m != "eager"]:
-        entries = [(f"inductor {mode}", lambda m=mode: torch.compile(model, mode=m)),
-                   (f"graphsub {mode}", lambda m=mode: torch.compile(
-                       model, backend="graphsub",
-                       options={"mode": m, "time_limit": args.time_limit}))]
+        entries = [(f"inductor {mode}", lambda m=mode: torch.compile(model, mode=m))]
+        for cost in args.costs or [None]:
+            options = {"time_limit": args.time_limit, **({"cost": cost} if cost else {})}
+            entries.append((f"graphsub{f'({cost})' if cost else ''} {mode}",
+                            lambda m=mode, o=options: torch.compile(
+                                model, backend="graphsub", options={"mode": m, **o})))
         if sdpa_model is not None:
             entries.append((f"sdpa+inductor {mode}",
                             lambda m=mode: torch.compile(sdpa_model, mode=m)))
@@ -215,6 +217,9 @@ def run_config(kind: str, dtype_name: str, batch: int, seq: int, args: argparse.
                 entry["race"] = [r.race for r in reports]
                 entry["dropped"] = [r.dropped for r in reports if r.dropped]
                 entry["rules"] = [p.rules_used for r in reports for p in r.parts]
+                entry["predicted_ms"] = [(round(p.predicted_before * 1e3, 3),
+                                          round(p.predicted_after * 1e3, 3))
+                                         for r in reports for p in r.parts]
                 entry["warnings"] = sorted({str(w.message)[:200] for w in caught})[:5]
             info[name] = entry
             print(json.dumps({"compiled": name, **entry}, default=str), flush=True)
@@ -270,6 +275,9 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=float("inf"),
                    help="seconds after which no new configuration starts")
     p.add_argument("--device", default=None)
+    p.add_argument("--costs", default="",
+                   help="cost models graphsub searches with, one contender each (compiled,"
+                        "measured); default: the backend's own choice")
     p.add_argument("--sdpa", action="store_true")
     p.add_argument("--cli", default="", help="zoo models for `graphsub optimize --target`")
     p.add_argument("--out", default="out/bench/gpu.json")
@@ -278,6 +286,7 @@ def main() -> None:
 
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     args.modes = args.modes.split(",")
+    args.costs = [c for c in args.costs.split(",") if c]
     unknown = set(args.modes) - set(MODES)
     if unknown:
         raise SystemExit(f"unknown modes {sorted(unknown)} (known: {', '.join(MODES)})")
