@@ -41,7 +41,7 @@ from tables import (cpu_meta, export_hidden_states, markdown, peer_models,  # no
                     rules_text, save_rows)
 
 import graphsub  # noqa: E402
-from graphsub.ir.types import TensorType  # noqa: E402
+from graphsub.tensors.types import TensorType  # noqa: E402
 from graphsub.onnx_io.importer import model_data  # noqa: E402
 from graphsub.optimizer import optimize_model  # noqa: E402
 from graphsub.runtime import Timing, compare_models, time_models  # noqa: E402

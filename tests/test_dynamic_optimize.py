@@ -14,8 +14,8 @@ from graphsub.cost.analytic import AnalyticCostModel
 from graphsub.cost.base import make_signature
 from graphsub.errors import GraphsubError
 from graphsub.ir import GraphBuilder
-from graphsub.ir.symbolic import SymbolRange, size_symbol
-from graphsub.ir.types import Attrs, TensorType
+from graphsub.tensors.symbolic import SymbolRange, size_symbol
+from graphsub.tensors.types import Attrs, TensorType
 from graphsub.pipeline import Settings, start_run
 from graphsub.pipeline.measure_stages import verify
 from graphsub.rules.expr import undecided_conditions

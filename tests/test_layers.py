@@ -21,8 +21,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 #: Bottom to top. A module belongs to the longest prefix listed here.
 LAYERS: list[tuple[str, ...]] = [
-    ("graphsub.errors", "graphsub.cache", "graphsub.lazy", "graphsub.ir.types",
-     "graphsub.ir.symbolic", "graphsub.executors", "graphsub.budget", "graphsub.progress"),
+    ("graphsub.errors", "graphsub.cache", "graphsub.lazy", "graphsub.tensors",
+     "graphsub.executors", "graphsub.budget", "graphsub.progress"),
     ("graphsub.ops",),
     ("graphsub.ir",),
     ("graphsub.runtime",),
@@ -168,13 +168,14 @@ def test_every_module_imports_first_in_a_fresh_interpreter():
     assert not out.strip(), out
 
 
-def test_importing_the_ir_types_stays_light():
-    """The bottom layer imports nothing above it: not the operators, not networkx."""
-    script = ("import sys, graphsub.ir.types\n"
+def test_importing_the_tensor_types_stays_light():
+    """The bottom layer imports nothing above it: not the operators, not the IR, not
+    networkx."""
+    script = ("import sys, graphsub.tensors.types\n"
               "print(sorted(m for m in sys.modules if m.startswith(('graphsub', 'networkx'))))")
     loaded = eval(in_a_fresh_interpreter(script))
-    assert set(loaded) <= {"graphsub", "graphsub.lazy", "graphsub.errors", "graphsub.ir",
-                           "graphsub.ir.types", "graphsub.ir.symbolic"}, \
+    assert set(loaded) <= {"graphsub", "graphsub.lazy", "graphsub.errors", "graphsub.tensors",
+                           "graphsub.tensors.types", "graphsub.tensors.symbolic"}, \
         loaded
 
 
@@ -206,3 +207,25 @@ def test_opaque_nodes_are_evaluated_once_the_runtime_is_imported():
     out = in_a_fresh_interpreter(script).splitlines()
     assert out[0].startswith("GraphsubError an opaque Gather node is run by onnxruntime"), out
     assert out[1] == "graphsub.runtime.opaque"
+
+
+def _package(module: str) -> str:
+    """The top-level package (or module) of graphsub a module belongs to."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_two_top_level_packages_import_each_other():
+    """Layers are finer than packages (a package's bottom modules may sit in a lower layer),
+    so the layer test alone let `ir` and `ops` import each other: ops imported ir's types
+    while ir's graph imported ops. Whole packages must not form a cycle either."""
+    graph = nx.DiGraph()
+    for path in sorted((SRC / "graphsub").rglob("*.py")):
+        source = _package(_module_name(path))
+        for target, line in _graphsub_imports(path):
+            dest = _package(target)
+            if dest not in (source, "graphsub"):
+                graph.add_edge(source, dest, where=f"{path.relative_to(SRC)}:{line}")
+    cycles = [" -> ".join(c + [c[0]]) + ": " + "; ".join(
+        graph.edges[c[i], c[(i + 1) % len(c)]]["where"] for i in range(len(c)))
+        for c in nx.simple_cycles(graph)]
+    assert not cycles, "package cycles:\n" + "\n".join(cycles[:10])

@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "GraphsubError": "graphsub.errors",
     "Graph": "graphsub.ir.graph", "Node": "graphsub.ir.graph", "Value": "graphsub.ir.graph",
-    "GraphBuilder": "graphsub.ir.builder", "TensorType": "graphsub.ir.types",
+    "GraphBuilder": "graphsub.ir.builder", "TensorType": "graphsub.tensors.types",
     "load": "graphsub.onnx_io", "save": "graphsub.onnx_io", "to_onnx": "graphsub.onnx_io",
     "optimize": "graphsub.optimizer", "optimize_model": "graphsub.optimizer",
 }

@@ -1,5 +1,5 @@
 """Package attributes imported on first use (PEP 562), so that importing one submodule does
-not import everything its package re-exports: importing graphsub.ir.types once loaded sixty
+not import everything its package re-exports: importing graphsub.tensors.types once loaded sixty
 modules and networkx."""
 
 from __future__ import annotations

@@ -317,7 +317,7 @@ def test_operators_on_cpu_match_the_reference(graph, feeds):
 def _symbolic_graph():
     """x: seq x 8 through a product with a weight, a relu, a reshape whose target is a size
     expression (2*seq x 4) and a transpose."""
-    from graphsub.ir.symbolic import size_symbol
+    from graphsub.tensors.symbolic import size_symbol
 
     seq = size_symbol("seq")
     rng = np.random.default_rng(0)
@@ -374,7 +374,7 @@ def test_one_program_over_size_symbols_compiles_once_with_dynamic_shapes():
 
 def test_a_program_cannot_be_built_where_a_symbol_is_no_input_dimension():
     from graphsub.errors import GraphsubError
-    from graphsub.ir.symbolic import size_symbol
+    from graphsub.tensors.symbolic import size_symbol
 
     seq = size_symbol("seq")
     b = GraphBuilder()
@@ -385,7 +385,7 @@ def test_a_program_cannot_be_built_where_a_symbol_is_no_input_dimension():
 
 def test_view_strides_over_symbols_are_size_expressions():
     from graphsub.ir.graph import Value
-    from graphsub.ir.symbolic import bind_all, size_symbol
+    from graphsub.tensors.symbolic import bind_all, size_symbol
 
     target = TorchCpuTarget()
     seq = size_symbol("seq")

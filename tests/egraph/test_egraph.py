@@ -13,7 +13,7 @@ from graphsub.egraph.egraph import PROJ, EGraph, EGraphError, ENode, egraph_from
 from graphsub.egraph.ematch import SourceIndex
 from graphsub.egraph.runner import Runner
 from graphsub.ir import GraphBuilder
-from graphsub.ir.types import EMPTY_ATTRS, Attrs, Constant, TensorType
+from graphsub.tensors.types import EMPTY_ATTRS, Attrs, Constant, TensorType
 from graphsub.rules import builtin_rules, parse_rules
 
 RULES = builtin_rules(check=False)

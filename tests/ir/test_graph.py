@@ -70,7 +70,7 @@ def test_unused_graph_inputs_are_kept():
 
 def test_cycle_is_detected_and_named():
     t = TensorType((2,))
-    from graphsub.ir.types import Attrs
+    from graphsub.tensors.types import Attrs
 
     inp = Node("input", Attrs({"name": "x", "shape": (2,), "dtype": "float32"}), (), (t,))
     a = Node("add", Attrs(), (Value(0), Value(2)), (t,))
@@ -81,7 +81,7 @@ def test_cycle_is_detected_and_named():
 
 def test_dangling_reference_is_an_error():
     t = TensorType((2,))
-    from graphsub.ir.types import Attrs
+    from graphsub.tensors.types import Attrs
 
     r = Node("relu", Attrs(), (Value(7),), (t,))
     with pytest.raises(GraphsubError, match="does not exist"):
@@ -162,7 +162,7 @@ def test_weight_only_nodes():
 
 
 def test_constant_is_immutable_and_compared_by_content():
-    from graphsub.ir.types import Constant
+    from graphsub.tensors.types import Constant
 
     arr = np.arange(6, dtype=np.float32)
     c = Constant(arr)
@@ -200,7 +200,7 @@ def test_weight_nodes_are_not_kept_alive_by_the_inference_cache():
 
     from graphsub.ir import graph as graph_module
     from graphsub.ir.graph import make_node
-    from graphsub.ir.types import Constant
+    from graphsub.tensors.types import Constant
 
     make_node("weight", (), (), {"value": Constant(np.ones((64, 64), np.float32))})
     assert not any(key[0] == "weight" for key in graph_module._INFERRED)
@@ -213,7 +213,7 @@ def test_the_inference_cache_stays_small_in_a_process_that_makes_many_nodes():
     needs: 15 s of MCTS on Inception-v3 with TASO's rules makes about 1,100 entries."""
     from graphsub.ir import graph as graph_module
     from graphsub.ir.graph import make_node
-    from graphsub.ir.types import TensorType
+    from graphsub.tensors.types import TensorType
 
     assert graph_module._INFERRED_MAX <= 10_000, "a full collection walks every entry"
     for n in range(1, 3 * graph_module._INFERRED_MAX):
@@ -229,7 +229,7 @@ def test_a_cached_shape_error_keeps_nothing_of_its_raisers_alive():
 
     from graphsub.errors import GraphsubError
     from graphsub.ir.graph import Value, make_node
-    from graphsub.ir.types import TensorType
+    from graphsub.tensors.types import TensorType
 
     class State:
         pass

@@ -15,7 +15,7 @@ import graphsub
 from graphsub.cli import app
 from graphsub.errors import ExportError, ModelLoadError
 from graphsub.ir import GraphBuilder
-from graphsub.ir.types import mapped_region
+from graphsub.tensors.types import mapped_region
 from graphsub.onnx_io import external, load, to_model_data, write_model
 from graphsub.onnx_io.importer import model_data
 from graphsub.optimizer import optimize_model

@@ -10,9 +10,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import graphsub
-from graphsub.ir.symbolic import (SymbolRange, bind, ceildiv, equal, floordiv, parse_dim,
+from graphsub.tensors.symbolic import (SymbolRange, bind, ceildiv, equal, floordiv, parse_dim,
                                   size_symbol)
-from graphsub.ir.types import TensorType
+from graphsub.tensors.types import TensorType
 from graphsub.runtime import compare_models, graph_input_specs
 from graphsub.runtime.bindings import MIN_BINDINGS, check_bindings
 from graphsub.runtime.equivalence import Tolerance

@@ -422,7 +422,7 @@ def test_attention_gives_zeros_for_a_query_whose_keys_are_all_masked():
 def _softmax_times_body(rank: int):
     """A generated kernel's body: a scaled softmax along the last axis, times a vector,
     writing the product and the exponentials (two outputs, one read inside too)."""
-    from graphsub.ir.types import Attrs
+    from graphsub.tensors.types import Attrs
     from graphsub.ops.fused import body_of
 
     last = Attrs({"axes": (rank - 1,), "keepdims": True})

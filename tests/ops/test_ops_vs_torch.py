@@ -17,7 +17,7 @@ seeds = st.integers(0, 2 ** 31 - 1)
 
 
 def ours(op: str, inputs, **attrs):
-    from graphsub.ir.types import TensorType
+    from graphsub.tensors.types import TensorType
 
     opdef = get_op(op)
     types = tuple(TensorType(a.shape, str(a.dtype)) for a in inputs)

@@ -191,7 +191,7 @@ def test_a_rotated_axis_over_a_size_symbol_stays_in_onnxruntime():
     # The rotation splits the head in halves of a fixed size: with a symbolic head size the
     # node is a shape error for the operator, and the model imports it opaque, equal to the
     # original at every size (found by the fuzzer: a TypeError from comparing the symbol).
-    from graphsub.ir.symbolic import size_symbol
+    from graphsub.tensors.symbolic import size_symbol
 
     b = GraphBuilder()
     s = size_symbol("s")

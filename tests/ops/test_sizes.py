@@ -11,7 +11,7 @@ import pytest
 import graphsub
 from graphsub.errors import ShapeError
 from graphsub.ir import GraphBuilder
-from graphsub.ir.symbolic import floordiv, size_symbol
+from graphsub.tensors.symbolic import floordiv, size_symbol
 from graphsub.ops import get_op
 from graphsub.runtime import evaluate, run
 from tests.markers import requires_torch

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import z3
 
-from graphsub.ir.types import TensorType
+from graphsub.tensors.types import TensorType
 from graphsub.ops import get_op
 from graphsub.proofs.axioms import (
     ACT_NONE,

@@ -13,7 +13,7 @@ from graphsub import zoo
 from graphsub.cost import AnalyticCostModel
 from graphsub.errors import GraphsubError
 from graphsub.ir.builder import GraphBuilder
-from graphsub.ir.types import Constant, ConstantStub, WeightDataUnavailable
+from graphsub.tensors.types import Constant, ConstantStub, WeightDataUnavailable
 from graphsub.rules import builtin_rules
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.runtime import compare_models, graph_input_specs

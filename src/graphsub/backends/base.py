@@ -21,7 +21,7 @@ from graphsub.cost.base import OpSignature
 from graphsub.errors import GraphsubError
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
-from graphsub.ir.types import TensorType
+from graphsub.tensors.types import TensorType
 from graphsub.runtime.equivalence import Tolerance
 from graphsub.runtime.ort import ModelData
 from graphsub.runtime.timing import Runnable

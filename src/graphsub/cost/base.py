@@ -17,11 +17,11 @@ from typing import Any
 
 from graphsub.errors import GraphsubError
 from graphsub.ir.binding import bound_value
-from graphsub.ir.symbolic import bind_all
+from graphsub.tensors.symbolic import bind_all
 from graphsub.ir.graph import Graph, Node
 from graphsub.ir.incremental import GraphDelta
 from graphsub.ir.hashing import attrs_key
-from graphsub.ir.types import Attrs, Constant, TensorType
+from graphsub.tensors.types import Attrs, Constant, TensorType
 from graphsub.ops import all_ops, get_op
 from graphsub.ops.base import Category
 from graphsub.runtime.bindings import ProfileShape

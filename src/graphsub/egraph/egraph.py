@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph, Value, make_node
-from graphsub.ir.types import EMPTY_ATTRS, Attrs, Constant, TensorType
+from graphsub.tensors.types import EMPTY_ATTRS, Attrs, Constant, TensorType
 
 #: The projection op: `#out :index i` of a tuple class is the class of its i-th output.
 PROJ = "#out"

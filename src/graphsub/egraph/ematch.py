@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from graphsub.egraph.egraph import PROJ, EGraph
-from graphsub.ir.types import Constant, TensorType
+from graphsub.tensors.types import Constant, TensorType
 from graphsub.rules.ast import OpTerm, Rule, Term, term_ops, term_vars
 from graphsub.rules.expr import RuleError
 from graphsub.rules.matcher import (Match, Producer, conditions_hold, match_node, no_bindings,

@@ -16,7 +16,7 @@ from typing import Any
 from graphsub.egraph.cycles import Descendants
 from graphsub.egraph.egraph import EGraph, EGraphError
 from graphsub.egraph.ematch import EGraphHost, EMatch
-from graphsub.ir.types import TensorType
+from graphsub.tensors.types import TensorType
 from graphsub.rules.applier import Rejection, build_targets
 from graphsub.rules.ast import term_vars
 from graphsub.rules.expr import Env

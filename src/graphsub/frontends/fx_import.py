@@ -22,7 +22,7 @@ from graphsub.backends.torch.arrays import to_numpy
 from graphsub.errors import ConversionError
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
-from graphsub.ir.symbolic import Dim, SymbolRange, ceildiv, dim, floordiv, size_symbol
+from graphsub.tensors.symbolic import Dim, SymbolRange, ceildiv, dim, floordiv, size_symbol
 from graphsub.ops import aten_importers
 from graphsub.ops.base import AtenCheckFn, AtenImportFn
 

@@ -61,7 +61,7 @@ from graphsub.frontends.fx_equivalence import disagreement, restrided, shapes
 from graphsub.frontends.fx_import import (ConversionError, convert_graph, symbolic_size,
                                           unsupported_reason)
 from graphsub.ir.binding import is_symbolic_graph
-from graphsub.ir.symbolic import bind_all, evaluate_size
+from graphsub.tensors.symbolic import bind_all, evaluate_size
 from graphsub.pipeline import FISSION, SEARCH, Run, Settings, Stage, run_stages, start_run
 from graphsub.rules import Rule
 from graphsub.search.normal_form import normal_form, normal_form_rules

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import GraphsubError
-from graphsub.ir.types import TensorType
+from graphsub.tensors.types import TensorType
 from graphsub.ops import get_op
 from graphsub.ops.conv import pad_nchw, resolve_pads, windows
 from graphsub.rules.ast import Call, Lit

@@ -15,8 +15,8 @@ import numpy as np
 
 from graphsub.errors import GraphsubError, ShapeError
 from graphsub.ir.graph import Graph, Node, make_node
-from graphsub.ir.symbolic import SymbolRange, bind, bind_all, is_symbolic
-from graphsub.ir.types import Attrs, Constant, TensorType
+from graphsub.tensors.symbolic import SymbolRange, bind, bind_all, is_symbolic
+from graphsub.tensors.types import Attrs, Constant, TensorType
 
 
 def is_symbolic_graph(graph: Graph) -> bool:

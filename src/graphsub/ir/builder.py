@@ -20,7 +20,7 @@ import numpy as np
 
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph, Node, Value, make_node
-from graphsub.ir.types import Constant, TensorType
+from graphsub.tensors.types import Constant, TensorType
 from graphsub.ops import all_ops
 
 

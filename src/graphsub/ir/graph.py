@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from graphsub.errors import CycleError, GraphsubError, ShapeError
 from graphsub.ir.incremental import GraphDelta
-from graphsub.ir.types import Attrs, Constant, TensorType
+from graphsub.tensors.types import Attrs, Constant, TensorType
 from graphsub.ops import get_op, is_deterministic, is_foldable
 
 

@@ -11,7 +11,7 @@ import hashlib
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from graphsub.ir.types import Attrs, Constant
+from graphsub.tensors.types import Attrs, Constant
 from graphsub.ops import all_ops
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from graphsub.errors import GraphsubError, ModelLoadError
-from graphsub.ir.symbolic import Dim, dim_text, size_symbol
-from graphsub.ir.types import TensorType
+from graphsub.tensors.symbolic import Dim, dim_text, size_symbol
+from graphsub.tensors.types import TensorType
 from graphsub.ops.control_flow import captured_names
 
 

@@ -19,7 +19,7 @@ from onnx import helper, numpy_helper
 
 from graphsub.errors import ExportError
 from graphsub.ir.graph import Graph, Value
-from graphsub.ir.symbolic import Dim, dim_text, is_static
+from graphsub.tensors.symbolic import Dim, dim_text, is_static
 from graphsub.ops import get_op
 from graphsub.onnx_io import external
 from graphsub.ops.opaque import body_names

@@ -22,9 +22,9 @@ from onnx import helper, numpy_helper
 from graphsub.errors import GraphsubError, ModelLoadError
 from graphsub.ir.binding import defined_ranges
 from graphsub.ir.graph import Graph, Value, make_node
-from graphsub.ir.symbolic import (Dim, SymbolRange, bind_all, floordiv, renamed, size_symbol,
+from graphsub.tensors.symbolic import (Dim, SymbolRange, bind_all, floordiv, renamed, size_symbol,
                                   symbols_in)
-from graphsub.ir.types import Constant, TensorType
+from graphsub.tensors.types import Constant, TensorType
 from graphsub.onnx_io import bodies, external, sizes
 from graphsub.onnx_io.exporter import MAX_OPSET, MIN_OPSET
 from graphsub.ops import importer_for

@@ -26,9 +26,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from graphsub.errors import MissingInputShapeError, ModelLoadError
-from graphsub.ir.symbolic import (Dim, SymbolRange, dim, equal, floordiv, is_negative,
+from graphsub.tensors.symbolic import (Dim, SymbolRange, dim, equal, floordiv, is_negative,
                                   is_symbolic, parse_dim, size_symbol, symbol_name, symbols_in)
-from graphsub.ir.types import TensorType
+from graphsub.tensors.types import TensorType
 
 if TYPE_CHECKING:
     from graphsub.onnx_io.importer import ImportContext

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import ShapeError
-from graphsub.ir.types import Attrs, TensorType
+from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, TorchFn,
                                TorchLowering, Types, aten_importer, broadcasts_to, onnx_importer,
                                register, is_float)

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from graphsub.errors import OpAttributeError, ShapeError
-from graphsub.ir.symbolic import Dim, dim, is_static, is_symbolic, provably_equal
-from graphsub.ir.types import Attrs, TensorType
+from graphsub.tensors.symbolic import Dim, dim, is_static, is_symbolic, provably_equal
+from graphsub.tensors.types import Attrs, TensorType
 
 if TYPE_CHECKING:
     from graphsub.onnx_io.exporter import ExportContext

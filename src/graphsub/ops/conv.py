@@ -10,8 +10,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from graphsub.errors import ConversionError, ShapeError
-from graphsub.ir.symbolic import Dim, ceildiv, floordiv, is_negative, is_symbolic
-from graphsub.ir.types import Attrs, TensorType
+from graphsub.tensors.symbolic import Dim, ceildiv, floordiv, is_negative, is_symbolic
+from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, Role, Shape,
                                TorchFn, TorchLowering, Types, aten_importer, choice, ints,
                                onnx_importer, pair, register, same_dtype)

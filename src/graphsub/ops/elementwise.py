@@ -9,7 +9,7 @@ import numpy as np
 from scipy import special
 
 from graphsub.errors import ConversionError, ShapeError
-from graphsub.ir.types import SUPPORTED_DTYPES, Attrs, TensorType
+from graphsub.tensors.types import SUPPORTED_DTYPES, Attrs, TensorType
 from graphsub.ops.base import (ANY_SHAPES, AtenBuilder, AtenCall, AtenImportFn, AttrSpec,
                                Category, LowerFn, OpDef, PostOp, Role, TorchFn, TorchLowering,
                                Types, aten_importer, broadcast, choice, f32, is_float,

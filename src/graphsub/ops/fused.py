@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import ShapeError
-from graphsub.ir.types import Attrs, TensorType
+from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AttrSpec, Category, OpDef, TorchFn, TorchLowering, Types, get_op,
                                register)
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from graphsub.errors import ShapeError
-from graphsub.ir.types import Attrs, TensorType
+from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, Role, TorchFn,
                                TorchLowering, Types, aten_importer, choice, onnx_importer,
                                Shape, broadcast_shapes, register, same_dim, same_dtype)

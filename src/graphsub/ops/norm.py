@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import ConversionError, ShapeError
-from graphsub.ir.types import Attrs, TensorType
+from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AXIS_TRIES, AtenBuilder, AtenCall, AtenImportFn, AttrSpec,
                                Category, LowerFn, OpDef, Role, TorchFn, TorchLowering, Types,
                                aten_importer, broadcasts_to, f32, norm_axis, onnx_importer,

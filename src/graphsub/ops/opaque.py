@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 
 from graphsub.errors import GraphsubError, NoLoweringError
-from graphsub.ir.types import Attrs
+from graphsub.tensors.types import Attrs
 from graphsub.ops.control_flow import defined_names, rename_captures
 from graphsub.ops.base import (AttrSpec, Category, OpDef, TorchFn, TorchLowering, Types, is_float,
                                register)

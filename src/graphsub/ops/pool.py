@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import ShapeError
-from graphsub.ir.symbolic import ceildiv
-from graphsub.ir.types import Attrs, TensorType
+from graphsub.tensors.symbolic import ceildiv
+from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, Role, TorchFn,
                                TorchLowering, Types, aten_importer, is_float, onnx_importer, pair,
                                register)

@@ -31,8 +31,8 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from graphsub.errors import ShapeError
-from graphsub.ir.symbolic import Dim, ceildiv
-from graphsub.ir.types import Attrs, TensorType
+from graphsub.tensors.symbolic import Dim, ceildiv
+from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AttrSpec, Category, OpDef, Role, TorchFn, TorchLowering, Types,
                                ints, is_float, norm_axis, onnx_importer, pair, register,
                                same_dim)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from graphsub.ir.types import Attrs, TensorType
+from graphsub.tensors.types import Attrs, TensorType
 from graphsub.errors import ConversionError
 from graphsub.ops.base import (AXES_TRIES, AtenBuilder, AtenCall, AtenImportFn, AttrSpec,
                                Category, LowerFn, OpDef, TorchFn, TorchLowering, Types,

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import GraphsubError, ShapeError
-from graphsub.ir.symbolic import is_symbolic
-from graphsub.ir.types import Attrs, TensorType
+from graphsub.tensors.symbolic import is_symbolic
+from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AttrSpec, Category, OpDef, Role, Shape, TorchFn, TorchLowering,
                                Types, is_float, onnx_importer, register, same_dtype)
 

@@ -2,7 +2,7 @@
 slice and pad.
 
 Size-valued attributes (a reshape's target, a split's sizes, a slice's bounds) are numbers or
-size expressions (graphsub.ir.symbolic): ONNX shape inputs computed from the model's shapes
+size expressions (graphsub.tensors.symbolic): ONNX shape inputs computed from the model's shapes
 are evaluated at import into expressions, and written back as computations of the shapes
 (`ExportContext.sizes`), so a model with a dynamic batch keeps it."""
 
@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import ShapeError
-from graphsub.ir.types import Attrs, TensorType
+from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AXES_TRIES, AXIS_TRIES, AtenBuilder, AtenCall, AttrSpec, Category,
                                OpDef, Shape, TorchFn, TorchLowering, Types, aten_importer,
                                broadcast_shapes, broadcasts_to, choice, f32, ints, is_float,
                                norm_axis, onnx_importer, register, same_dim, same_dtype,
                                size_dims)
-from graphsub.ir.symbolic import (Dim, at_most, ceildiv, floordiv, is_negative,
+from graphsub.tensors.symbolic import (Dim, at_most, ceildiv, floordiv, is_negative,
                                   is_symbolic, product)
 
 

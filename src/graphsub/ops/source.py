@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import GraphsubError, ShapeError
-from graphsub.ir.types import Attrs, Constant, TensorType
-from graphsub.ir.symbolic import bind_all, evaluate_size, is_static
+from graphsub.tensors.types import Attrs, Constant, TensorType
+from graphsub.tensors.symbolic import bind_all, evaluate_size, is_static
 from graphsub.ops.base import (AttrSpec, Category, OpDef, TorchFn, TorchLowering, Types, ints,
                                register, size_dims)
 

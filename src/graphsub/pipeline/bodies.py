@@ -26,7 +26,7 @@ from onnx import numpy_helper
 
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph, Value
-from graphsub.ir.types import TensorType
+from graphsub.tensors.types import TensorType
 from graphsub.onnx_io.bodies import (Placeholders, bodies, body_reads, formal_types,
                                      standalone_model)
 from graphsub.ops.control_flow import captured_names, subgraphs

@@ -8,7 +8,7 @@ from typing import Any
 
 from graphsub.ir.binding import bind_graph
 from graphsub.ir.graph import Graph
-from graphsub.ir.symbolic import is_symbolic
+from graphsub.tensors.symbolic import is_symbolic
 from graphsub.ops import get_op
 from graphsub.runtime.bindings import default_profile
 

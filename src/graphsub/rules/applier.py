@@ -22,7 +22,7 @@ import numpy as np
 
 from graphsub.errors import CycleError, GraphsubError, ShapeError
 from graphsub.ir.graph import Graph, Node, Value, make_node
-from graphsub.ir.types import Constant, TensorType
+from graphsub.tensors.types import Constant, TensorType
 from graphsub.ops import is_dequantization, is_quantization
 from graphsub.rules.ast import OpTerm, Ref, Rule, Term, Var
 from graphsub.rules.expr import Env, try_evaluate

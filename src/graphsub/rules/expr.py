@@ -15,8 +15,8 @@ import ml_dtypes
 import numpy as np
 
 from graphsub.errors import GraphsubError
-from graphsub.ir.symbolic import at_most, equal, is_symbolic
-from graphsub.ir.types import Constant, TensorType, WeightDataUnavailable
+from graphsub.tensors.symbolic import at_most, equal, is_symbolic
+from graphsub.tensors.types import Constant, TensorType, WeightDataUnavailable
 from graphsub.rules.ast import AVar, Call, Expr, Lit, ListExpr, OutRef
 
 

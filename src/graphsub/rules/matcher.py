@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import Any, Generic, Protocol, TypeVar
 
 from graphsub.ir.graph import Graph, Value
-from graphsub.ir.types import Constant
+from graphsub.tensors.types import Constant
 from graphsub.ops import get_op
 from graphsub.ops.base import norm_axis
 from graphsub.rules.ast import AVar, Lit, OpTerm, Rule, Term, Var

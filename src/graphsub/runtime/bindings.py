@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphsub.errors import GraphsubError
-from graphsub.ir.symbolic import SymbolRange
+from graphsub.tensors.symbolic import SymbolRange
 
 #: The largest size drawn for a symbol with no upper bound: big enough for the sizes where
 #: a rewrite's assumptions could break (past any small constant), small enough to check fast.

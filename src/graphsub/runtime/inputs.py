@@ -10,7 +10,7 @@ import numpy as np
 
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
-from graphsub.ir.types import TensorType
+from graphsub.tensors.types import TensorType
 
 InputSpec = tuple[str, TensorType]
 

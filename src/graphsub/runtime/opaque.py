@@ -9,8 +9,8 @@ from functools import lru_cache
 import numpy as np
 from onnx import helper
 
-from graphsub.ir.symbolic import dim_text
-from graphsub.ir.types import Attrs, TensorType
+from graphsub.tensors.symbolic import dim_text
+from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops import opaque
 from graphsub.runtime.ort import make_model, make_session
 

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from graphsub.cost.base import (CostModel, SizesValue, costs_nothing, input_value,
                                 make_signature)
 from graphsub.ir.graph import Graph, Node, Value, make_node
-from graphsub.ir.types import Constant, TensorType
+from graphsub.tensors.types import Constant, TensorType
 from graphsub.ops import is_deterministic
 from graphsub.rules.applier import Rejection, apply_match, build_in_graph
 from graphsub.rules.matcher import Match

@@ -34,7 +34,7 @@ from graphsub.cost.base import CostModel
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph, Node, Value
 from graphsub.ir.region import cut_out, read_outside
-from graphsub.ir.types import Attrs, ConstantStub
+from graphsub.tensors.types import Attrs, ConstantStub
 from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match

@@ -30,7 +30,7 @@ import onnx
 
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
-from graphsub.ir.types import TensorType
+from graphsub.tensors.types import TensorType
 from graphsub.onnx_io import DEFAULT_OPSET
 from graphsub.zoo import register
 from graphsub.zoo.blocks import dense, scalar

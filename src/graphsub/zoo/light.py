@@ -22,7 +22,7 @@ import numpy as np
 
 from graphsub.errors import UnknownModelError
 from graphsub.ir.graph import Graph, make_node
-from graphsub.ir.types import Constant
+from graphsub.tensors.types import Constant
 from graphsub.zoo import register
 
 #: Inputs of batch_norm that must be positive-ish: the scale and the variance.

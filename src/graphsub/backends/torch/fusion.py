@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import is_fake
 
 from graphsub.ir.graph import Graph, Value
-from graphsub.ir.types import EMPTY_ATTRS, Attrs
+from graphsub.tensors.types import EMPTY_ATTRS, Attrs
 from graphsub.ops import get_op
 
 #: Products smaller than this (m * k * n) stay torch.matmul: oneDNN's call costs ~15 us more.

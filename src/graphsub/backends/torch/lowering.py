@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from graphsub.backends.torch.arrays import to_torch
 from graphsub.errors import NoLoweringError
-from graphsub.ir.types import Attrs, TensorType
+from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops import all_ops, get_op
 from graphsub.ops.base import TorchFn
 

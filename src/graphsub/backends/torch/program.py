@@ -27,8 +27,8 @@ from graphsub.backends.torch.lowering import LowerContext, lower, torch_dtype
 from graphsub.errors import GraphsubError
 from graphsub.ir.binding import bind_graph, binding_of, is_symbolic_graph
 from graphsub.ir.graph import Graph, Value
-from graphsub.ir.symbolic import SymbolRange, evaluate_size, is_symbolic, symbols_in
-from graphsub.ir.types import TensorType
+from graphsub.tensors.symbolic import SymbolRange, evaluate_size, is_symbolic, symbols_in
+from graphsub.tensors.types import TensorType
 from graphsub.runtime.reference import materialized_weights
 from graphsub.runtime.timing import Runnable, event_timed_calls, timed_calls
 

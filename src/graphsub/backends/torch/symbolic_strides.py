@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from graphsub.ir.graph import Node
-from graphsub.ir.symbolic import Dim, dim, evaluate_size, is_symbolic, size_symbol, symbols_in
-from graphsub.ir.types import TensorType
+from graphsub.tensors.symbolic import Dim, dim, evaluate_size, is_symbolic, size_symbol, symbols_in
+from graphsub.tensors.types import TensorType
 
 log = logging.getLogger("graphsub.torch")
 

@@ -16,7 +16,7 @@ import ml_dtypes  # noqa: F401 - registers bfloat16 with numpy: np.dtype("bfloat
 import numpy as np
 
 from graphsub.errors import GraphsubError
-from graphsub.ir.symbolic import Dim, bind_all, dim, is_static, product
+from graphsub.tensors.symbolic import Dim, bind_all, dim, is_static, product
 
 #: dtypes the IR understands, by numpy name.
 SUPPORTED_DTYPES = frozenset(
@@ -30,7 +30,7 @@ class TensorType:
     """The shape and element type of one tensor.
 
     A dimension is an int, or a sympy expression over named sizes where the model leaves it
-    open (`batch`, `seq + 1`: graphsub.ir.symbolic); `is_static` says there is none.
+    open (`batch`, `seq + 1`: graphsub.tensors.symbolic); `is_static` says there is none.
     """
 
     shape: tuple[Dim, ...]
