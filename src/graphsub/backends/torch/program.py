@@ -47,9 +47,11 @@ def _identifier(name: str, used: set[str]) -> str:
 
 def symbol_sources(graph: Graph) -> dict[str, tuple[int, int]]:
     """Where a program reads each size symbol: the (input position, axis) of a dimension that
-    is the symbol. An error names the symbols no input has as a dimension."""
+    is the symbol. An error names the symbols no input has as a dimension: those an input's
+    dimension is computed from, and those the operators compute with (a slice of a constant
+    to the sequence's length, in a part of a captured graph whose inputs are all constants)."""
     sources: dict[str, tuple[int, int]] = {}
-    needed: set[str] = set()
+    needed = set(_symbols_used(graph))
     for k, nid in enumerate(graph.inputs):
         for axis, d in enumerate(graph[nid].type.shape):
             needed |= symbols_in((d,))
@@ -60,6 +62,25 @@ def symbol_sources(graph: Graph) -> dict[str, tuple[int, int]]:
         raise GraphsubError(f"size symbol(s) {', '.join(unread)} are not a dimension of any "
                             f"input: a program cannot read them")
     return sources
+
+
+def _symbols_used(graph: Graph) -> frozenset[str]:
+    """The size symbols in the graph's operators: their attributes and output types."""
+    found: set[str] = set()
+
+    def visit(value: Any) -> None:
+        if is_symbolic(value):
+            found.update(symbols_in((value,)))
+        elif isinstance(value, tuple):
+            for v in value:
+                visit(v)
+
+    for node in graph.nodes.values():
+        for t in node.outputs:
+            found.update(symbols_in(t.shape))
+        for value in node.attrs.values():
+            visit(value)
+    return frozenset(found)
 
 
 def symbol_values(sources: Mapping[str, tuple[int, int]],
