@@ -46,6 +46,18 @@ def test_too_few_rounds_have_no_interval_and_decide_nothing():
     assert "too few for a 95% interval" in describe(result.as_dict())
 
 
+def test_a_later_looks_higher_confidence_is_explained():
+    """Sequential comparisons print intervals at 97.5%, 98.75%, ...: the text says why."""
+    rng = np.random.default_rng(4)
+    ratios = list(1.1 + 0.05 * rng.standard_normal(40))
+    first = describe(decide(paired(ratios), None, look=1, final=False).as_dict())
+    later = describe(decide(paired(ratios), None, look=8, final=True).as_dict())
+    assert "97.5% interval" in first and "look 1" in first
+    assert "99.96% interval" in later
+    assert "look 8 of a sequential comparison, whose looks together err at most 5%" in later
+    assert "looks together" not in describe(decide(paired(ratios), None).as_dict())
+
+
 def test_the_looks_together_spend_the_error_allowance_once():
     for looks in range(1, 9):
         spent = sum(1 - confidence(k, False) for k in range(1, looks)) \

@@ -187,9 +187,15 @@ class HeadToHead:
 
 def describe(result: Mapping[str, Any]) -> str:
     """'1.215x (95% interval 1.102-1.300, 20 rounds)': a speedup with its interval, from a
-    HeadToHead's as_dict() (or a report's copy of it), the one way every output prints one."""
+    HeadToHead's as_dict() (or a report's copy of it), the one way every output prints one.
+    An interval of a sequential comparison's later look is at a higher confidence than 95%
+    (each look spends part of the error allowance): it says so, and what all looks hold to."""
     rounds = f"{result['rounds']} round{'s' if result['rounds'] != 1 else ''}"
     level = _percent(result["confidence"])
+    looks = result.get("looks", 1)
+    if result["confidence"] > 1 - ALPHA + 1e-9:
+        rounds += (f"; look {looks} of a sequential comparison, whose looks together err at "
+                   f"most {_percent(ALPHA)}")
     if result["low"] is None:
         return f"{result['speedup']:.3f}x ({rounds}: too few for a {level} interval)"
     return (f"{result['speedup']:.3f}x ({level} interval {result['low']:.3f}-"
@@ -202,8 +208,8 @@ def describe_contention(result: Mapping[str, Any]) -> str:
 
 
 def _percent(level: float) -> str:
-    """95%, 97.5%, 98.75%: a confidence as few digits as it has."""
-    return f"{level * 100:.4f}".rstrip("0").rstrip(".") + "%"
+    """95%, 97.5%, 98.75%, 99.92%: a confidence as few digits as it has, two at most."""
+    return f"{level * 100:.2f}".rstrip("0").rstrip(".") + "%"
 
 
 def decide(comparison: PairedComparison, load: float | None, look: int = 1,
