@@ -765,10 +765,12 @@ def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
                       "searched at the cuts")
     if rep.fission:
         f = rep.fission
-        split = ", ".join(f"{n} {op}" for op, n in f["split"].items()) or "nothing to split"
+        split = (", ".join(f"{n} {op}" for op, n in f["split"].items())
+                 or "no operator split into primitives")
         library = sum(k["count"] for k in f["kernels"])
         table.add_row("fission", f"{f['seconds']:.1f} s", split,
-                      f"{f['primitives']} primitives, {library} fused kernel(s) chosen from "
+                      f"{f['primitives']} primitives, {library} kernel(s) computing several "
+                      "of them chosen from "
                       f"{sum(f['candidates'].values())} candidates ({f['status']})"
                       + ("; kept" if f["kept"] else ""))
     if rep.shapes:
