@@ -116,6 +116,11 @@ def test_bench_reports_the_statistic_selection_decides_on(models, monkeypatch):
     assert h["decision"] in ("undecided", "contended")  # straddles the 1.020x needed
     text = " ".join(invoke("bench", models["a"], models["a"]).stdout.split())
     assert describe(h) in text and "median of the rounds' ratios" in text
+    # A against A: the same graph, so whatever the ratio, it is the machine's noise.
+    assert "A and B compute the same graph" in text
+    assert json.loads(r.stdout)["same_graph"] is True
+    other = invoke("bench", models["a"], models["other"], "--json")
+    assert json.loads(other.stdout)["same_graph"] is False
 
 
 def test_bench_of_a_model_against_itself_on_a_loaded_machine_is_no_faster(tmp_path):

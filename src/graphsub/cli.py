@@ -390,6 +390,8 @@ def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo
         head_to_head = decide(PairedComparison(timings[0], timings[1]), highest_load(*loads))
         result["speedup"] = head_to_head.speedup
         result["head_to_head"] = head_to_head.as_dict()
+        result["same_graph"] = (models[0].graph.structural_hash()
+                                == models[1].graph.structural_hash())
     if as_json:
         emit_json(result)
         return
@@ -403,6 +405,10 @@ def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo
     out.print(table)
     if b:
         _print_speedup(models[1].label, models[0].label, result["head_to_head"])
+        if result["same_graph"]:
+            out.print("A and B compute the same graph: their speedup is this machine's noise, "
+                      "and one far from 1 means contention (other work, frequency scaling), "
+                      "not a difference between the models")
 
 
 def _print_speedup(after: str, before: str, head_to_head: dict[str, Any]) -> None:
