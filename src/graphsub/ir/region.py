@@ -60,6 +60,13 @@ def cut_out(graph: Graph, ops: Iterable[int], outputs: Sequence[Value], prefix: 
     return sub, tuple(boundary)
 
 
+def in_order(graph: Graph, nodes: Iterable[int]) -> list[int]:
+    """The nodes in the graph's topological order, found without walking the whole graph (a
+    group's cost is priced once per group, and a graph has many)."""
+    position = graph.positions()
+    return sorted(nodes, key=position.__getitem__)
+
+
 def read_outside(graph: Graph, ops: Iterable[int]) -> tuple[Value, ...]:
     """The values computed by `ops` that another operator reads or the graph returns, in
     topological order."""
@@ -67,9 +74,7 @@ def read_outside(graph: Graph, ops: Iterable[int]) -> tuple[Value, ...]:
     users = graph.users()
     returned = set(graph.outputs)
     out = []
-    for nid in graph.topo_order():
-        if nid not in members:
-            continue
+    for nid in in_order(graph, members):
         for i in range(len(graph[nid].outputs)):
             v = Value(nid, i)
             if v in returned or any(u not in members and v in graph[u].inputs
@@ -91,9 +96,8 @@ def fused_body(graph: Graph, nodes: frozenset[int], outputs: Sequence[Value]
             return ("node", index[v.node], v.index)
         return ("in", reads.setdefault(v, len(reads)))
 
-    for nid in graph.topo_order():
-        if nid in nodes:
-            node = graph[nid]
-            body_nodes.append((node.op, node.attrs, tuple(ref(v) for v in node.inputs)))
-            index[nid] = len(index)
+    for nid in in_order(graph, nodes):
+        node = graph[nid]
+        body_nodes.append((node.op, node.attrs, tuple(ref(v) for v in node.inputs)))
+        index[nid] = len(index)
     return body_of(body_nodes, [ref(v) for v in outputs]), tuple(reads)

@@ -96,6 +96,18 @@ def symbols_in(dims: Iterable[Any]) -> frozenset[str]:
     return frozenset(names)
 
 
+def symbols_in_value(value: Any) -> frozenset[str]:
+    """The names of the size symbols an attribute value uses: a size expression, or tuples,
+    lists and mappings (attributes) holding them."""
+    if is_symbolic(value):
+        return symbols_in((value,))
+    if isinstance(value, (tuple, list)):
+        return frozenset().union(*(symbols_in_value(v) for v in value))
+    if hasattr(value, "items"):
+        return frozenset().union(*(symbols_in_value(v) for _, v in value.items()))
+    return frozenset()
+
+
 def bind(d: Dim, binding: Mapping[str, int]) -> int:
     """The dimension's value when each size symbol takes the value `binding` gives it."""
     if not _expr(d):

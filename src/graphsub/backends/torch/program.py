@@ -27,7 +27,8 @@ from graphsub.backends.torch.lowering import LowerContext, lower, torch_dtype
 from graphsub.errors import GraphsubError
 from graphsub.ir.binding import bind_graph, binding_of, is_symbolic_graph
 from graphsub.ir.graph import Graph, Value
-from graphsub.tensors.symbolic import SymbolRange, evaluate_size, is_symbolic, symbols_in
+from graphsub.tensors.symbolic import (SymbolRange, evaluate_size, is_symbolic, symbols_in,
+                                       symbols_in_value)
 from graphsub.tensors.types import TensorType
 from graphsub.runtime.reference import materialized_weights
 from graphsub.runtime.timing import Runnable, event_timed_calls, timed_calls
@@ -66,21 +67,8 @@ def symbol_sources(graph: Graph) -> dict[str, tuple[int, int]]:
 
 def _symbols_used(graph: Graph) -> frozenset[str]:
     """The size symbols in the graph's operators: their attributes and output types."""
-    found: set[str] = set()
-
-    def visit(value: Any) -> None:
-        if is_symbolic(value):
-            found.update(symbols_in((value,)))
-        elif isinstance(value, tuple):
-            for v in value:
-                visit(v)
-
-    for node in graph.nodes.values():
-        for t in node.outputs:
-            found.update(symbols_in(t.shape))
-        for value in node.attrs.values():
-            visit(value)
-    return frozenset(found)
+    return frozenset().union(*(symbols_in(t.shape) | symbols_in_value(node.attrs)
+                               for node in graph.nodes.values() for t in node.outputs))
 
 
 def symbol_values(sources: Mapping[str, tuple[int, int]],

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from graphsub.ir.graph import Node
-from graphsub.tensors.symbolic import Dim, dim, evaluate_size, is_symbolic, size_symbol, symbols_in
+from graphsub.tensors.symbolic import (Dim, dim, evaluate_size, is_symbolic, size_symbol,
+                                       symbols_in, symbols_in_value)
 from graphsub.tensors.types import TensorType
 
 log = logging.getLogger("graphsub.torch")
@@ -37,16 +38,6 @@ def is_static_value(value: Any) -> bool:
     return True
 
 
-def _symbols_of(value: Any) -> set[str]:
-    if is_symbolic(value):
-        return set(symbols_in((value,)))
-    if isinstance(value, (tuple, list)):
-        return set().union(*(_symbols_of(v) for v in value)) if value else set()
-    if hasattr(value, "items"):
-        return set().union(*(_symbols_of(v) for _, v in value.items()))
-    return set()
-
-
 def symbolic_view_strides(ctx: Any, producer: Node, index: int, source: TensorType,
                           in_strides: tuple[Dim, ...] | None) -> tuple[Dim, ...] | None:
     """The strides of output `index` of the view `producer` over a tensor of type `source`
@@ -59,7 +50,7 @@ def symbolic_view_strides(ctx: Any, producer: Node, index: int, source: TensorTy
     from graphsub.backends.torch.lowering import lower, torch_dtype
     from graphsub.backends.torch.program import computed_attrs
 
-    names = sorted(symbols_in(source.shape) | _symbols_of(producer.attrs)
+    names = sorted(symbols_in(source.shape) | symbols_in_value(producer.attrs)
                    | symbols_in(in_strides or ()))
     env = ShapeEnv()
     sizes: dict[str, Any] = {}
