@@ -783,7 +783,8 @@ def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
         sh = rep.shapes
         table.add_row("sizes", ", ".join(f"{n} {r}" for n, r in sh["symbols"].items()),
                       "measured at " + "; ".join(sh["profile"])
-                      + (" (default)" if sh["default_profile"] else ""),
+                      + (f" ({sh['profile_source']})" if sh.get("profile_source", "given") != "given"
+                         else ""),
                       f"verified at {len(sh['verified_at'])} bindings" if sh["verified_at"]
                       else "kept symbolic in the written model")
     t = rep.seconds

@@ -44,13 +44,22 @@ def node_digest(node: Node, input_digests: list[bytes]) -> bytes:
     h.update(attrs_key(node.attrs).encode())
     h.update(b"|")
     for t in node.outputs:
-        h.update(f"{t.dtype}{t.shape}".encode())
+        h.update(t.dtype.encode())
+        h.update(_shape_text(t.shape))
     edges = [d + v.index.to_bytes(2, "little") for v, d in zip(node.inputs, input_digests)]
     if node.op in commutative_ops():
         edges.sort()  # add(x, y) and add(y, x) are the same computation
     for e in edges:
         h.update(e)
     return h.digest()
+
+
+@lru_cache(maxsize=1 << 16)
+def _shape_text(shape: tuple[Any, ...]) -> bytes:
+    """A shape as text, once per distinct shape: printing a symbolic size is slow in sympy
+    (a Paddle2ONNX recognizer's sizes are nested floors, 4 ms each), and thousands of nodes
+    share a few shapes."""
+    return str(shape).encode()
 
 
 @lru_cache(maxsize=1)

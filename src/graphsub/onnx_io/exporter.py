@@ -224,6 +224,21 @@ def _value_info(name: str, t, declared: Sequence[Any] | None = None) -> onnx.Val
         name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), dims)
 
 
+def _input_value_info(graph: Graph, nid: int) -> onnx.ValueInfoProto:
+    """An input's declared type: its type in the graph, or, where `meta["inputs_as_declared"]`
+    says so, the open sizes the original model declared where the user fixed them: control
+    flow that onnxruntime cannot type at fixed sizes (a branch squeezing a size of 1) must
+    be written as the original was (the candidate is checked at the fixed sizes)."""
+    name, t = graph[nid].attrs["name"], graph[nid].type
+    declared = (graph.meta.get("input_dims") or {}).get(name)
+    if not graph.meta.get("inputs_as_declared") or declared is None or len(declared) != t.rank:
+        return _value_info(name, t)
+    dims = [d if type(d) is int else dim_text(d) for d in t.shape]
+    dims = [was if not isinstance(was, int) else d for was, d in zip(declared, dims)]
+    return helper.make_tensor_value_info(
+        name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), dims)
+
+
 def check_onnx(model: onnx.ModelProto | bytes) -> None:
     """Run onnx.checker with full checking (shape inference included); raise ExportError."""
     try:
@@ -324,7 +339,7 @@ def _export(graph: Graph, opset: int | None, model_name: str, avoid: Collection[
     declared = graph.meta.get("output_dims", {})
     onnx_graph = helper.make_graph(
         ctx.nodes, model_name,
-        [_value_info(graph[i].attrs["name"], graph[i].type) for i in graph.inputs],
+        [_input_value_info(graph, i) for i in graph.inputs],
         [_value_info(name, graph.type_of(v), declared.get(name))
          for v, name in zip(graph.outputs, graph.output_names)],
         initializer=ctx.initializers)

@@ -22,6 +22,7 @@ import onnx
 from onnx import helper
 
 from graphsub.errors import ExportError, ModelLoadError
+from graphsub.ops.control_flow import all_graphs
 from graphsub.onnx_io.files import atomic_file, write_atomic
 from graphsub.progress import step
 from graphsub.runtime.ort import DetachedModel, ModelData
@@ -100,19 +101,8 @@ _CONVERTED_TYPES = {onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT8E4M3FN,
                     onnx.TensorProto.INT4, onnx.TensorProto.STRING}
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _graphs(g)
-
-
 def has_external_data(model: onnx.ModelProto) -> bool:
-    return any(is_external(t) for g in _graphs(model.graph) for t in g.initializer)
+    return any(is_external(t) for g in all_graphs(model.graph) for t in g.initializer)
 
 
 def mapped_initializers(model: onnx.ModelProto, base_dir: Path) -> dict[str, np.ndarray]:
@@ -123,7 +113,7 @@ def mapped_initializers(model: onnx.ModelProto, base_dir: Path) -> dict[str, np.
 
     mapped = {t.name: mapped_tensor(t, base_dir) for t in model.graph.initializer
               if is_external(t)}
-    for body in list(_graphs(model.graph))[1:]:
+    for body in list(all_graphs(model.graph))[1:]:
         for t in body.initializer:
             if is_external(t):
                 load_external_data_for_tensor(t, str(base_dir))

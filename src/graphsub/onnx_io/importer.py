@@ -806,6 +806,11 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
     meta = {"opset": opset, "source_opset": source_opset, "producer": model.producer_name,
             "external_data": bool(mapped),
             "domain_opsets": {d: v for d, v in ctx.domain_opsets.items() if d}}
+    if input_shapes:
+        # what the model declared where the user fixed sizes (graphsub.pipeline.probe_stage:
+        # control flow onnxruntime cannot type at fixed sizes is written as declared)
+        meta["input_dims"] = {vi.name: sizes.declared_dims(vi.type) for vi in g.input
+                              if vi.name in input_shapes}
     if ctx.symbol_ranges:
         meta["symbols"] = dict(ctx.symbol_ranges)
         meta["output_dims"] = {o.name: sizes.declared_dims(o.type) for o in g.output}

@@ -25,6 +25,15 @@ def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
             yield from attr.graphs
 
 
+def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """The graph and every body nested in it, outer first (a body reads the values of the
+    graphs around it by name)."""
+    yield graph
+    for node in graph.node:
+        for body in subgraphs(node):
+            yield from all_graphs(body)
+
+
 def has_subgraphs(node: onnx.NodeProto) -> bool:
     return next(subgraphs(node), None) is not None
 

@@ -3,6 +3,7 @@
 
 | stage | module | what it does |
 |---|---|---|
+| probe | `probe_stage` | the original run once; other sizes or input values where it fails |
 | search | `search_stages` | the search the settings name (optionally within MetaFlow's split) |
 | fission | `search_stages` | fission and Korch's kernel orchestration of the best graph |
 | export | `export_stages` | candidates written as ONNX |
@@ -21,6 +22,7 @@ from __future__ import annotations
 from graphsub.pipeline.export_stages import EXPORT, ORT_FUSIONS
 from graphsub.pipeline.measure_stages import MEASURE, VERIFY, VerificationError
 from graphsub.pipeline.objective import Objective
+from graphsub.pipeline.probe_stage import PROBE
 from graphsub.pipeline.report_stage import REPORT
 from graphsub.pipeline.run import Run, Stage, load_rule_files, run_stages, start_run
 from graphsub.pipeline.search_stages import FISSION, SEARCH, ProgressRecorder
@@ -29,10 +31,10 @@ from graphsub.pipeline.settings import Settings, parse_option
 
 def model_stages(settings: Settings) -> tuple[Stage, ...]:
     """The main job's stages, in order, for these settings."""
-    return (SEARCH, *((FISSION,) if settings.fission else ()), EXPORT,
+    return (PROBE, SEARCH, *((FISSION,) if settings.fission else ()), EXPORT,
             *((ORT_FUSIONS,) if settings.ort_fusions else ()), MEASURE, VERIFY, REPORT)
 
 
-__all__ = ["EXPORT", "FISSION", "MEASURE", "model_stages", "ORT_FUSIONS", "Objective",
+__all__ = ["EXPORT", "FISSION", "MEASURE", "model_stages", "ORT_FUSIONS", "Objective", "PROBE",
            "ProgressRecorder", "REPORT", "Run", "SEARCH", "Settings", "Stage", "VERIFY",
            "VerificationError", "load_rule_files", "parse_option", "run_stages", "start_run"]

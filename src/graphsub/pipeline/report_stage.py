@@ -13,6 +13,7 @@ from graphsub.ir.graph import Graph
 from graphsub.pipeline.run import Run, Stage
 from graphsub.report.evidence import op_times, rewrite_evidence
 from graphsub.report.optimize import OptimizeReport, verdict, versions
+from graphsub.runtime.bindings import default_profile
 from graphsub.search.result import StepKind
 from graphsub.selection import Selection
 
@@ -55,9 +56,12 @@ def report(run: Run, clock: StageClock) -> None:
     rep.search["progress"] = [(s, ms(cost)) for s, cost in run.progress_points]
     rep.bodies = [b.as_dict() for b in run.bodies]
     if run.profile:
+        source = ("given" if run.settings.shape_profile else
+                  "default" if run.profile == default_profile(run.graph.meta["symbols"])
+                  else "where the original runs")
         rep.shapes = {"symbols": {n: str(r) for n, r in run.graph.meta["symbols"].items()},
                       "profile": [str(p) for p in run.profile],
-                      "default_profile": not run.settings.shape_profile,
+                      "default_profile": source == "default", "profile_source": source,
                       "verified_at": run.verified_at}
     if not run.settings.objective.latency_only:
         rep.notes.append(f"the search minimized {run.settings.objective.describe()} (each term "
