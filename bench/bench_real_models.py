@@ -16,9 +16,11 @@ quantized to QDQ by onnxruntime's quantize_static.
 
 Per model, the files are timed side by side in one process with onnxruntime's default
 settings (all graph optimizations): the original, graphsub's output (the CLI's defaults but the
-time limit), onnxsim's, onnxslim's and onnxruntime's offline-optimized model (extended level,
-saved), the three given the sizes graphsub is given (written into the model's inputs). Each is checked against the original (at the model's precision's tolerance); ratios
-are medians of per-round ratios (original / other). Sizes in MB are the files'.
+time limit), onnxsim's, onnxslim's, onnxscript's optimizer's and onnxruntime's
+offline-optimized model (extended level, saved), the four given the sizes graphsub is given
+(written into the model's inputs). Each is checked against the original (at the model's
+precision's tolerance); ratios are medians of per-round ratios (original / other). Sizes in
+MB are the files'.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ MODELS: dict[str, tuple[str, str, str, dict[str, str], dict[str, str]]] = {
     "silero_16k": ("silero-vad", "silero_vad/data/silero_vad_16k_op15.onnx",
                    "TorchScript (torch 2.3), If", {"input": "1x512", "state": "2x1x128"},
                    {"sr": "16000"}),
+    "silero_nested": ("silero-vad", "silero_vad/data/silero_vad.onnx",
+                      "spox, nested If (LSTMs in both branches)",
+                      {"input": "1x512", "state": "2x1x128"}, {"sr": "16000"}),
     "silero_half": ("silero-vad", "silero_vad/data/silero_vad_half.onnx",
                     "TorchScript (torch 2.3), If, float16 casts",
                     {"input": "1x576", "state": "2x1x128"}, {}),
@@ -219,6 +224,12 @@ def simplified(path: Path) -> dict[str, bytes | None]:
         found["onnxslim"] = onnxslim.slim(onnx.load(str(path))).SerializeToString()
     except Exception:  # noqa: BLE001
         found["onnxslim"] = None
+    try:
+        from onnxscript import optimizer
+
+        found["onnxscript"] = optimizer.optimize(onnx.load(str(path))).SerializeToString()
+    except Exception:  # noqa: BLE001
+        found["onnxscript"] = None
     return found
 
 
@@ -323,10 +334,10 @@ def main() -> None:
         rows.append(row)
     save_rows(args.out, {**cpu_meta(), "command": " ".join(sys.argv)}, rows)
     headers = ["model", "exporter", "MB", "graphsub exit", "original ms", "graphsub",
-               "onnxsim", "onnxslim", "ort offline", "graphsub's rewrites"]
+               "onnxsim", "onnxslim", "onnxscript", "ort offline", "graphsub's rewrites"]
     print(markdown(headers, [[r["model"], r["exporter"], f"{r['mb']:.1f}", str(r["exit"]),
                               f"{r.get('original_ms', float('nan')):.2f}", ratio(r, "graphsub"),
-                              ratio(r, "onnxsim"), ratio(r, "onnxslim"),
+                              ratio(r, "onnxsim"), ratio(r, "onnxslim"), ratio(r, "onnxscript"),
                               ratio(r, "ort-offline"),
                               r.get("error") or ", ".join(f"{k} x{v}" for k, v in
                                                           (r.get("rules") or {}).items())

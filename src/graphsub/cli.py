@@ -207,8 +207,9 @@ def info(model: Annotated[Optional[str], typer.Argument(help="ONNX file or zoo m
     for io, items in (("inputs", s.inputs), ("outputs", s.outputs)):
         head.add_row(io, escape(", ".join(
             f"{d['name']}: {d['dtype']}[{'x'.join(map(str, d['shape']))}]" for d in items)))
-    head.add_row("nodes", f"{s.nodes} ({sum(s.ops.values())} compute, {s.weight_only_nodes} "
-                          "weight-only folded at export)")
+    head.add_row("operators", f"{sum(s.ops.values())} (of {s.nodes} graph nodes: the others "
+                              f"are inputs, weights and {s.weight_only_nodes} computed from "
+                              "weights alone, folded at export)")
     head.add_row("parameters", f"{human(s.parameters)} ({human(s.parameter_bytes, 'B')})")
     at = s.at_profile
     head.add_row("FLOPs", human(s.flops) + (f" ({human(at['flops'])} at {at['profile']})"
@@ -285,13 +286,15 @@ def zoo_export(name: Annotated[str, typer.Argument(help="Zoo model, e.g. bert or
                ) -> None:
     """Write a zoo model as an ONNX file."""
     from graphsub import zoo
-    from graphsub.onnx_io import save
+    from graphsub.onnx_io import load, save
+    from graphsub.report.summary import operator_count
 
     check_output_path(output, "--output")
     graph = zoo.build(name, seed=seed)
     save(graph, output, opset=opset)
+    # counted as `info` and `optimize` count the file (a fused conv-relu is two operators there)
     err.print(f"wrote {escape(str(output))} ({output.stat().st_size / 1e6:.1f} MB, "
-              f"{len(graph)} nodes)", highlight=False)
+              f"{operator_count(load(str(output)))} operators)", highlight=False)
 
 
 @app.command()
@@ -498,16 +501,17 @@ ALGORITHM_HELP = ("backtracking (TASO/MetaFlow), greedy, OCGGS's pruning, dpp, s
 OPTION_HELP = ("An option of the algorithm, NAME=VALUE (repeatable), e.g. c=1.4 or "
                "extractors=ilp,greedy; a wrong name is refused with the list of its options "
                "(docs/search.md).")
-TIME_LIMIT_HELP = ("Seconds for the whole run: the search, then timing, confirming and "
-                   "verifying (a quarter, at least 2 s, is kept for those unless "
-                   "--measure-limit is given). Verifying a chosen candidate may come on top.")
+TIME_LIMIT_HELP = ("Seconds for the whole run: the search, then timing and verifying (a "
+                   "quarter, at least 2 s, unless --measure-limit is given; a chosen "
+                   "candidate's verifying may come on top).")
 OBJECTIVE_HELP = ("What the search minimizes: latency (default), or latency with peak memory, "
                   "FLOPs or launches, each weighted relative to the input model, e.g. "
                   "latency,memory=0.3 (MetaFlow's multi-objective cost).")
-FISSION_HELP = ("Also split the best graph into primitives and choose its kernels by Korch's "
-                "binary linear program: one more candidate, kept only if it runs faster.")
-ORT_FUSIONS_HELP = ("Also try onnxruntime's fused com.microsoft operators (onnxscript's ORT "
-                    "fusions); the output may then run only on onnxruntime.")
+FISSION_HELP = ("Also split the best graph into primitives and choose its kernels (Korch's "
+                "linear program): one more candidate.")
+PEERS_HELP = "Also time onnxruntime's, onnxscript's and onnxslim's outputs."
+ORT_FUSIONS_HELP = ("Also try onnxruntime's com.microsoft fused operators (onnxscript's); "
+                    "the output then runs only on onnxruntime.")
 RulesOpt = Annotated[Optional[list[Path]], typer.Option(
     "--rules", metavar="FILE", help="Rule file (graphsub .rules or TASO .pb), repeatable "
     "(default: the built-in library).", rich_help_panel="Search")]
@@ -561,6 +565,7 @@ def optimize(ctx: typer.Context,
              candidates: Annotated[int, typer.Option(metavar="N", help="Best candidates to time end to end.", rich_help_panel="Time")] = 3,
              fission: Annotated[bool, typer.Option("--fission/--no-fission", metavar="", help=FISSION_HELP, rich_help_panel="Search")] = True,
              ort_fusions: Annotated[bool, typer.Option("--ort-fusions/--no-ort-fusions", metavar="", help=ORT_FUSIONS_HELP, rich_help_panel="Target")] = False,
+             peers: Annotated[bool, typer.Option("--peers/--no-peers", metavar="", help=PEERS_HELP, rich_help_panel="Target")] = True,
              external_data: Annotated[bool, typer.Option("--external-data", metavar="", help="Weights to OUTPUT.data (auto >1 GiB).")] = False,
              report: Annotated[Optional[Path], typer.Option("--report", metavar="FILE", help="Also write the report: report.html (a page with plots) or report.json (its data; `graphsub report` renders it).")] = None,
              as_json: JsonOpt = False) -> None:
@@ -579,7 +584,7 @@ def optimize(ctx: typer.Context,
         budget=budget, split=split, executor=executor, time_limit=time_limit,
         measure_limit=measure_limit, cost=cost, threads=threads, target=target,
         cuda_graphs=cuda_graphs, allow_tf32=True if tf32 else None, candidates=candidates,
-        fission=fission, ort_fusions=ort_fusions, shape_profile=tuple(shape_profile or ()),
+        fission=fission, ort_fusions=ort_fusions, peers=peers, shape_profile=tuple(shape_profile or ()),
         external_data=True if external_data else None),
         option, objective)
     check_output_path(output, "--output", [model])
@@ -752,7 +757,7 @@ def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
     if c:  # the statistic the decision used: the median of the rounds' ratios
         table.add_row(f"head to head, candidate {c['candidate']} against the original",
                       "", "", f"[bold]{escape(describe(c))}[/], {c['decision']}")
-    table.add_row("nodes", str(rep.nodes_before), str(rep.nodes_after), "")
+    table.add_row("operators", str(rep.nodes_before), str(rep.nodes_after), "")
     s = rep.search
     if "egraph" in s:  # eqsat, mcts: an e-graph grown by rule applications
         eg = s["egraph"]

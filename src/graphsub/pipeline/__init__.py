@@ -7,6 +7,7 @@
 | search | `search_stages` | the search the settings name (optionally within MetaFlow's split) |
 | fission | `search_stages` | fission and Korch's kernel orchestration of the best graph |
 | export | `export_stages` | candidates written as ONNX |
+| peers | `export_stages` | other tools' optimizers (onnxruntime, onnxscript, onnxslim) as candidates |
 | ort-fusions | `export_stages` | onnxruntime's fused operators, where asked |
 | measure | `measure_stages` | candidates timed and confirmed on the target (graphsub.selection) |
 | verify | `measure_stages` | the chosen candidate checked against the original |
@@ -19,7 +20,7 @@ fuzzer each stage it checks; all through `run_stages`.
 
 from __future__ import annotations
 
-from graphsub.pipeline.export_stages import EXPORT, ORT_FUSIONS
+from graphsub.pipeline.export_stages import EXPORT, ORT_FUSIONS, PEERS
 from graphsub.pipeline.measure_stages import MEASURE, VERIFY, VerificationError
 from graphsub.pipeline.objective import Objective
 from graphsub.pipeline.probe_stage import PROBE
@@ -32,9 +33,10 @@ from graphsub.pipeline.settings import Settings, parse_option
 def model_stages(settings: Settings) -> tuple[Stage, ...]:
     """The main job's stages, in order, for these settings."""
     return (PROBE, SEARCH, *((FISSION,) if settings.fission else ()), EXPORT,
+            *((PEERS,) if settings.peers else ()),
             *((ORT_FUSIONS,) if settings.ort_fusions else ()), MEASURE, VERIFY, REPORT)
 
 
-__all__ = ["EXPORT", "FISSION", "MEASURE", "model_stages", "ORT_FUSIONS", "Objective", "PROBE",
-           "ProgressRecorder", "REPORT", "Run", "SEARCH", "Settings", "Stage", "VERIFY",
+__all__ = ["EXPORT", "FISSION", "MEASURE", "model_stages", "ORT_FUSIONS", "Objective", "PEERS",
+           "PROBE", "ProgressRecorder", "REPORT", "Run", "SEARCH", "Settings", "Stage", "VERIFY",
            "VerificationError", "load_rule_files", "parse_option", "run_stages", "start_run"]

@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections import Counter
 
 from graphsub.backends import ort_fusions as ort_fusions_module
+from graphsub.backends.peers import apply_peer, peers
 from graphsub.budget import StageClock
 from graphsub.errors import GraphsubError
 from graphsub.onnx_io.exporter import to_model_data
+from graphsub.ops.control_flow import all_graphs
 from graphsub.pipeline.run import Run, Stage
 from graphsub.runtime.ort import DetachedModel, ModelData
 from graphsub.search import Candidate
@@ -101,14 +103,53 @@ def ort_fusions(run: Run, clock: StageClock) -> None:
     run.exported += fused_candidates
 
 
+def peer_candidates(run: Run, clock: StageClock) -> None:
+    """What the optimizers a user would otherwise run (graphsub.backends.peers) make of the
+    original and of graphsub's best candidate, as candidates: graphsub then never hands back
+    a model slower than the best of them that it measured. Only on a target that runs the
+    ONNX file in onnxruntime, and not for a large model (Run.large: each candidate timed is a
+    session with a copy of its weights); a peer that fails or changes nothing is left out,
+    with a note where it failed."""
+    if run.target.capabilities.runs != "onnx" or run.large or run.original is None \
+            or isinstance(run.original, DetachedModel):
+        return
+    initial = run.result.initial_cost if run.result is not None else float("nan")
+    sources: list[tuple[Candidate, bytes]] = [(Candidate(run.graph, initial, ()),
+                                               bytes(run.original))]
+    best = next(((c, data) for c, data in run.exported if c.trace and isinstance(data, bytes)
+                 and all(s.kind in (StepKind.RULE, StepKind.FISSION) for s in c.trace)), None)
+    if best is not None:
+        sources.append(best)  # type: ignore[arg-type]
+    known = [_op_counts(data) for _, data in run.exported if data is not None]
+    known.append(_op_counts(sources[0][1]))
+    found = []
+    for peer in peers(standard_only=not run.settings.ort_fusions):
+        run.say(f"running {peer.name}")
+        for candidate, data in sources:
+            try:
+                out = apply_peer(peer, data)
+            except GraphsubError as exc:
+                run.notes.append(f"a peer's candidate was left out: {exc}")
+                break
+            if out is None or _op_counts(out) in known:
+                continue
+            known.append(_op_counts(out))
+            step = Step(peer.name, candidate.cost, StepKind.PEER)
+            found.append((Candidate(candidate.graph, candidate.cost, (*candidate.trace, step)),
+                          out))
+    run.exported += found
+
+
 def _op_counts(model: ModelData) -> Counter[str]:
+    """The model's operators by type, those of its control-flow bodies included."""
     import onnx
 
     proto = onnx.load_from_string(model.proto if isinstance(model, DetachedModel) else model)
-    return Counter(n.op_type for n in proto.graph.node)
+    return Counter(n.op_type for g in all_graphs(proto.graph) for n in g.node)
 
 
 EXPORT = Stage("export", export)
 ORT_FUSIONS = Stage("ort-fusions", ort_fusions)
+PEERS = Stage("peers", peer_candidates)
 
-__all__ = ["EXPORT", "ORT_FUSIONS"]
+__all__ = ["EXPORT", "ORT_FUSIONS", "PEERS"]

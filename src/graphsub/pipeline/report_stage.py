@@ -13,6 +13,7 @@ from graphsub.ir.graph import Graph
 from graphsub.pipeline.run import Run, Stage
 from graphsub.report.evidence import op_times, rewrite_evidence
 from graphsub.report.optimize import OptimizeReport, verdict, versions
+from graphsub.report.summary import operator_count
 from graphsub.runtime.bindings import default_profile
 from graphsub.search.result import StepKind
 from graphsub.selection import Selection
@@ -49,8 +50,8 @@ def report(run: Run, clock: StageClock) -> None:
          **({"failed_candidate": {**run.comparison.as_dict(),
                                   "rules": getattr(run.verification_failure, "trace", [])}}
             if run.comparison else {})},
-        nodes_before=len(run.graph),
-        nodes_after=len(chosen.graph) if chosen is not None else len(run.graph),
+        nodes_before=operator_count(run.graph),
+        nodes_after=operator_count(chosen.graph if chosen is not None else run.graph),
         outcome=selection.outcome, notes=run.cost_model.notes() + run.notes,
         fission=_fission_report(run), timings=selection.timings, versions=versions())
     rep.search["progress"] = [(s, ms(cost)) for s, cost in run.progress_points]
@@ -63,6 +64,13 @@ def report(run: Run, clock: StageClock) -> None:
                       "profile": [str(p) for p in run.profile],
                       "default_profile": source == "default", "profile_source": source,
                       "verified_at": run.verified_at}
+    peer_steps = [s.rule for s in chosen.trace if s.kind is StepKind.PEER] if chosen else []
+    if peer_steps:
+        built_on = ("graphsub's rewrites" if any(s.kind is not StepKind.PEER
+                                                 for s in chosen.trace) else "the original")
+        rep.notes.append(f"the model kept is what {' then '.join(peer_steps)} made of "
+                         f"{built_on}: it measured fastest of graphsub's candidates and the "
+                         "other optimizers' outputs")
     if not run.settings.objective.latency_only:
         rep.notes.append(f"the search minimized {run.settings.objective.describe()} (each term "
                          "relative to the original model); predicted figures are latencies, "

@@ -80,6 +80,9 @@ class Settings:
     keep: int = 5
     fission: bool = True
     ort_fusions: bool = False
+    #: Whether the optimizers a user would otherwise run (onnxruntime's, onnxscript's,
+    #: onnxslim: graphsub.backends.peers) make candidates too, on targets that run ONNX.
+    peers: bool = True
     #: Whether the written model keeps its weights in a data file beside it (None: where the
     #: input did, or where they are too large for one protobuf: onnx_io.external).
     external_data: bool | None = None
@@ -221,7 +224,8 @@ class Settings:
                 "cost": cost, "objective": self.objective.describe(), "target": self.target_name,
                 "threads": self.threads, "split": self.split, "executor": self.executor,
                 "candidates": self.candidates, "fission": self.fission,
-                "ort_fusions": self.ort_fusions, "external_data": self.external_data,
+                "ort_fusions": self.ort_fusions, "peers": self.peers,
+                "external_data": self.external_data,
                 **({"shape_profile": [str(p) for p in self.shape_profile]}
                    if self.shape_profile else {})}
 

@@ -104,7 +104,7 @@ def _header(r: Mapping[str, Any]) -> list[str]:
             ("time spent", esc(", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()
                                          if k not in ("time_limit", "measure_limit")
                                          and v is not None))),
-            ("nodes", f"{r['nodes_before']} before, {r['nodes_after']} after")]
+            ("operators", f"{r['nodes_before']} before, {r['nodes_after']} after")]
     if versions:
         rows.append(("versions", esc(versions)))
     if r.get("command"):

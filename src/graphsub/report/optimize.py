@@ -53,6 +53,7 @@ class OptimizeReport:
     verification: dict[str, Any] = field(default_factory=dict)
     #: The head-to-head that explains the outcome: HeadToHead.as_dict(), candidate, min_gain.
     confirmation: dict[str, Any] = field(default_factory=dict)
+    #: Operators run at inference (report.summary.operator_count), before and after.
     nodes_before: int = 0
     nodes_after: int = 0
     #: What measuring decided (runtime.speedup's decisions, graphsub.selection):

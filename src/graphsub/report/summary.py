@@ -42,6 +42,15 @@ class GraphSummary:
         return data
 
 
+def operator_count(graph: Graph) -> int:
+    """The operators that run at inference: every node but the inputs, the weights and what
+    is computed from weights alone (folded at export). What `info`, `zoo export` and
+    `optimize` all count, so that one model has one count."""
+    weight_only = graph.weight_only()
+    return sum(1 for nid, node in graph.nodes.items()
+               if node.op not in ("input", "weight") and nid not in weight_only)
+
+
 def summarize(graph: Graph) -> GraphSummary:
     """Operator counts, parameters, FLOPs and bytes moved of the computation that runs at
     inference: weight-only nodes are folded at export, so they cost nothing and are counted

@@ -32,6 +32,7 @@ class StepKind(StrEnum):
     RULE = "rule"                # a rewrite rule applied by a search
     FISSION = "fission"          # fission and kernel orchestration (graphsub.fission)
     ORT_FUSIONS = "ort-fusions"  # onnxruntime's fused operators (graphsub.backends.ort_fusions)
+    PEER = "peer"                # another tool's optimizer (graphsub.backends.peers), by name
 
     @property
     def label(self) -> str:
@@ -40,7 +41,8 @@ class StepKind(StrEnum):
 
 
 _LABELS = {StepKind.RULE: "rule", StepKind.FISSION: "fission and kernel orchestration",
-           StepKind.ORT_FUSIONS: "onnxruntime fusions (onnxscript)"}
+           StepKind.ORT_FUSIONS: "onnxruntime fusions (onnxscript)",
+           StepKind.PEER: "another tool's optimizer"}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,118 @@
+"""What the tools a user would otherwise reach for make of a model, as candidates.
+
+A user who does not run graphsub runs onnxruntime's own optimizer (its graph transformations,
+saved offline), onnxscript's optimizer, or onnxslim. graphsub must never hand back something
+slower than what those give, so on a target that runs ONNX in onnxruntime their outputs
+enter the selection beside graphsub's own candidates: each peer applied to the original and
+to graphsub's best candidate, timed, confirmed and verified like every candidate; the report
+names the peer a kept candidate was built with.
+
+Peers that write standard ONNX take part by default: onnxruntime at its basic level
+(constant folding, redundant nodes: standard operators only), onnxscript's optimizer and
+onnxslim, where installed. Peers that write onnxruntime's own com.microsoft operators take
+part where the user accepts such a model (`--ort-fusions`), as graphsub's own fused candidates
+do: onnxruntime's extended level and its transformers optimizer.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import onnx
+
+from graphsub.errors import GraphsubError
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A tool graphsub compares itself with: its name in reports, whether its output is
+    standard ONNX, and the function that applies it (serialized model in and out; None where
+    it is not installed or left the model as it was)."""
+
+    name: str
+    standard: bool
+    apply: Callable[[bytes], bytes | None]
+    #: The module whose absence means the peer is not installed (None: always there).
+    needs: str | None = None
+
+    def available(self) -> bool:
+        if self.needs is None:
+            return True
+        import importlib.util
+
+        return importlib.util.find_spec(self.needs) is not None
+
+
+def _ort_offline(level_name: str) -> Callable[[bytes], bytes | None]:
+    def apply(model: bytes) -> bytes | None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level_name)
+        options.log_severity_level = 3
+        with tempfile.TemporaryDirectory(prefix="graphsub-peer-") as folder:
+            path = os.path.join(folder, "optimized.onnx")
+            options.optimized_model_filepath = path
+            ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+            with open(path, "rb") as f:
+                return f.read()
+    return apply
+
+
+def _onnxscript(model: bytes) -> bytes | None:
+    from onnxscript import optimizer
+
+    return optimizer.optimize(onnx.load_from_string(model)).SerializeToString()
+
+
+def _onnxslim(model: bytes) -> bytes | None:
+    import onnxslim
+
+    return onnxslim.slim(onnx.load_from_string(model)).SerializeToString()
+
+
+def _ort_transformers(model: bytes) -> bytes | None:
+    """onnxruntime's transformers optimizer (attention, layer norm and GELU fusions) with its
+    model type left at its default and sizes detected; its own onnxruntime pass off (the
+    session graphsub times applies it)."""
+    import logging
+
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
+    proto = onnx.load_from_string(model)
+    if not any(n.op_type == "Softmax" for n in proto.graph.node):
+        return None  # nothing it fuses: it only rewrites attention-bearing models
+    return optimize_model(proto, opt_level=0).model.SerializeToString()
+
+
+PEERS = (
+    Peer("onnxruntime (basic level, saved)", True, _ort_offline("ORT_ENABLE_BASIC")),
+    Peer("onnxscript optimizer", True, _onnxscript, needs="onnxscript"),
+    Peer("onnxslim", True, _onnxslim, needs="onnxslim"),
+    Peer("onnxruntime (extended level, saved)", False, _ort_offline("ORT_ENABLE_EXTENDED")),
+    Peer("onnxruntime transformers optimizer", False, _ort_transformers,
+         needs="onnxruntime.transformers"),
+)
+
+
+def peers(standard_only: bool) -> list[Peer]:
+    """The peers installed here; those writing standard ONNX only, unless told otherwise."""
+    return [p for p in PEERS if p.available() and (p.standard or not standard_only)]
+
+
+def apply_peer(peer: Peer, model: bytes) -> bytes | None:
+    """The peer's output for `model` (None: it changed nothing). Its failure is its own:
+    GraphsubError, which the caller notes and goes on."""
+    try:
+        out = peer.apply(model)
+    except Exception as exc:  # noqa: BLE001 (a third-party tool's failure, of any kind)
+        message = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        raise GraphsubError(f"{peer.name} failed: {type(exc).__name__}: {message}") from None
+    return None if out is None or out == model else out
+
+
+__all__ = ["PEERS", "Peer", "apply_peer", "peers"]

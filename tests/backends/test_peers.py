@@ -1,0 +1,81 @@
+"""Other tools' optimizers as candidates: what onnxruntime, onnxscript and onnxslim make of
+the original and of graphsub's best are timed beside graphsub's own candidates, so that the
+model written is never one a peer beats in the measurement."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+import graphsub
+from graphsub.budget import StageClock
+from graphsub.pipeline import PEERS as PEERS_STAGE
+from graphsub.pipeline import Settings, model_stages, start_run
+from graphsub.pipeline.export_stages import peer_candidates
+from graphsub.backends.peers import PEERS, Peer, apply_peer, peers
+from graphsub.errors import GraphsubError
+from graphsub.search.result import StepKind
+from tests.onnx_io.helpers import init, make_model, vi
+
+
+def foldable_model() -> onnx.ModelProto:
+    """y = relu(x @ (w1 + w2)) + b: a weight sum every optimizer folds into one constant."""
+    rng = np.random.default_rng(0)
+    w1, w2 = (rng.standard_normal((32, 32)).astype(np.float32) for _ in range(2))
+    nodes = [helper.make_node("Add", ["w1", "w2"], ["w"]),
+             helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("Add", ["r", "b"], ["y"])]
+    return make_model(nodes, [vi("x", [8, 32])], [vi("y", [8, 32])],
+                      [init("w1", w1), init("w2", w2),
+                       init("b", rng.standard_normal(32).astype(np.float32))])
+
+
+def _run(model: bytes, x: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+def test_standard_peers_write_standard_onnx_that_computes_the_same():
+    model = foldable_model().SerializeToString()
+    x = np.random.default_rng(1).standard_normal((8, 32)).astype(np.float32)
+    names = [p.name for p in peers(standard_only=True)]
+    assert "onnxruntime (basic level, saved)" in names
+    assert not any("extended" in n or "transformers" in n for n in names)
+    for peer in peers(standard_only=True):
+        out = apply_peer(peer, model)
+        assert out is not None, peer.name
+        proto = onnx.load_from_string(out)
+        assert {n.domain for n in proto.graph.node} <= {"", "ai.onnx"}, peer.name
+        assert "Add" not in [n.op_type for n in proto.graph.node][:1], peer.name
+        np.testing.assert_allclose(_run(out, x), _run(model, x), rtol=1e-5, atol=1e-5)
+    assert {p.name for p in peers(standard_only=False)} > set(names)
+
+
+def test_a_failing_peer_is_a_clear_error_of_its_own():
+    def broken(model: bytes) -> bytes:
+        raise ValueError("cannot read this graph\nmore detail")
+
+    with pytest.raises(GraphsubError, match="broken peer failed: ValueError: cannot read"):
+        apply_peer(Peer("broken peer", True, broken), b"")
+    assert apply_peer(Peer("no-op", True, lambda m: m), b"x") is None
+
+
+def test_peer_outputs_are_candidates_named_by_their_peer():
+    model = foldable_model()
+    graph = graphsub.load(model)
+    settings = Settings.make(target="ort-cpu", cost="analytic", time_limit=10)
+    assert PEERS_STAGE in model_stages(settings)
+    assert PEERS_STAGE not in model_stages(Settings.make(target="ort-cpu", peers=False))
+    run = start_run(graph, settings, original=model.SerializeToString())
+    peer_candidates(run, StageClock("peers", 0.0, None))
+    named = [c.trace[-1].rule for c, _ in run.exported]
+    assert "onnxruntime (basic level, saved)" in named
+    assert all(c.trace[-1].kind is StepKind.PEER for c, _ in run.exported)
+    x = np.random.default_rng(1).standard_normal((8, 32)).astype(np.float32)
+    for _, data in run.exported:
+        np.testing.assert_allclose(_run(data, x), _run(model.SerializeToString(), x),
+                                   rtol=1e-5, atol=1e-5)
