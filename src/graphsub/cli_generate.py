@@ -133,12 +133,16 @@ def verify(rule_file: Annotated[Path, typer.Argument(help="graphsub .rules file 
                               "reason": v.reason, "scope": v.scope,
                               "checked_ranks": v.checked_ranks} for v in verdicts]})
     else:
+        # rules not proven for one reason share a row: a caveat is said once, not per rule
         table = Table(title=f"{rule_file.name}: rules not proven")
-        for col in ("rule", "status", "seconds", "why"):
+        for col in ("status", "why", "rules"):
             table.add_column(col)
+        groups: dict[tuple[str, str], list[str]] = {}
         for v in verdicts:
             if v.status != "proven":
-                table.add_row(v.rule, v.status, f"{v.seconds:.2f}", v.reason)
+                groups.setdefault((v.status, v.reason), []).append(v.rule)
+        for (status, reason), names in groups.items():
+            table.add_row(status, reason, f"{len(names)}: {', '.join(names)}")
         if table.row_count:
             out.print(table)
         out.print(f"{len(verdicts)} rules: [green]{counts['proven']} proven[/], "
@@ -168,8 +172,12 @@ def axioms_check(timeout_ms: Annotated[int, typer.Option("--timeout-ms", help="Z
     bar = Progress(TextColumn("[bold]axioms[/]"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("{task.description}"), console=err,
                    transient=True)
+    steps = step_count(redundancy)
+    err.print(f"checking the operator axioms: {steps} steps, each a Z3 query of at most "
+              f"{timeout_ms / 1000:g} s (minutes in all at the defaults; --no-redundancy "
+              "skips the slowest part)", highlight=False)
     with bar:
-        task = bar.add_task("", total=step_count(redundancy))
+        task = bar.add_task("", total=steps)
         report = check_axioms(timeout_ms=timeout_ms, redundancy=redundancy,
                               on_progress=lambda line: bar.update(task, advance=1,
                                                                   description=line))

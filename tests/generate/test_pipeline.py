@@ -148,3 +148,20 @@ def test_cli_axioms_check_validates_all_axioms():
     data = json.loads(r.stdout)
     assert data["ok"] and data["validation"]["valid"] == 43 and data["validation"]["invalid"] == 0
     assert data["consistency"]["status"] in ("sat", "unknown")
+    assert "steps, each a Z3 query of at most 2 s" in r.stderr  # its time, said up front
+
+
+def test_verify_says_a_shared_reason_once(tmp_path):
+    """Rules not proven for one reason share a row: the reason is printed once, with them."""
+    path = tmp_path / "erf.rules"
+    path.write_text("rule e1: (erf (neg ?x)) => (neg (erf ?x))\n"
+                    "rule e2: (neg (erf (neg ?x))) => (erf ?x)\n")
+    r = runner.invoke(app, ["verify", str(path), "--executor", "serial", "--json",
+                            "--timeout-ms", "1000"])
+    reasons = {v["reason"] for v in json.loads(r.stdout)["rules"]}
+    assert len(reasons) == 1 and json.loads(r.stdout)["unknown"] == 2
+    r = runner.invoke(app, ["verify", str(path), "--executor", "serial", "--timeout-ms", "1000"],
+                      env={"COLUMNS": "300"}, terminal_width=300)
+    assert r.exit_code == 0
+    assert r.stdout.count(reasons.pop()) == 1, r.stdout
+    assert "2: e1, e2" in r.stdout
