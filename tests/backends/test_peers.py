@@ -15,7 +15,7 @@ from graphsub.budget import StageClock
 from graphsub.pipeline import PEERS as PEERS_STAGE
 from graphsub.pipeline import Settings, model_stages, start_run
 from graphsub.pipeline.export_stages import peer_candidates
-from graphsub.backends.peers import PEERS, Peer, apply_peer, peers
+from graphsub.backends.peers import PEERS, Peer, apply_peer, installed_peers, operator_domains
 from graphsub.errors import GraphsubError
 from graphsub.search.result import StepKind
 from tests.onnx_io.helpers import init, make_model, vi
@@ -39,20 +39,32 @@ def _run(model: bytes, x: np.ndarray) -> np.ndarray:
     return session.run(None, {"x": x})[0]
 
 
-def test_standard_peers_write_standard_onnx_that_computes_the_same():
+def test_peers_fold_the_weight_sum_and_compute_the_same():
     model = foldable_model().SerializeToString()
     x = np.random.default_rng(1).standard_normal((8, 32)).astype(np.float32)
-    names = [p.name for p in peers(standard_only=True)]
-    assert "onnxruntime (basic level, saved)" in names
-    assert not any("extended" in n or "transformers" in n for n in names)
-    for peer in peers(standard_only=True):
+    names = [p.name for p in installed_peers()]
+    assert {"onnxruntime (basic level, saved)", "onnxruntime (extended level, saved)"} <= \
+        set(names)
+    for peer in installed_peers():
         out = apply_peer(peer, model)
-        assert out is not None, peer.name
+        if out is None:
+            assert peer.name == "onnxruntime transformers optimizer"  # no attention here
+            continue
         proto = onnx.load_from_string(out)
-        assert {n.domain for n in proto.graph.node} <= {"", "ai.onnx"}, peer.name
-        assert "Add" not in [n.op_type for n in proto.graph.node][:1], peer.name
+        assert [n.op_type for n in proto.graph.node][0] != "Add", peer.name  # w1 + w2 folded
         np.testing.assert_allclose(_run(out, x), _run(model, x), rtol=1e-5, atol=1e-5)
-    assert {p.name for p in peers(standard_only=False)} > set(names)
+
+
+def test_operator_domains_tell_onnxruntime_fusions_apart():
+    """onnxruntime's extended level writes a convolution and its relu as its own FusedConv."""
+    w = np.random.default_rng(0).standard_normal((8, 3, 3, 3)).astype(np.float32)
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                        helper.make_node("Relu", ["c"], ["y"])],
+                       [vi("x", [1, 3, 16, 16])], [vi("y", [1, 8, 16, 16])],
+                       [init("w", w)]).SerializeToString()
+    assert operator_domains(model) == {""}
+    fused = apply_peer(next(p for p in PEERS if "extended" in p.name), model)
+    assert fused is not None and "com.microsoft" in operator_domains(fused)
 
 
 def test_a_failing_peer_is_a_clear_error_of_its_own():
@@ -60,8 +72,8 @@ def test_a_failing_peer_is_a_clear_error_of_its_own():
         raise ValueError("cannot read this graph\nmore detail")
 
     with pytest.raises(GraphsubError, match="broken peer failed: ValueError: cannot read"):
-        apply_peer(Peer("broken peer", True, broken), b"")
-    assert apply_peer(Peer("no-op", True, lambda m: m), b"x") is None
+        apply_peer(Peer("broken peer", broken), b"")
+    assert apply_peer(Peer("no-op", lambda m: m), b"x") is None
 
 
 def test_peer_outputs_are_candidates_named_by_their_peer():
@@ -75,6 +87,7 @@ def test_peer_outputs_are_candidates_named_by_their_peer():
     named = [c.trace[-1].rule for c, _ in run.exported]
     assert "onnxruntime (basic level, saved)" in named
     assert all(c.trace[-1].kind is StepKind.PEER for c, _ in run.exported)
+    assert all(operator_domains(data) == {""} for _, data in run.exported)  # no --ort-fusions
     x = np.random.default_rng(1).standard_normal((8, 32)).astype(np.float32)
     for _, data in run.exported:
         np.testing.assert_allclose(_run(data, x), _run(model.SerializeToString(), x),

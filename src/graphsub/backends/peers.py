@@ -7,11 +7,12 @@ enter the selection beside graphsub's own candidates: each peer applied to the o
 to graphsub's best candidate, timed, confirmed and verified like every candidate; the report
 names the peer a kept candidate was built with.
 
-Peers that write standard ONNX take part by default: onnxruntime at its basic level
-(constant folding, redundant nodes: standard operators only), onnxscript's optimizer and
-onnxslim, where installed. Peers that write onnxruntime's own com.microsoft operators take
-part where the user accepts such a model (`--ort-fusions`), as graphsub's own fused candidates
-do: onnxruntime's extended level and its transformers optimizer.
+The peers: onnxruntime at its basic and extended levels (saved offline), its transformers
+optimizer, onnxscript's optimizer and onnxslim, where installed. An output that brings in
+operators of a domain the model did not use (onnxruntime's com.microsoft fusions) takes part
+only where the user accepts a model only onnxruntime runs (`--ort-fusions`), as graphsub's
+own fused candidates do; without them, the extended level's output is standard ONNX where it
+fused nothing of its own.
 """
 
 from __future__ import annotations
@@ -28,12 +29,10 @@ from graphsub.errors import GraphsubError
 
 @dataclass(frozen=True)
 class Peer:
-    """A tool graphsub compares itself with: its name in reports, whether its output is
-    standard ONNX, and the function that applies it (serialized model in and out; None where
-    it is not installed or left the model as it was)."""
+    """A tool graphsub compares itself with: its name in reports and the function that
+    applies it (serialized model in and out; None where it had nothing to do)."""
 
     name: str
-    standard: bool
     apply: Callable[[bytes], bytes | None]
     #: The module whose absence means the peer is not installed (None: always there).
     needs: str | None = None
@@ -90,18 +89,27 @@ def _ort_transformers(model: bytes) -> bytes | None:
 
 
 PEERS = (
-    Peer("onnxruntime (basic level, saved)", True, _ort_offline("ORT_ENABLE_BASIC")),
-    Peer("onnxscript optimizer", True, _onnxscript, needs="onnxscript"),
-    Peer("onnxslim", True, _onnxslim, needs="onnxslim"),
-    Peer("onnxruntime (extended level, saved)", False, _ort_offline("ORT_ENABLE_EXTENDED")),
-    Peer("onnxruntime transformers optimizer", False, _ort_transformers,
+    Peer("onnxruntime (basic level, saved)", _ort_offline("ORT_ENABLE_BASIC")),
+    Peer("onnxruntime (extended level, saved)", _ort_offline("ORT_ENABLE_EXTENDED")),
+    Peer("onnxscript optimizer", _onnxscript, needs="onnxscript"),
+    Peer("onnxslim", _onnxslim, needs="onnxslim"),
+    Peer("onnxruntime transformers optimizer", _ort_transformers,
          needs="onnxruntime.transformers"),
 )
 
 
-def peers(standard_only: bool) -> list[Peer]:
-    """The peers installed here; those writing standard ONNX only, unless told otherwise."""
-    return [p for p in PEERS if p.available() and (p.standard or not standard_only)]
+def installed_peers() -> list[Peer]:
+    """The peers installed here."""
+    return [p for p in PEERS if p.available()]
+
+
+def operator_domains(model: bytes) -> set[str]:
+    """The domains of a model's operators, its bodies' included ("" for ONNX's own)."""
+    from graphsub.ops.control_flow import all_graphs
+
+    proto = onnx.load_from_string(model)
+    return {"" if n.domain == "ai.onnx" else n.domain
+            for g in all_graphs(proto.graph) for n in g.node}
 
 
 def apply_peer(peer: Peer, model: bytes) -> bytes | None:
@@ -115,4 +123,4 @@ def apply_peer(peer: Peer, model: bytes) -> bytes | None:
     return None if out is None or out == model else out
 
 
-__all__ = ["PEERS", "Peer", "apply_peer", "peers"]
+__all__ = ["PEERS", "Peer", "apply_peer", "installed_peers", "operator_domains"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from graphsub.backends import ort_fusions as ort_fusions_module
-from graphsub.backends.peers import apply_peer, peers
+from graphsub.backends.peers import apply_peer, installed_peers, operator_domains
 from graphsub.budget import StageClock
 from graphsub.errors import GraphsubError
 from graphsub.onnx_io.exporter import to_model_data
@@ -109,7 +109,8 @@ def peer_candidates(run: Run, clock: StageClock) -> None:
     a model slower than the best of them that it measured. Only on a target that runs the
     ONNX file in onnxruntime, and not for a large model (Run.large: each candidate timed is a
     session with a copy of its weights); a peer that fails or changes nothing is left out,
-    with a note where it failed."""
+    with a note where it failed, and one that brings in operators of another domain
+    (onnxruntime's com.microsoft) unless the user accepts them (--ort-fusions)."""
     if run.target.capabilities.runs != "onnx" or run.large or run.original is None \
             or isinstance(run.original, DetachedModel):
         return
@@ -123,7 +124,7 @@ def peer_candidates(run: Run, clock: StageClock) -> None:
     known = [_op_counts(data) for _, data in run.exported if data is not None]
     known.append(_op_counts(sources[0][1]))
     found = []
-    for peer in peers(standard_only=not run.settings.ort_fusions):
+    for peer in installed_peers():
         run.say(f"running {peer.name}")
         for candidate, data in sources:
             try:
@@ -133,6 +134,9 @@ def peer_candidates(run: Run, clock: StageClock) -> None:
                 break
             if out is None or _op_counts(out) in known:
                 continue
+            if not run.settings.ort_fusions and not operator_domains(out) <= \
+                    operator_domains(data):
+                continue  # onnxruntime's own operators: only with --ort-fusions
             known.append(_op_counts(out))
             step = Step(peer.name, candidate.cost, StepKind.PEER)
             found.append((Candidate(candidate.graph, candidate.cost, (*candidate.trace, step)),
