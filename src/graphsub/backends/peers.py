@@ -1,14 +1,13 @@
 """What the tools a user would otherwise reach for make of a model, as candidates.
 
 A user who does not run graphsub runs onnxruntime's own optimizer (its graph transformations,
-saved offline), onnxscript's optimizer, or onnxslim. graphsub must never hand back something
+saved offline), onnxscript's optimizer, onnxslim or onnxsim. graphsub must never hand back something
 slower than what those give, so on a target that runs ONNX in onnxruntime their outputs
-enter the selection beside graphsub's own candidates: each peer applied to the original and
-to graphsub's best candidate, timed, confirmed and verified like every candidate; the report
-names the peer a kept candidate was built with.
+for the original enter the selection beside graphsub's own candidates, timed, confirmed and
+verified like every candidate; the report names the peer a kept model was made by.
 
 The peers: onnxruntime at its basic and extended levels (saved offline), its transformers
-optimizer, onnxscript's optimizer and onnxslim, where installed. An output that brings in
+optimizer, onnxscript's optimizer, onnxslim and onnxsim, where installed. An output that brings in
 operators of a domain the model did not use (onnxruntime's com.microsoft fusions) takes part
 only where the user accepts a model only onnxruntime runs (`--ort-fusions`), as graphsub's
 own fused candidates do; without them, the extended level's output is standard ONNX where it
@@ -34,6 +33,9 @@ class Peer:
 
     name: str
     apply: Callable[[bytes], bytes | None]
+    #: Whether it exists to write onnxruntime's own operators (run only where they are
+    #: accepted: --ort-fusions).
+    vendor: bool = False
     #: The module whose absence means the peer is not installed (None: always there).
     needs: str | None = None
 
@@ -73,6 +75,13 @@ def _onnxslim(model: bytes) -> bytes | None:
     return onnxslim.slim(onnx.load_from_string(model)).SerializeToString()
 
 
+def _onnxsim(model: bytes) -> bytes | None:
+    import onnxsim
+
+    simplified, ok = onnxsim.simplify(onnx.load_from_string(model))
+    return simplified.SerializeToString() if ok else None
+
+
 def _ort_transformers(model: bytes) -> bytes | None:
     """onnxruntime's transformers optimizer (attention, layer norm and GELU fusions) with its
     model type left at its default and sizes detected; its own onnxruntime pass off (the
@@ -93,14 +102,16 @@ PEERS = (
     Peer("onnxruntime (extended level, saved)", _ort_offline("ORT_ENABLE_EXTENDED")),
     Peer("onnxscript optimizer", _onnxscript, needs="onnxscript"),
     Peer("onnxslim", _onnxslim, needs="onnxslim"),
-    Peer("onnxruntime transformers optimizer", _ort_transformers,
+    Peer("onnxsim", _onnxsim, needs="onnxsim"),
+    Peer("onnxruntime transformers optimizer", _ort_transformers, vendor=True,
          needs="onnxruntime.transformers"),
 )
 
 
-def installed_peers() -> list[Peer]:
-    """The peers installed here."""
-    return [p for p in PEERS if p.available()]
+def installed_peers(vendor: bool) -> list[Peer]:
+    """The peers installed here; with `vendor`, also those that exist to write onnxruntime's
+    own operators."""
+    return [p for p in PEERS if p.available() and (vendor or not p.vendor)]
 
 
 def operator_domains(model: bytes) -> set[str]:

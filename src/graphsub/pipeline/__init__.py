@@ -4,10 +4,10 @@
 | stage | module | what it does |
 |---|---|---|
 | probe | `probe_stage` | the original run once; other sizes or input values where it fails |
+| peers | `export_stages` | other tools' optimizers (onnxruntime, onnxscript, onnxslim) as candidates |
 | search | `search_stages` | the search the settings name (optionally within MetaFlow's split) |
 | fission | `search_stages` | fission and Korch's kernel orchestration of the best graph |
 | export | `export_stages` | candidates written as ONNX |
-| peers | `export_stages` | other tools' optimizers (onnxruntime, onnxscript, onnxslim) as candidates |
 | ort-fusions | `export_stages` | onnxruntime's fused operators, where asked |
 | measure | `measure_stages` | candidates timed and confirmed on the target (graphsub.selection) |
 | verify | `measure_stages` | the chosen candidate checked against the original |
@@ -32,8 +32,8 @@ from graphsub.pipeline.settings import Settings, parse_option
 
 def model_stages(settings: Settings) -> tuple[Stage, ...]:
     """The main job's stages, in order, for these settings."""
-    return (PROBE, SEARCH, *((FISSION,) if settings.fission else ()), EXPORT,
-            *((PEERS,) if settings.peers else ()),
+    return (PROBE, *((PEERS,) if settings.peers else ()), SEARCH,
+            *((FISSION,) if settings.fission else ()), EXPORT,
             *((ORT_FUSIONS,) if settings.ort_fusions else ()), MEASURE, VERIFY, REPORT)
 
 

@@ -54,7 +54,9 @@ def export(run: Run, clock: StageClock) -> None:
         if _op_counts(data) != _op_counts(run.original):
             initial = run.result.initial_cost if run.result is not None else float("nan")
             out.insert(0, (Candidate(run.graph, initial, ()), data))
-    run.exported = out
+    # the peers' outputs (peer_candidates) after graphsub's two best: where time runs short
+    # for timing them all, those are the candidates that must not go untimed
+    run.exported = out[:2] + run.exported + out[2:]
 
 
 def written(run: Run, index: int) -> ModelData | None:
@@ -105,43 +107,34 @@ def ort_fusions(run: Run, clock: StageClock) -> None:
 
 def peer_candidates(run: Run, clock: StageClock) -> None:
     """What the optimizers a user would otherwise run (graphsub.backends.peers) make of the
-    original and of graphsub's best candidate, as candidates: graphsub then never hands back
-    a model slower than the best of them that it measured. Only on a target that runs the
-    ONNX file in onnxruntime, and not for a large model (Run.large: each candidate timed is a
-    session with a copy of its weights); a peer that fails or changes nothing is left out,
-    with a note where it failed, and one that brings in operators of another domain
-    (onnxruntime's com.microsoft) unless the user accepts them (--ort-fusions)."""
+    original, as candidates the export stage keeps beside graphsub's: graphsub then never
+    hands back a model slower than the best of them that it measured. Run before the search,
+    so that their seconds (a few for a 10 MB model) come out of the search's time, not the
+    measuring's. Only on a target that runs the ONNX file in onnxruntime, and not for a large
+    model (Run.large: each candidate timed is a session with a copy of its weights); a peer
+    that fails or changes nothing is left out, with a note where it failed, and so is one
+    that brings in operators of another domain (onnxruntime's com.microsoft) unless the user
+    accepts them (--ort-fusions)."""
     if run.target.capabilities.runs != "onnx" or run.large or run.original is None \
             or isinstance(run.original, DetachedModel):
         return
-    initial = run.result.initial_cost if run.result is not None else float("nan")
-    sources: list[tuple[Candidate, bytes]] = [(Candidate(run.graph, initial, ()),
-                                               bytes(run.original))]
-    best = next(((c, data) for c, data in run.exported if c.trace and isinstance(data, bytes)
-                 and all(s.kind in (StepKind.RULE, StepKind.FISSION) for s in c.trace)), None)
-    if best is not None:
-        sources.append(best)  # type: ignore[arg-type]
-    known = [_op_counts(data) for _, data in run.exported if data is not None]
-    known.append(_op_counts(sources[0][1]))
-    found = []
-    for peer in installed_peers():
+    original = bytes(run.original)
+    known = [_op_counts(original)]
+    for peer in installed_peers(vendor=run.settings.ort_fusions):
         run.say(f"running {peer.name}")
-        for candidate, data in sources:
-            try:
-                out = apply_peer(peer, data)
-            except GraphsubError as exc:
-                run.notes.append(f"a peer's candidate was left out: {exc}")
-                break
-            if out is None or _op_counts(out) in known:
-                continue
-            if not run.settings.ort_fusions and not operator_domains(out) <= \
-                    operator_domains(data):
-                continue  # onnxruntime's own operators: only with --ort-fusions
-            known.append(_op_counts(out))
-            step = Step(peer.name, candidate.cost, StepKind.PEER)
-            found.append((Candidate(candidate.graph, candidate.cost, (*candidate.trace, step)),
-                          out))
-    run.exported += found
+        try:
+            out = apply_peer(peer, original)
+        except GraphsubError as exc:
+            run.notes.append(f"a peer's candidate was left out: {exc}")
+            continue
+        if out is None or _op_counts(out) in known:
+            continue
+        if not run.settings.ort_fusions and not operator_domains(out) <= \
+                operator_domains(original):
+            continue  # onnxruntime's own operators: only with --ort-fusions
+        known.append(_op_counts(out))
+        trace = (Step(peer.name, float("nan"), StepKind.PEER),)
+        run.exported.append((Candidate(run.graph, float("nan"), trace), out))
 
 
 def _op_counts(model: ModelData) -> Counter[str]:
