@@ -346,7 +346,8 @@ def main() -> None:
                               ratio(r, "ort-offline"),
                               r.get("error") or ", ".join(f"{k} x{v}" for k, v in
                                                           (r.get("rules") or {}).items())
-                              or "(original kept)"] for r in rows]))
+                              or ("(original kept)" if r.get("kept_original")
+                                  else "graphsub's re-export")] for r in rows]))
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def probe(graph: Graph, model: object, binding: Mapping[str, int], free_sizes: b
             try:
                 session.run(None, feeds, quiet_run())
             except Exception as exc:  # noqa: BLE001
-                first_error = first_error or str(exc).strip().splitlines()[0]
+                first_error = first_error or str(exc).strip().splitlines()[0][:300]
                 deadline = deadline or time.perf_counter() + seconds
                 continue
             return Probe(sizes, values, tried=tried, error=first_error)
