@@ -152,3 +152,29 @@ def test_control_flow_onnxruntime_cannot_type_at_fixed_sizes_is_written_as_decla
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     (out,) = session.run(None, {"x": x, "mode": np.array(1, np.int64)})
     np.testing.assert_allclose(out, 3 * x, rtol=1e-6)
+
+
+def bias_model(height: int, bias: np.ndarray) -> onnx.ModelProto:
+    """relu(x + bias) over (n, 3, h, w), the bias of shape (1, 3, height, 1)."""
+    nodes = [helper.make_node("Add", ["x", "bias"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    return make_model(nodes, [vi("x", ["n", 3, "h", "w"])], [vi("y", ["n", 3, "h", "w"])],
+                      [init("bias", np.broadcast_to(bias, (1, 3, height, 1)).copy())])
+
+
+def test_verification_passes_over_sizes_the_original_does_not_run_at():
+    from graphsub.pipeline.measure_stages import check_equivalence
+    from graphsub.runtime.inputs import graph_input_specs
+
+    bias = np.random.default_rng(0).standard_normal((1, 3, 1, 1)).astype(np.float32)
+    tall, any_height = bias_model(48, bias), bias_model(1, bias)
+    graph = graphsub.load(tall)
+    bindings = [{"n": 1, "h": 48, "w": 8}, {"n": 1, "h": 64, "w": 8}, {"n": 2, "h": 1, "w": 5}]
+    specs = [graph_input_specs(graph, b) for b in bindings]
+    data = tall.SerializeToString()
+    comparison, compared = check_equivalence(data, data, specs, 1)
+    assert comparison.equivalent and compared == [0, 2]  # not defined at h = 64
+    # the other way round, the optimized model fails at h = 64 where the original runs
+    comparison, compared = check_equivalence(any_height.SerializeToString(), data, specs, 1)
+    assert not comparison.equivalent and compared == [0, 1]
+    assert "fails where the original runs" in comparison.problems[0]
