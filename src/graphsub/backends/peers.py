@@ -1,17 +1,18 @@
 """What the tools a user would otherwise reach for make of a model, as candidates.
 
-A user who does not run graphsub runs onnxruntime's own optimizer (its graph transformations,
-saved offline), onnxscript's optimizer, onnxslim or onnxsim. graphsub must never hand back something
-slower than what those give, so on a target that runs ONNX in onnxruntime their outputs
-for the original enter the selection beside graphsub's own candidates, timed, confirmed and
-verified like every candidate; the report names the peer a kept model was made by.
+A user who does not run graphsub runs onnxruntime's own optimizer (its graph
+transformations, saved offline), onnxscript's optimizer, onnxslim or onnxsim. graphsub must
+never hand back something slower than what those give, so on a target that runs ONNX in
+onnxruntime their outputs for the original enter the selection beside graphsub's own
+candidates, timed, confirmed and verified like every candidate; the report names the peer a
+kept model was made by.
 
 The peers: onnxruntime at its basic and extended levels (saved offline), its transformers
-optimizer, onnxscript's optimizer, onnxslim and onnxsim, where installed. An output that brings in
-operators of a domain the model did not use (onnxruntime's com.microsoft fusions) takes part
-only where the user accepts a model only onnxruntime runs (`--ort-fusions`), as graphsub's
-own fused candidates do; without them, the extended level's output is standard ONNX where it
-fused nothing of its own.
+optimizer, onnxscript's optimizer, onnxslim and onnxsim, where installed. An output that
+brings in operators of a domain the model did not use (onnxruntime's com.microsoft fusions)
+takes part only where the user accepts a model only onnxruntime runs (`--ort-fusions`), as
+graphsub's own fused candidates do; without them, the extended level's output is standard
+ONNX where it fused nothing of its own.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import onnx
 
 from graphsub.errors import GraphsubError
+from graphsub.ops.control_flow import all_graphs
 
 
 @dataclass(frozen=True)
@@ -116,8 +118,6 @@ def installed_peers(vendor: bool) -> list[Peer]:
 
 def operator_domains(model: bytes) -> set[str]:
     """The domains of a model's operators, its bodies' included ("" for ONNX's own)."""
-    from graphsub.ops.control_flow import all_graphs
-
     proto = onnx.load_from_string(model)
     return {"" if n.domain == "ai.onnx" else n.domain
             for g in all_graphs(proto.graph) for n in g.node}

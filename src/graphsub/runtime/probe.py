@@ -59,8 +59,8 @@ def probe(graph: Graph, model: object, binding: Mapping[str, int], free_sizes: b
     """Run `model` (the original of `graph`) at `binding` and the inputs graphsub makes up;
     where that fails, at other sizes (when `free_sizes`: the user fixed none) and at the
     values its integer inputs are compared with, within `seconds` after the first run and
-    MAX_TRIALS runs. None
-    when onnxruntime cannot even build the model (the measuring stage says why)."""
+    MAX_TRIALS runs. None when onnxruntime cannot even build the model (the measuring stage
+    says why)."""
     try:
         session = make_session(model, threads, quiet=True)
     except Exception:  # noqa: BLE001 (onnxruntime raises its own types)
@@ -205,13 +205,8 @@ def fixed_declaration_error(graph: Graph, model: object) -> str:
 
 
 def _proto(model: object) -> onnx.ModelProto:
-    if isinstance(model, onnx.ModelProto):
-        return model
-    if isinstance(model, DetachedModel):
-        return onnx.load_from_string(model.proto)
-    if isinstance(model, bytes):
-        return onnx.load_from_string(model)
-    return onnx.load(str(model), load_external_data=False)
+    """The ModelProto of a model as graphsub hands it to onnxruntime (runtime.ort.ModelData)."""
+    return onnx.load_from_string(model.proto if isinstance(model, DetachedModel) else model)
 
 
 __all__ = ["Probe", "compared_values", "fixed_declaration_error", "leading_symbols", "probe", "size_trials",
