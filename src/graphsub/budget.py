@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 MEASURE_SHARE = 0.25
 #: The share of the search's window given to fission and orchestration, and its cap in seconds.
 FISSION_SHARE, FISSION_MAX_SECONDS = 0.2, 20.0
+#: The share of what is left of the search's window that the peers' optimizers may take
+#: (they run before the search: the time they take is the search's).
+PEERS_SHARE = 0.25
 #: The least time a stage that has one is given, however late it starts: a search that cannot
 #: even price its input graph finds nothing, a fission that cannot solve its program neither.
 MIN_SEARCH_SECONDS, MIN_FISSION_SECONDS = 0.05, 0.5
@@ -115,6 +118,8 @@ class Budget:
                 self._fission_share = fission_seconds(seconds)
                 seconds -= self._fission_share
             return StageClock(stage, now, now + max(seconds, MIN_SEARCH_SECONDS))
+        if stage == "peers":
+            return StageClock(stage, now, now + max(PEERS_SHARE * window, 0.0))
         if stage == "fission":
             share = self._fission_share if self._fission_share is not None else \
                 min(window, FISSION_MAX_SECONDS)

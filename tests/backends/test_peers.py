@@ -93,3 +93,25 @@ def test_peer_outputs_are_candidates_named_by_their_peer():
     for _, data in run.exported:
         np.testing.assert_allclose(_run(data, x), _run(model.SerializeToString(), x),
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_peers_left_when_their_share_of_the_window_runs_out_are_named():
+    """A peer cannot be stopped halfway (onnxsim's import alone takes seconds), so none starts
+    once the stage's share of the search's time is spent; the note names them."""
+    model = foldable_model()
+    run = start_run(graphsub.load(model), Settings.make(target="ort-cpu", cost="analytic"),
+                    original=model.SerializeToString())
+    peer_candidates(run, StageClock("peers", 0.0, 0.0))  # a deadline long past
+    assert run.exported == []
+    assert any(note.startswith("not run for lack of time") and
+               "onnxruntime (basic level, saved)" in note for note in run.notes)
+
+
+def test_the_peers_get_a_share_of_the_search_window():
+    from graphsub.budget import PEERS_SHARE, Budget
+
+    budget = Budget(40.0)
+    clock = budget.clock("peers")
+    window = budget.search_window_end() - clock.start
+    assert clock.end is not None
+    assert clock.end - clock.start == pytest.approx(PEERS_SHARE * window, rel=1e-3)

@@ -99,6 +99,7 @@ def _ort_transformers(model: bytes) -> bytes | None:
     return optimize_model(proto, opt_level=0).model.SerializeToString()
 
 
+#: Cheapest first: the stage starts each while its share of the time lasts.
 PEERS = (
     Peer("onnxruntime (basic level, saved)", _ort_offline("ORT_ENABLE_BASIC")),
     Peer("onnxruntime (extended level, saved)", _ort_offline("ORT_ENABLE_EXTENDED")),

@@ -114,13 +114,21 @@ def peer_candidates(run: Run, clock: StageClock) -> None:
     model (Run.large: each candidate timed is a session with a copy of its weights); a peer
     that fails or changes nothing is left out, with a note where it failed, and so is one
     that brings in operators of another domain (onnxruntime's com.microsoft) unless the user
-    accepts them (--ort-fusions)."""
+    accepts them (--ort-fusions). The peers run cheapest first, each started while the
+    stage's share of the search's window (budget.PEERS_SHARE) lasts: a peer cannot be stopped
+    halfway, and onnxsim's import alone takes seconds."""
     if run.target.capabilities.runs != "onnx" or run.large or run.original is None \
             or isinstance(run.original, DetachedModel):
         return
     original = bytes(run.original)
     known = [_op_counts(original)]
-    for peer in installed_peers(vendor=run.settings.ort_fusions):
+    peers = installed_peers(vendor=run.settings.ort_fusions)
+    for at, peer in enumerate(peers):
+        if clock.expired():
+            run.notes.append(f"not run for lack of time (their share of the search's window "
+                             f"ran out): {', '.join(p.name for p in peers[at:])}; a longer "
+                             "--time-limit runs them")
+            break
         run.say(f"running {peer.name}")
         try:
             out = apply_peer(peer, original)
