@@ -356,7 +356,26 @@ def _import_binary(ctx, node):
         # Multiplication by a scalar is TASO's scalar mul: rules about it must match.
         x, s = (a, b) if tb.shape == () else (b, a)
         return ctx.add("smul", [x, s])
+    if node.op_type == "Mul":
+        scale = _one_element_weight(ctx, node, ta, tb)
+        if scale is not None:
+            x, value = scale
+            return ctx.add("smul", [x, ctx.weight(value)])
     return ctx.add(_BINARY_IMPORTS[node.op_type], [a, b])
+
+
+def _one_element_weight(ctx, node, ta: TensorType, tb: TensorType
+                        ) -> tuple[object, np.ndarray] | None:
+    """(the other operand, the scalar) where one operand of a Mul is a weight of one element
+    whose rank the other's does not fall short of: a scalar multiplication however the
+    exporter shaped it (Paddle2ONNX's learnable scales are [1]), so that the rules about
+    scalar multiplication (a convolution's weights scaled instead) match it."""
+    for k, (mine, other) in enumerate(((ta, tb), (tb, ta))):
+        value = ctx.constant(node.input[k])
+        if value is not None and value.size == 1 and len(mine.shape) <= len(other.shape) \
+                and other.shape != ():
+            return ctx.inputs(node)[1 - k], np.asarray(value).reshape(())
+    return None
 
 
 @onnx_importer("Sum")
