@@ -189,3 +189,25 @@ def test_interleaved_rounds_keep_one_set_of_books_across_batches():
     assert order[2:] == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b"]
     assert [len(t.samples) for t in books.timings()] == [15, 15]
     assert books.timings()[0].median_round == pytest.approx(0.001)
+
+
+def test_only_timed_sessions_keep_onnxruntime_spinning_threads():
+    """A reference or verification session's workers spinning after its run would take the
+    cores from a torch program timed next in the same process; a timed session (a candidate,
+    an operator) runs as users run onnxruntime, spinning included."""
+    from onnx import TensorProto, helper
+
+    from graphsub.runtime.ort import OrtRunnable, make_session
+
+    model = helper.make_model(
+        helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    key = "session.intra_op.allow_spinning"
+    assert make_session(data).get_session_options().get_session_config_entry(key) == "0"
+    for timed in (make_session(data, timed=True), OrtRunnable(data).session):
+        with pytest.raises(Exception, match="does not have configuration"):
+            timed.get_session_options().get_session_config_entry(key)

@@ -101,7 +101,8 @@ class OrtTarget(Target):
                 "with them off (an onnxruntime optimizer bug)")
 
     def _session(self, model: Any, quiet: bool = False):
-        return make_session(model, self.threads, providers=self.providers, quiet=quiet)
+        return make_session(model, self.threads, providers=self.providers, quiet=quiet,
+                            timed=True)
 
     def prepare(self, graph: Graph | None, onnx: ModelData | str | None = None,
                 label: str = "") -> OrtRunnable:

@@ -105,12 +105,19 @@ def forget_custom_ops() -> None:
 
 
 def make_session(model: Any, threads: int | None = None, optimize: bool = True,
-                 providers: Sequence[str] = (), quiet: bool = False):
+                 providers: Sequence[str] = (), quiet: bool = False, timed: bool = False):
     """An onnxruntime session with onnxruntime's default settings, as users run it.
     `optimize` turns on all of its graph optimizations (the baseline graphsub must beat);
     threads defaults to the core count; providers default to the CPU provider alone. A
     `quiet` session logs nothing, not even its errors: for probes whose failures are
-    expected and handled (a node run on made-up inputs)."""
+    expected and handled (a node run on made-up inputs).
+
+    Only a `timed` session (a candidate or an operator timed on onnxruntime) keeps
+    onnxruntime's spinning worker threads, as users run it: the others (references,
+    verification, probes) do not spin after a run: their threads spinning on every core slow
+    the torch program timed right after them in the same process (torch-cpu's rounds of the
+    zoo's llama on 2 cores: 20.3 ms alone, 35.3 ms with a reference run between rounds in one
+    measurement, 10-16% slower in two more; 4-8% without the spinning)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -120,6 +127,8 @@ def make_session(model: Any, threads: int | None = None, optimize: bool = True,
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 4 if quiet else 3
+    if not timed:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     for library in _custom_op_libraries:
         opts.register_custom_ops_library(library)
     held = []
@@ -175,7 +184,7 @@ class OrtRunnable(Runnable):
 
     def __init__(self, model: Any, threads: int | None = None, providers: Sequence[str] = (),
                  label: str = "") -> None:
-        self.session = make_session(model, threads, providers=providers)
+        self.session = make_session(model, threads, providers=providers, timed=True)
         self.label = label
         self._feeds: dict[str, np.ndarray] = {}
 
