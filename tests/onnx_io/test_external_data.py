@@ -164,3 +164,36 @@ def test_a_large_model_times_one_candidate_against_the_original(stored, monkeypa
     assert isinstance(data, DetachedModel)
     _feeds_equal(model_data(stored), data, graph)
     assert report.steps["timing"]["unit"] == "rounds"
+
+
+def test_weights_graphsub_computes_are_spilled_to_a_mapped_file(stored, tmp_path, monkeypatch):
+    """A candidate's computed weights (here two products' weights merged: their concat) are
+    moved into a mapped temporary file, so that a session's pages of them can be given back
+    like those of the original's data file; the file is gone once mapped, the model runs and
+    is written as before."""
+    import os
+    import tempfile
+
+    from graphsub.runtime.ort import _release_mapped_pages
+
+    monkeypatch.setattr(external, "SPILL_BYTES", 0)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    b = GraphBuilder(seed=5)
+    x = b.input("x", (4, 64))
+    w = b.concat(b.he_weight((64, 32)), b.he_weight((64, 32)), axis=1)  # weight-only
+    b.output(b.relu(b.matmul(x, w)), "y")
+    graph = b.build()
+    data = to_model_data(graph, external_data=True)
+    assert isinstance(data, DetachedModel)
+    merged = [a for a in data.weights.values() if a.shape == (64, 64)]
+    assert merged and all(external._file_backed(a) for a in merged)
+    assert not any(p.name.startswith("graphsub-weights-") for p in tmp_path.iterdir())
+    session = make_session(data)
+    _release_mapped_pages(data.weights.values())  # the pages come back from the file
+    plain = to_model_data(graph, external_data=False)
+    _feeds_equal(plain, data, graph)
+    del session
+    out = tmp_path / "spilled.onnx"
+    write_model(data, out)
+    _feeds_equal(plain, str(out), graph)
+    assert os.path.getsize(str(out) + ".data") >= 64 * 64 * 4

@@ -361,7 +361,7 @@ def to_model_data(graph: Graph, opset: int | None = None, model_name: str = "gra
     if detached is None:
         check_onnx(data)  # checked on the bytes: a large model is serialized once, not twice
         return data
-    result = DetachedModel(data, detached)
+    result = DetachedModel(data, external.spilled(detached))
     check_onnx(external.skeleton(result))
     return result
 

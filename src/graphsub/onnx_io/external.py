@@ -12,7 +12,9 @@ so that onnxruntime can memory-map it in turn, and are written atomically with i
 
 from __future__ import annotations
 
+import mmap
 import os
+import tempfile
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +38,9 @@ EXTERNAL_DATA_BYTES = 1 << 30
 MIN_EXTERNAL_TENSOR = 1024
 #: Offsets in a written data file are multiples of this, so that each tensor can be mapped.
 ALIGNMENT = 4096
+#: Weights graphsub computed for a detached model are moved to a mapped temporary file from
+#: this many bytes on (`spilled`).
+SPILL_BYTES = 64 << 20
 #: The placeholder location of a detached tensor: its data is handed to onnxruntime in memory.
 DETACHED_LOCATION = "graphsub-detached-weights"
 
@@ -148,6 +153,51 @@ def detach(model: onnx.ModelProto | bytes) -> DetachedModel:
         weights[tensor.name] = to_array(tensor)
         model.graph.initializer[k].CopyFrom(stub(tensor.name, weights[tensor.name]))
     return DetachedModel(model.SerializeToString(), weights)
+
+
+def _file_backed(array: np.ndarray) -> bool:
+    base = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return isinstance(base, mmap.mmap)
+
+
+def spilled(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The weights, those graphsub computed (a merged projection's weights: anonymous memory)
+    moved into a temporary file and mapped from it, where together they reach SPILL_BYTES.
+
+    A session packs the weights it is given and keeps them by reference; the pages of a
+    mapped file it has read can be given back at once (runtime.ort._release_mapped_pages),
+    those of a computed array cannot. Without this, a 16-layer decoder's candidate held its
+    1.8 GB of merged weights twice (the arrays and the session's packed copy) while it was
+    timed beside the original. The file is unlinked once mapped: it lives as long as the
+    mapping, and nothing is left behind however the run ends."""
+    computed = {name: a for name, a in weights.items() if not _file_backed(a)}
+    if sum(int(a.nbytes) for a in computed.values()) < SPILL_BYTES:
+        return weights
+    offsets: dict[str, int] = {}
+    try:
+        f = tempfile.NamedTemporaryFile(prefix="graphsub-weights-", delete=False)
+    except OSError:
+        return weights
+    try:
+        with f:
+            for name, array in computed.items():
+                f.write(b"\0" * (-f.tell() % ALIGNMENT))
+                offsets[name] = f.tell()
+                for chunk in _chunks(np.ascontiguousarray(array)):
+                    f.write(chunk)
+        mapping = np.memmap(f.name, dtype=np.uint8, mode="r")
+    except OSError:  # no room for them on disk: they stay in memory, as before
+        return weights
+    finally:
+        os.unlink(f.name)
+    out = dict(weights)
+    for name, array in computed.items():
+        start = offsets[name]
+        view = mapping[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+        out[name] = view
+    return out
 
 
 def _nbytes(tensor: onnx.TensorProto) -> int:
