@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -39,6 +40,7 @@ from bench_cpu_wins import paired  # noqa: E402
 from tables import cpu_meta, markdown, save_rows  # noqa: E402
 
 import graphsub  # noqa: E402
+from graphsub.backends.peers import PEERS  # noqa: E402
 from graphsub.pipeline.measure_stages import model_tolerance  # noqa: E402
 from graphsub.runtime.bindings import default_profile  # noqa: E402
 from graphsub.runtime import compare_models, graph_input_specs, random_feeds, time_models  # noqa: E402
@@ -233,33 +235,75 @@ def simplified(path: Path) -> dict[str, bytes | None]:
     return found
 
 
-def measure(name: str, path: Path, args: argparse.Namespace, exporter: str,
-            shapes: dict[str, str], values: dict[str, str]) -> dict[str, Any]:
-    """graphsub optimize on the file at `path` (given `shapes` and `values` as the CLI's
-    --input-shape and --input-value; `args`: time_limit, seconds), the peers on it, every
-    output checked against the original and timed side by side with it."""
-    out = path.with_suffix(".graphsub.onnx")
-    report = path.with_suffix(".report.json")
+def run_graphsub(path: Path, args: argparse.Namespace, shapes: dict[str, str],
+                 values: dict[str, str], suffix: str, extra: list[str]) -> dict[str, Any]:
+    """`graphsub optimize` on the file at `path` as a user would call it (the CLI's defaults
+    but the time limit and `extra`): its exit, seconds, report and output file."""
+    out = path.with_suffix(f".{suffix}.onnx")
+    report = path.with_suffix(f".{suffix}.report.json")
     command = [sys.executable, "-m", "graphsub.cli", "optimize", str(path), "-o", str(out),
-               "--time-limit", str(args.time_limit), "--report", str(report)]
+               "--time-limit", str(args.time_limit), "--report", str(report), *extra]
     for k, v in shapes.items():
         command += ["--input-shape", f"{k}={v}"]
     for k, v in values.items():
         command += ["--input-value", f"{k}={v}"]
     t0 = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
-    row: dict[str, Any] = {"model": name, "exporter": exporter,
-                           "optimize_s": round(time.perf_counter() - t0, 1),
-                           "exit": done.returncode, "mb": path.stat().st_size / 1e6,
-                           "initializer_mb": initializer_mb(path.read_bytes())}
+    found: dict[str, Any] = {"seconds": round(time.perf_counter() - t0, 1),
+                             "exit": done.returncode}
     if done.returncode != 0:
-        row["error"] = (done.stderr.strip().splitlines() or ["?"])[-1][:300]
+        found["error"] = (done.stderr.strip().splitlines() or ["?"])[-1][:300]
+        return found
+    found.update(report=json.loads(report.read_text()), data=out.read_bytes())
+    return found
+
+
+#: The peers that write standard ONNX only; onnxruntime's offline model (com.microsoft
+#: operators) is graphsub's peer only with --ort-fusions.
+STANDARD_PEERS = ("onnxsim", "onnxslim", "onnxscript")
+
+
+def against_best_peer(row: dict[str, Any], timings: dict[str, Any], key: str,
+                      peers: tuple[str, ...]) -> None:
+    """graphsub's output (`key`) head to head with the fastest of `peers` in this run: the
+    median of the per-round ratios (above 1: graphsub faster) and their quartiles, so that a
+    reader sees whether a difference stands out of the machine's noise."""
+    ratios = {p: row[f"{p}_ratio"] for p in peers
+              if isinstance(row.get(f"{p}_ratio"), float) and row.get(f"{p}_equivalent", True)}
+    if not ratios or key not in timings:
+        return
+    best = max(ratios, key=ratios.__getitem__)
+    per_round = sorted(x / y for x, y in zip(timings[best].round_medians(),
+                                             timings[key].round_medians()))
+    row[f"{key}_best_peer"] = best
+    row[f"{key}_vs_best_peer"] = statistics.median(per_round)
+    row[f"{key}_vs_best_peer_q"] = (per_round[len(per_round) // 4],
+                                    per_round[(3 * len(per_round)) // 4])
+
+
+def measure(name: str, path: Path, args: argparse.Namespace, exporter: str,
+            shapes: dict[str, str], values: dict[str, str]) -> dict[str, Any]:
+    """graphsub optimize on the file at `path` (given `shapes` and `values` as the CLI's
+    --input-shape and --input-value; `args`: time_limit, seconds), with and without
+    --ort-fusions, the peers on it, every output checked against the original and timed side
+    by side with it."""
+    plain = run_graphsub(path, args, shapes, values, "graphsub", [])
+    fused = run_graphsub(path, args, shapes, values, "graphsub_ort", ["--ort-fusions"])
+    row: dict[str, Any] = {"model": name, "exporter": exporter,
+                           "optimize_s": plain["seconds"], "optimize_ort_s": fused["seconds"],
+                           "exit": plain["exit"], "exit_ort": fused["exit"],
+                           "mb": path.stat().st_size / 1e6,
+                           "initializer_mb": initializer_mb(path.read_bytes())}
+    if "error" in plain:
+        row["error"] = plain["error"]
         return row
-    rep = json.loads(report.read_text())
+    rep = plain["report"]
+    written = plain["data"]
     row.update(rules=rep["rules_used"], kept_original=rep["kept_original"],
                bodies=[b["where"] + (": rewritten" if b["kept"] else "")
-                       for b in rep.get("bodies", [])], graphsub_mb=out.stat().st_size / 1e6,
-               graphsub_initializer_mb=initializer_mb(out.read_bytes()))
+                       for b in rep.get("bodies", [])], graphsub_mb=len(written) / 1e6,
+               graphsub_initializer_mb=initializer_mb(written),
+               graphsub_kept=_kept(rep), graphsub_ort_kept=_kept(fused.get("report")))
     graph = graphsub.load(str(path), {k: tuple(int(d) for d in v.split("x"))
                                       for k, v in shapes.items()})
     if values:
@@ -269,10 +313,11 @@ def measure(name: str, path: Path, args: argparse.Namespace, exporter: str,
     profile = default_profile(graph.meta.get("symbols") or {})
     specs = graph_input_specs(graph, profile[0].values if profile else None)
     original = path.read_bytes()
-    written = out.read_bytes()
     # graphsub writes the original back when nothing beats it: the same file, not re-timed
     files: dict[str, bytes] = {"original": original,
                                **({"graphsub": written} if written != original else {})}
+    if "data" in fused and fused["data"] not in (original, written):
+        files["graphsub_ort"] = fused["data"]
     # the peers get the sizes graphsub was given, written into the model's inputs
     fixed = path.with_suffix(".fixed.onnx")
     fixed.write_bytes(with_input_shapes(original, shapes))
@@ -295,17 +340,46 @@ def measure(name: str, path: Path, args: argparse.Namespace, exporter: str,
             row[f"{peer}_error"] = str(exc).splitlines()[0][:200]
             continue
         files[peer] = data
-    row["graphsub_equivalent"] = compare_models(original, written, specs, tolerance).equivalent
-    row["graphsub_checker"] = passes_checker(written)
-    if written == original:
-        row["graphsub_ratio"] = "= original"
-    timings = dict(zip(files, time_models(list(files.values()), random_feeds(specs),
-                                          min_seconds=args.seconds)))
+    for key in ("graphsub", "graphsub_ort"):
+        if key in files:
+            row[f"{key}_equivalent"] = compare_models(original, files[key], specs,
+                                                      tolerance).equivalent
+            row[f"{key}_checker"] = passes_checker(files[key])
+    # the control: the original in a second session, the noise floor of every ratio
+    files["control"] = original
+    feeds = random_feeds(specs)
+    # at least 15 rounds, however long one run takes (a 0.5 s classifier timed for 3 s gave
+    # 6 rounds, and a peer 18% "faster" on noise); one run of each file a round where a run
+    # takes over 50 ms
+    run_s = time_models([original], feeds, min_seconds=0.0)[0].median
+    block = 1 if run_s > 0.05 else 5
+    timings = dict(zip(files, time_models(list(files.values()), feeds, min_seconds=args.seconds,
+                                          min_rounds=15, block=block)))
+    row["rounds"] = len(timings["original"].round_medians())
+    # graphsub kept the original (or, with --ort-fusions, the same file as without): that
+    # file's timing stands for it
+    timings.setdefault("graphsub", timings["original"])
+    if fused.get("data") in (written, original):
+        timings.setdefault("graphsub_ort", timings["graphsub" if fused["data"] == written
+                                                   else "original"])
     row["original_ms"] = timings["original"].median * 1e3
-    for key in files:
+    for key in timings:
         if key != "original":
             row[f"{key}_ratio"] = paired(timings["original"], timings[key])
+    against_best_peer(row, timings, "graphsub", STANDARD_PEERS)
+    against_best_peer(row, timings, "graphsub_ort", (*STANDARD_PEERS, "ort-offline"))
     return row
+
+
+def _kept(report: dict[str, Any] | None) -> str:
+    """Whose model graphsub kept: the original, a peer's (by name) or its own."""
+    if report is None:
+        return "-"
+    if report.get("kept_original"):
+        return "original"
+    names = {peer.name for peer in PEERS}
+    peers = [rule for rule in report.get("rules_used", {}) if rule in names]
+    return peers[0] if peers else "graphsub"
 
 
 def arguments(models: str, time_limit: float, cache: str, out: str) -> argparse.Namespace:
@@ -316,6 +390,8 @@ def arguments(models: str, time_limit: float, cache: str, out: str) -> argparse.
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--cache", default=cache)
     ap.add_argument("--out", default=out)
+    ap.add_argument("--model-time-limit", action="append", default=[], metavar="NAME=SECONDS",
+                    help="a longer --time-limit for one model (one whose run takes a second)")
     return ap.parse_args()
 
 
@@ -331,24 +407,42 @@ def main() -> None:
     args = arguments(",".join(MODELS), 40.0, "out/real_models", "out/bench/real_models.json")
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
+    longer = {name: float(seconds) for name, seconds in
+              (item.split("=", 1) for item in args.model_time_limit)}
     rows = []
     for name in args.models.split(","):
         _, _, exporter, shapes, values = MODELS[name]
-        row = measure(name, fetch(cache, name), args, exporter, shapes, values)
+        limit = longer.get(name, args.time_limit)
+        row = measure(name, fetch(cache, name), argparse.Namespace(**{**vars(args),
+                                                                      "time_limit": limit}),
+                      exporter, shapes, values)
+        row["time_limit"] = limit
         print(json.dumps(row), flush=True)
         rows.append(row)
     save_rows(args.out, {**cpu_meta(), "command": " ".join(sys.argv)}, rows)
     headers = ["model", "exporter", "MB", "graphsub exit", "original ms", "graphsub",
-               "onnxsim", "onnxslim", "onnxscript", "ort offline", "graphsub's rewrites"]
+               "graphsub --ort-fusions", "control", "onnxsim", "onnxslim", "onnxscript", "ort offline",
+               "graphsub / best standard peer", "--ort-fusions / best peer", "kept"]
     print(markdown(headers, [[r["model"], r["exporter"], f"{r['mb']:.1f}", str(r["exit"]),
                               f"{r.get('original_ms', float('nan')):.2f}", ratio(r, "graphsub"),
-                              ratio(r, "onnxsim"), ratio(r, "onnxslim"), ratio(r, "onnxscript"),
-                              ratio(r, "ort-offline"),
-                              r.get("error") or ", ".join(f"{k} x{v}" for k, v in
-                                                          (r.get("rules") or {}).items())
-                              or ("(original kept)" if r.get("kept_original")
-                                  else "graphsub's re-export")] for r in rows]))
+                              ratio(r, "graphsub_ort"), ratio(r, "control"),
+                              ratio(r, "onnxsim"),
+                              ratio(r, "onnxslim"), ratio(r, "onnxscript"),
+                              ratio(r, "ort-offline"), head_to_head(r, "graphsub"),
+                              head_to_head(r, "graphsub_ort"),
+                              r.get("error") or f"{r.get('graphsub_kept')} / "
+                                                f"{r.get('graphsub_ort_kept')}"]
+                             for r in rows]))
 
+
+def head_to_head(row: dict[str, Any], key: str) -> str:
+    """graphsub against the best peer as the tables print it: the median per-round ratio,
+    its quartiles and the peer."""
+    value = row.get(f"{key}_vs_best_peer")
+    if value is None:
+        return "-"
+    low, high = row[f"{key}_vs_best_peer_q"]
+    return f"{value:.3f} ({low:.2f}-{high:.2f}, {row[f'{key}_best_peer']})"
 
 if __name__ == "__main__":
     main()

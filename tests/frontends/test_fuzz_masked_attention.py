@@ -33,9 +33,10 @@ def check_program(seed: int, mask: str | None = None) -> None:
         with torch.no_grad():
             for batch, seq in SIZES:
                 x, attention_mask = inputs(c, batch, seq, gen)
+                where = f"{c.text()} at {batch}x{seq}"
                 torch.testing.assert_close(compiled(x, attention_mask), model(x, attention_mask),
                                            rtol=1e-4, atol=1e-4,
-                                           msg=lambda m: f"{c.text()} at {batch}x{seq}: {m}")
+                                           msg=lambda m, where=where: f"{where}: {m}")
     reports = torch_compile.reports()[before:]
     assert reports, c.text()
     assert not any(r.fallback for r in reports), (c.text(), [r.fallback for r in reports])
