@@ -12,7 +12,6 @@ so that onnxruntime can memory-map it in turn, and are written atomically with i
 
 from __future__ import annotations
 
-import mmap
 import os
 import tempfile
 import weakref
@@ -27,7 +26,7 @@ from graphsub.errors import ExportError, ModelLoadError
 from graphsub.ops.control_flow import all_graphs
 from graphsub.onnx_io.files import atomic_file, write_atomic
 from graphsub.progress import step
-from graphsub.runtime.ort import DetachedModel, ModelData
+from graphsub.runtime.ort import DetachedModel, ModelData, file_mapping
 
 #: Above this many bytes of weights graphsub keeps a model's weights apart from its protobuf
 #: (in sessions and in the file it writes): protobuf's own limit is 2 GiB, and serializing
@@ -155,13 +154,6 @@ def detach(model: onnx.ModelProto | bytes) -> DetachedModel:
     return DetachedModel(model.SerializeToString(), weights)
 
 
-def _file_backed(array: np.ndarray) -> bool:
-    base = array
-    while isinstance(base, np.ndarray):
-        base = base.base
-    return isinstance(base, mmap.mmap)
-
-
 def spilled(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The weights, those graphsub computed (a merged projection's weights: anonymous memory)
     moved into a temporary file and mapped from it, where together they reach SPILL_BYTES.
@@ -170,29 +162,24 @@ def spilled(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     mapped file it has read can be given back at once (runtime.ort._release_mapped_pages),
     those of a computed array cannot (a 16-layer TinyLlama-wide decoder with its projections
     merged computes 16 x (2048x2560 + 2048x11264) float32, 1.8 GB, that would otherwise stay
-    in memory beside the session's packed copy). The file is unlinked once mapped: it lives
-    as long as the mapping, and nothing is left behind however the run ends; where it cannot
-    be written, the weights stay in memory."""
-    computed = {name: a for name, a in weights.items() if not _file_backed(a)}
+    in memory beside the session's packed copy). The file has no name: it lives as long as
+    the mapping, and nothing is left behind however the run ends; where it cannot be written,
+    the weights stay in memory."""
+    computed = {name: a for name, a in weights.items() if file_mapping(a) is None}
     if sum(int(a.nbytes) for a in computed.values()) < SPILL_BYTES:
         return weights
     offsets: dict[str, int] = {}
     try:
-        f = tempfile.NamedTemporaryFile(prefix="graphsub-weights-", delete=False)
-    except OSError:
-        return weights
-    try:
-        with f:
+        with tempfile.TemporaryFile(prefix="graphsub-weights-") as f:  # unlinked already
             for name, array in computed.items():
                 f.write(b"\0" * (-f.tell() % ALIGNMENT))
                 offsets[name] = f.tell()
                 for chunk in _chunks(np.ascontiguousarray(array)):
                     f.write(chunk)
-        mapping = np.memmap(f.name, dtype=np.uint8, mode="r")
+            f.flush()
+            mapping = np.memmap(f, dtype=np.uint8, mode="r")
     except OSError:  # no room for them on disk: they stay in memory, as before
         return weights
-    finally:
-        os.unlink(f.name)
     out = dict(weights)
     for name, array in computed.items():
         start = offsets[name]

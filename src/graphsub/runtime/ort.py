@@ -175,6 +175,16 @@ def _mapped_pages_released(arrays: Any) -> Iterator[None]:
         _release_mapped_pages(arrays)
 
 
+def file_mapping(array: np.ndarray) -> Any:
+    """The mmap.mmap an array views (a weight of a memory-mapped data file), or None."""
+    import mmap
+
+    base = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return base if isinstance(base, mmap.mmap) else None
+
+
 def _release_mapped_pages(arrays: Any) -> None:
     """Let the kernel drop the pages of memory-mapped weights this process has read (a
     session has just copied or packed them): they are clean pages of a file, read again
@@ -182,14 +192,14 @@ def _release_mapped_pages(arrays: Any) -> None:
     the mapping lives."""
     import mmap
 
+    if not hasattr(mmap, "MADV_DONTNEED"):
+        return
     seen: set[int] = set()
     for array in arrays:
-        base = array
-        while isinstance(base, np.ndarray):
-            base = base.base
-        if isinstance(base, mmap.mmap) and id(base) not in seen and hasattr(mmap, "MADV_DONTNEED"):
-            seen.add(id(base))
-            base.madvise(mmap.MADV_DONTNEED)
+        mapping = file_mapping(array)
+        if mapping is not None and id(mapping) not in seen:
+            seen.add(id(mapping))
+            mapping.madvise(mmap.MADV_DONTNEED)
 
 
 def quiet_run() -> Any:
