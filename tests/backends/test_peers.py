@@ -115,3 +115,83 @@ def test_the_peers_get_a_share_of_the_search_window():
     window = budget.search_window_end() - clock.start
     assert clock.end is not None
     assert clock.end - clock.start == pytest.approx(PEERS_SHARE * window, rel=1e-3)
+
+
+def conv_bn_branches_model() -> onnx.ModelProto:
+    """A convolution and its batch norm (onnxruntime's basic level folds them, graphsub's
+    normal form does not), then two matrix products of one input added (graphsub's search
+    distributes them, no peer does): a candidate with both beats either alone."""
+    rng = np.random.default_rng(0)
+
+    def f(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(np.float32)
+
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["n"]),
+             helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("MatMul", ["r", "p"], ["a"]),
+             helper.make_node("MatMul", ["r", "q"], ["d"]),
+             helper.make_node("Add", ["a", "d"], ["y"])]
+    return make_model(nodes, [vi("x", [1, 8, 16, 16])], [vi("y", [1, 8, 16, 16])],
+                      [init("w", f(8, 8, 3, 3)), init("g", f(8)), init("b", f(8)),
+                       init("m", f(8)), init("v", np.abs(f(8)) + 0.5), init("p", f(16, 16)),
+                       init("q", f(16, 16))])
+
+
+def _searched_after_peers(model: onnx.ModelProto, peers: list[Peer], monkeypatch):
+    from graphsub.backends import peers as peers_module
+    from graphsub.pipeline.search_stages import search
+
+    monkeypatch.setattr(peers_module, "PEERS", tuple(peers))
+    run = start_run(graphsub.load(model),
+                    Settings.make(target="ort-cpu", cost="analytic", time_limit=10),
+                    original=model.SerializeToString())
+    peer_candidates(run, StageClock("peers", 0.0, None))
+    search(run, StageClock.lasting(6.0, "search"))
+    return run
+
+
+def test_the_search_goes_on_from_a_peer_output_priced_below_the_input(monkeypatch):
+    model = conv_bn_branches_model()
+    basic = next(p for p in PEERS if p.name == "onnxruntime (basic level, saved)")
+    run = _searched_after_peers(model, [basic], monkeypatch)
+    assert any(n.startswith(f"the search went on from {basic.name}'s output") for n in run.notes)
+    built = [c for c in run.result.candidates if c.trace and c.trace[0].kind is StepKind.PEER]
+    assert len(built) == 1 and built[0].trace[0].rule == basic.name
+    assert len(built[0].trace) > 1  # rewritten further by graphsub's rules
+    assert run.result.candidates.index(built[0]) < run.settings.candidates  # it is timed
+    x = np.random.default_rng(1).standard_normal((1, 8, 16, 16)).astype(np.float32)
+    np.testing.assert_allclose(_run(graphsub.to_onnx(built[0].graph).SerializeToString(), x),
+                               _run(model.SerializeToString(), x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_peer_output_graphsub_cannot_start_from_is_passed_over_with_a_note(monkeypatch):
+    """A peer that renamed the model's input computes the function under another name: the
+    search does not start from it (its output still is a candidate, timed as it came)."""
+    def renaming(model: bytes) -> bytes:
+        proto = onnx.load_from_string(_ORT_BASIC(model))
+        for node in proto.graph.node:
+            node.input[:] = ["image" if i == "x" else i for i in node.input]
+        proto.graph.input[0].name = "image"
+        return proto.SerializeToString()
+
+    run = _searched_after_peers(conv_bn_branches_model(), [Peer("renamer", renaming)],
+                                monkeypatch)
+    assert [c.trace[0].rule for c, _ in run.exported] == ["renamer"]
+    assert "the search could not start from renamer's output: its inputs differ from the " \
+           "original's" in run.notes
+    assert not any(c.trace and c.trace[0].kind is StepKind.PEER
+                   for c in run.result.candidates)
+
+
+_ORT_BASIC = next(p for p in PEERS if p.name == "onnxruntime (basic level, saved)").apply
+
+
+def test_what_a_peer_prints_does_not_reach_graphsubs_output(capsys):
+    """onnxsim prints its own warnings to stdout, which would break `optimize --json`."""
+    def chatty(model: bytes) -> bytes:
+        print("WARNING: certify failed internally")
+        return model + b"!"
+
+    assert apply_peer(Peer("chatty", chatty), b"m") == b"m!"
+    assert capsys.readouterr().out == ""

@@ -17,6 +17,8 @@ ONNX where it fused nothing of its own.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import tempfile
 from collections.abc import Callable
@@ -126,9 +128,12 @@ def operator_domains(model: bytes) -> set[str]:
 
 def apply_peer(peer: Peer, model: bytes) -> bytes | None:
     """The peer's output for `model` (None: it changed nothing). Its failure is its own:
-    GraphsubError, which the caller notes and goes on."""
+    GraphsubError, which the caller notes and goes on. What it prints is dropped."""
     try:
-        out = peer.apply(model)
+        # what a peer prints (onnxsim's warnings, in colour) is not graphsub's output: it
+        # would break `--json`
+        with contextlib.redirect_stdout(io.StringIO()):
+            out = peer.apply(model)
     except Exception as exc:  # noqa: BLE001 (a third-party tool's failure, of any kind)
         message = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
         raise GraphsubError(f"{peer.name} failed: {type(exc).__name__}: {message}") from None

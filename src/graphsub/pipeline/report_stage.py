@@ -65,10 +65,15 @@ def report(run: Run, clock: StageClock) -> None:
                       "default_profile": source == "default", "profile_source": source,
                       "verified_at": run.verified_at}
     peer_steps = [s.rule for s in chosen.trace if s.kind is StepKind.PEER] if chosen else []
-    if peer_steps:
+    if peer_steps and len(chosen.trace) == 1:
         rep.notes.append(f"the model kept is what {peer_steps[0]} made of the original: it "
                          "measured fastest of graphsub's candidates and the other optimizers' "
                          "outputs")
+    elif peer_steps:
+        rep.notes.append(f"the model kept is built on what {peer_steps[0]} made of the "
+                         f"original, rewritten further by graphsub ({len(chosen.trace) - 1} "
+                         "steps): it measured fastest of graphsub's candidates and the other "
+                         "optimizers' outputs")
     if not run.settings.objective.latency_only:
         rep.notes.append(f"the search minimized {run.settings.objective.describe()} (each term "
                          "relative to the original model); predicted figures are latencies, "

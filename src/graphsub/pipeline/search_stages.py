@@ -7,11 +7,12 @@ import time
 import warnings
 from dataclasses import replace
 
-from graphsub.budget import StageClock
+from graphsub.budget import MIN_SEARCH_SECONDS, StageClock
 from graphsub.errors import GraphsubError
 from graphsub.fission.stage import fission_and_orchestrate
 from graphsub.ir.graph import Graph
 from graphsub.pipeline.bodies import body_node_count, optimize_bodies
+from graphsub.pipeline.peer_start import PeerStart, peer_start
 from graphsub.pipeline.run import Run, Stage
 from graphsub.search import ALGORITHMS, Candidate, OptimizeResult, SearchStats
 from graphsub.search.registry import Limits
@@ -47,6 +48,9 @@ class ProgressRecorder:
 #: The share of the search's time kept for applying what it found wherever else it pays
 #: (graphsub.search.propagate); whatever the search leaves unused goes there too.
 PROPAGATION_SHARE = 0.15
+#: The share of the search's time given to continuing from the best peer's output, where
+#: a peer's output is priced below the input graph (graphsub.pipeline.peer_start).
+PEER_SEARCH_SHARE = 0.3
 
 
 def search(run: Run, clock: StageClock) -> None:
@@ -60,6 +64,7 @@ def search(run: Run, clock: StageClock) -> None:
     run.say(f"searching with {settings.algorithm} for up to {seconds:.1f} s")
     recorder = ProgressRecorder(run.progress)
     start = time.perf_counter()
+    from_peer, peer_seconds = None, 0.0
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # untimed operators: in the notes
@@ -77,7 +82,11 @@ def search(run: Run, clock: StageClock) -> None:
             if normal_steps:
                 run.say(f"normal form: {len(normal_steps)} rewrites "
                         f"({', '.join(sorted({s.rule for s in normal_steps}))})")
-            limits = replace(limits, time=max(clock.remaining() * (1 - PROPAGATION_SHARE), 0.0))
+            from_peer = peer_start(run, below=run.cost_model.graph_cost(start_graph))
+            if from_peer is not None:
+                peer_seconds = PEER_SEARCH_SHARE * clock.remaining()
+            limits = replace(limits, time=max((clock.remaining() - peer_seconds)
+                                              * (1 - PROPAGATION_SHARE), 0.0))
             function = algorithm.function if settings.split is None else \
                 splitting(algorithm, settings.split, settings.executor)
             result = function(start_graph, run.rules, run.cost_model, limits,
@@ -92,7 +101,11 @@ def search(run: Run, clock: StageClock) -> None:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                result = propagate(result, run.rules, run.cost_model, clock.deadline)
+                result = propagate(result, run.rules, run.cost_model,
+                                   None if clock.deadline is None
+                                   else clock.deadline - peer_seconds)
+                if from_peer is not None:
+                    result = search_from_peer(run, clock, from_peer, result)
         except KeyboardInterrupt:  # what the search found stands
             result.stats.stopped_by = StopReason.INTERRUPT
     run.result = result
@@ -102,6 +115,36 @@ def search(run: Run, clock: StageClock) -> None:
         run.budget.interrupted()
         run.say("interrupted: the search stopped; measuring and verifying what it found "
                 "(Ctrl-C again to stop at once, writing nothing)")
+
+
+def search_from_peer(run: Run, clock: StageClock, start: PeerStart,
+                     result: OptimizeResult) -> OptimizeResult:
+    """The search continued from a peer's output (graphsub.pipeline.peer_start) in the rest
+    of the stage's time. Where it improved on the peer's graph, its best (a trace that
+    starts with the peer's step) joins the search's candidates among the first
+    `settings.candidates`, as fission's does: where the cost model and the measurement
+    disagree, it is still timed. The peer's output itself is a candidate as it came."""
+    settings = run.settings
+    run.say(f"searching on from {start.step.rule}'s output for up to "
+            f"{clock.remaining():.1f} s")
+    limits = Limits(time=max(clock.remaining(), MIN_SEARCH_SECONDS), budget=settings.budget,
+                    keep=1)
+    found = ALGORITHMS[settings.algorithm].function(start.graph, run.rules, run.cost_model,
+                                                    limits, settings.search_options)
+    improved = math.isfinite(found.final_cost) and found.final_cost < start.cost
+    run.notes.append(f"the search went on from {start.step.rule}'s output (predicted "
+                     f"{start.cost * 1e3:.3g} ms) for {found.stats.seconds:.1f} s: " + (
+                         f"{len(found.trace)} rewrite(s), predicted "
+                         f"{found.final_cost * 1e3:.3g} ms" if improved else
+                         "nothing cheaper (the peer's output is a candidate as it came)"))
+    best = Candidate(found.graph, found.final_cost, (start.step, *found.trace))
+    candidates = list(result.candidates)
+    if not improved or best.graph.structural_hash() in {
+            c.graph.structural_hash() for c in candidates}:
+        return result
+    at = 0 if not candidates or best.cost < candidates[0].cost else 1
+    candidates.insert(min(at, max(settings.candidates - 1, 0)), best)
+    return replace(result, candidates=candidates)
 
 
 def search_bodies(run: Run, clock: StageClock) -> Graph:
