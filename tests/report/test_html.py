@@ -226,6 +226,9 @@ def test_an_egraph_search_reports_its_rewrites_and_egraph():
     page = report.to_html()
     check_self_contained(page)
     assert "e-nodes" in page and report.search["egraph"]["nodes"] > 0
+    log = report.search["egraph"]["log"]  # egg's per-iteration records, one row each
+    assert len(log) == report.search["egraph"]["iterations"]
+    assert "<th>rebuild s</th>" in page and page.count("<tr>") >= len(log)
     ev = report.rewrites
     assert ev["steps"] and all(s["before"]["nodes"] for s in ev["steps"])
     assert {r for s in ev["steps"] for r in s["rule"].split(", ")} <= set(ev["rules"])

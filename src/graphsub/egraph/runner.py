@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ from graphsub.egraph.cycles import Descendants, break_cycles
 from graphsub.egraph.egraph import EGraph
 from graphsub.egraph.ematch import EMatch, SourceIndex, source_occurs, up_closure
 from graphsub.egraph.rewrite import apply_ematch
+from graphsub.egraph.schedule import BackoffScheduler, IterationRecord
 from graphsub.rules.ast import Rule
 from graphsub.search.result import StopReason
 
@@ -30,11 +31,14 @@ class GrowthStats:
     cycles_broken: int = 0     # e-nodes blacklisted by the post-pass
     rejected: Counter[str] = field(default_factory=Counter)
     stopped_by: StopReason = StopReason.SATURATED
+    #: Each iteration's record (Runner.iterate).
+    log: list[IterationRecord] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"iterations": self.iterations, "applications": self.applications,
                 "matches": self.matches, "cycles_broken": self.cycles_broken,
-                "rejected": dict(self.rejected), "stopped_by": self.stopped_by}
+                "rejected": dict(self.rejected), "stopped_by": self.stopped_by,
+                "log": [record.as_dict() for record in self.log]}
 
 
 class Runner:
@@ -65,7 +69,8 @@ class Runner:
         r._owned = set()
         self._owned = set()
         r.applied = list(self.applied)
-        r.stats = GrowthStats(**{**vars(self.stats), "rejected": Counter(self.stats.rejected)})
+        r.stats = GrowthStats(**{**vars(self.stats), "rejected": Counter(self.stats.rejected),
+                                 "log": list(self.stats.log)})
         return r
 
     def _index(self, i: int) -> SourceIndex:
@@ -86,24 +91,37 @@ class Runner:
             versions[since] = {c for c, rec in self.egraph.classes.items() if rec.stamp > since}
         return versions[since]
 
-    def search(self, which: Sequence[int], deadline: float | None = None) -> list[EMatch]:
-        """New matches of the rules at these indexes (semi-naive). Raises DeadlineReached
-        past the deadline, before anything is applied."""
+    def search(self, which: Sequence[int], deadline: float | None = None,
+               admit: Callable[[int, int], bool] | None = None) -> list[EMatch]:
+        """New matches of the rules at these indexes (semi-naive). `admit(rule, matches)`
+        may refuse a rule's matches (a scheduler's ban): they are dropped and the rule's
+        search starts over, so that they are found again once it runs. Raises
+        DeadlineReached past the deadline, before anything is applied."""
         versions: dict[int, set[int] | None] = {}
         out: list[EMatch] = []
         for i in which:
             if self.indexes[i].version == self.egraph.version:
                 continue  # nothing changed since this rule was last searched
             ix = self._index(i)
-            out += ix.search(self.egraph, self._changed(versions, ix.version), deadline)
-        self.stats.matches += len(out)
+            found = ix.search(self.egraph, self._changed(versions, ix.version), deadline)
+            self.stats.matches += len(found)
+            if admit is not None and not admit(i, len(found)):
+                self.indexes[i] = SourceIndex(self.rules[i])
+                continue
+            out += found
         return out
 
     def apply(self, matches: Sequence[EMatch], deadline: float | None = None) -> bool:
         """Apply matches (cycle-filtered), rebuild, break remaining cycles; whether the
         e-graph changed. Stops adding at the node limit or the deadline."""
+        return self._apply_timed(matches, deadline)[0]
+
+    def _apply_timed(self, matches: Sequence[EMatch], deadline: float | None
+                     ) -> tuple[bool, float, float]:
+        """apply, with the seconds of applying and of rebuilding (with the cycle pass)."""
         eg = self.egraph
         before = eg.version
+        start = time.perf_counter()
         descendants = Descendants(eg) if matches else None
         for m in matches:
             if self.full or (deadline is not None and time.perf_counter() > deadline):
@@ -111,18 +129,35 @@ class Runner:
             if apply_ematch(eg, m, len(self.applied), self.stats.rejected, descendants):
                 self.applied.append(m.rule.name)
                 self.stats.applications += 1
+        applied = time.perf_counter()
         eg.rebuild()
         self.stats.cycles_broken += break_cycles(eg)
-        return eg.version != before
+        return eg.version != before, applied - start, time.perf_counter() - applied
 
     def apply_rule(self, index: int, deadline: float | None = None) -> bool:
         """One action: every new match of one rule; whether the e-graph changed."""
         return self.apply(self.search([index], deadline), deadline)
 
-    def iterate(self, which: Sequence[int], deadline: float | None = None) -> bool:
-        """One iteration over several rules: search them all, then apply everything."""
+    def iterate(self, which: Sequence[int], deadline: float | None = None,
+                scheduler: BackoffScheduler | None = None) -> bool:
+        """One iteration over several rules: search them all (those the scheduler lets
+        run), then apply everything; recorded in stats.log. Whether the e-graph changed."""
+        iteration = self.stats.iterations
         self.stats.iterations += 1
-        return self.apply(self.search(which, deadline), deadline)
+        start = time.perf_counter()
+        if scheduler is not None:
+            which = [i for i in which if scheduler.can_search(i, iteration)]
+        matches = self.search(which, deadline, None if scheduler is None else
+                              lambda rule, found: scheduler.admit(rule, iteration, found))
+        searched = time.perf_counter()
+        first = len(self.applied)
+        changed, apply_s, rebuild_s = self._apply_timed(matches, deadline)
+        banned = [] if scheduler is None else scheduler.banned(iteration)
+        self.stats.log.append(IterationRecord(
+            iteration, dict(Counter(self.applied[first:])), len(matches),
+            [self.rules[i].name for i in banned], searched - start, apply_s, rebuild_s,
+            self.egraph.num_nodes, self.egraph.num_classes))
+        return changed
 
     def applicable(self, index: int, since: int | None = None,
                    near: dict[int, set[int]] | None = None,

@@ -3,7 +3,11 @@
 Tensat (Yang et al. 2021) grows one e-graph from the input graph: in each of the first
 k_multi iterations the multi-pattern rules are applied once, and single-pattern rules run
 every iteration, until the e-graph saturates (an iteration changes nothing) or reaches the node,
-iteration or time limit. The best graph is then extracted: an ILP (HiGHS) by default, as in
+iteration or time limit. By default the single-pattern rules run under egg's back-off
+scheduler (graphsub.egraph.schedule: a rule with too many matches sits out a few
+iterations), so that the prolific ones do not fill the node limit; `scheduler=simple` runs
+every rule every iteration, as Tensat does. Each iteration is recorded (the report's
+search.egraph.log). The best graph is then extracted: an ILP (HiGHS) by default, as in
 Tensat, with the greedy extractors' graphs as further candidates. Every extracted graph is
 priced again by the cost model as a graph, so the result's cost is the graph's, not the
 extractor's estimate.
@@ -20,6 +24,7 @@ from graphsub.egraph.egraph import GraphEncoding, egraph_from_graph
 from graphsub.egraph.problem import ExtractionProblem
 from graphsub.egraph.readback import NodeCosts, extraction_problem, graph_from_choice
 from graphsub.egraph.runner import GrowthStats, Runner
+from graphsub.egraph.schedule import BackoffScheduler
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import Rule
@@ -133,10 +138,34 @@ class ExtractionOptions:
     extract_time: float | None = None
 
 
+#: The rule schedulers of equality saturation: egg's back-off (graphsub.egraph.schedule), or
+#: every rule every iteration (Tensat's).
+SCHEDULERS = ("backoff", "simple")
+
+
 @dataclass(frozen=True, kw_only=True)
 class EqsatOptions(ExtractionOptions):
     #: Iterations that apply the multi-pattern rules (Tensat's k_multi).
     k_multi: int = 1
+    #: Which rules each iteration runs (SCHEDULERS).
+    scheduler: str = "backoff"
+    #: The back-off scheduler's match limit and ban length (egg's defaults).
+    match_limit: int = 1000
+    ban_length: int = 5
+
+
+def _scheduler(options: EqsatOptions, multi: frozenset[int]) -> BackoffScheduler | None:
+    """The options' scheduler (None: every rule every iteration); the multi-pattern rules
+    are never banned (they run in the first k_multi iterations only)."""
+    if options.scheduler not in SCHEDULERS:
+        raise GraphsubError(f"unknown e-graph scheduler {options.scheduler!r}; use one of "
+                            f"{', '.join(SCHEDULERS)}")
+    if options.match_limit < 1 or options.ban_length < 1:
+        raise GraphsubError("the scheduler's match_limit and ban_length must be positive (got "
+                            f"{options.match_limit} and {options.ban_length})")
+    if options.scheduler == "simple":
+        return None
+    return BackoffScheduler(options.match_limit, options.ban_length, multi)
 
 
 @register("eqsat", EqsatOptions, "e-graph iterations", None, egraph=True)
@@ -155,16 +184,19 @@ def eqsat_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
     single = [i for i, r in enumerate(runner.rules) if len(r.sources) == 1]
     multi = [i for i, r in enumerate(runner.rules) if len(r.sources) > 1]
     growth = runner.stats
+    scheduler = _scheduler(options, frozenset(multi))
     with run.stoppable():
         while not run.check_limits(budgeted=True):
             first_multi = growth.iterations < k_multi
-            changed = runner.iterate((multi if first_multi else []) + single, run.deadline)
+            changed = runner.iterate((multi if first_multi else []) + single, run.deadline,
+                                     scheduler)
             run.stats.explored = growth.iterations
             run.report(None)
             if runner.full:
                 run.stop(StopReason.NODE_LIMIT)
                 break
-            if not changed and not (growth.iterations < k_multi):
+            if not changed and not (growth.iterations < k_multi) and (
+                    scheduler is None or scheduler.can_stop(growth.iterations)):
                 break
     return search.finish(runner, options.extractors,
                          search.extraction_time(options.extract_time), growth)

@@ -203,6 +203,8 @@ def _search(r: Mapping[str, Any]) -> list[str]:
         sp = s["split"]
         rows.append(("split", esc(f"{sp.get('parts')} parts of sizes {sp.get('part_sizes')}")))
     out = ["<h2>The search</h2>", _facts(rows)]
+    if eg and eg.get("log"):
+        out.append(_iterations(eg["log"]))
     progress = s.get("progress") or []
     if len(progress) >= 2:
         out.append(_figure(
@@ -210,6 +212,20 @@ def _search(r: Mapping[str, Any]) -> list[str]:
             esc("Best predicted cost found so far against search time (the dot: where the "
                 "search stopped).")))
     return out
+
+
+def _iterations(log: Sequence[Mapping[str, Any]]) -> str:
+    """Equality saturation's iterations, as egg's runner reports them: what each applied
+    (its three most applied rules), what the scheduler banned, where its time went."""
+    rows = []
+    for it in log:
+        top = sorted(it["applied"].items(), key=lambda kv: -kv[1])[:3]
+        rows.append([it["iteration"], esc(", ".join(f"{k} x{v}" for k, v in top) or "-"),
+                     sum(it["applied"].values()), esc(", ".join(it["banned"]) or "-"),
+                     f"{it['search_s']:.3f}", f"{it['apply_s']:.3f}", f"{it['rebuild_s']:.3f}",
+                     it["nodes"]])
+    return _table(["iteration", "most applied", "applied", "banned", "search s", "apply s",
+                   "rebuild s", "e-nodes"], rows, numeric=(0, 2, 4, 5, 6, 7))
 
 
 def _rewrites(r: Mapping[str, Any]) -> list[str]:
