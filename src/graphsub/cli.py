@@ -833,6 +833,7 @@ def root(version: Annotated[bool, typer.Option("--version", callback=version_cal
     """graphsub: a tensor-graph superoptimizer for ONNX models."""
 
 
+from graphsub import cli_explain  # noqa: E402,F401  (registers explain)
 from graphsub import cli_generate  # noqa: E402,F401  (registers generate, verify, axioms)
 
 if __name__ == "__main__":

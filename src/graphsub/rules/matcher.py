@@ -148,9 +148,18 @@ def _compiled_literals(term: OpTerm) -> tuple[tuple[str, Any, bool], ...]:
     return tuple(out)
 
 
-def match_term(host: PatternHost[H], term: Term, handle: H, st: Bindings[H]
-               ) -> Iterator[Bindings[H]]:
-    """Every way `term` matches `handle` extending `st`; `st` itself is never modified."""
+class Tracer(Protocol):
+    """Told where and why a pattern failed to match (graphsub.rules.explain): the pattern
+    term, where it was tried (a handle, or the id of the node whose check failed) and the
+    reason in words."""
+
+    def fail(self, term: Term, where: Any, reason: str) -> None: ...
+
+
+def match_term(host: PatternHost[H], term: Term, handle: H, st: Bindings[H],
+               tracer: Tracer | None = None) -> Iterator[Bindings[H]]:
+    """Every way `term` matches `handle` extending `st`; `st` itself is never modified.
+    A `tracer` is told of every failure (matching is the same without one)."""
     if isinstance(term, Var):
         bound = st.tensors.get(term.name)
         if bound is None:
@@ -159,25 +168,38 @@ def match_term(host: PatternHost[H], term: Term, handle: H, st: Bindings[H]
             yield st
         elif host.same(bound, handle):
             yield st
+        elif tracer is not None:
+            tracer.fail(term, handle, f"?{term.name} is already bound to another tensor")
         return
     if not isinstance(term, OpTerm):
         raise RuleError("let-bound names may appear only in targets")
-    for nid, node, inputs in host.producers(term, handle):
-        yield from match_node(host, term, nid, node, inputs, st)
+    producers = host.producers(term, handle)
+    if not producers and tracer is not None:
+        tracer.fail(term, handle, f"not computed by {term.op}"
+                    + (f" (output {term.index})" if term.index else ""))
+    for nid, node, inputs in producers:
+        yield from match_node(host, term, nid, node, inputs, st, tracer)
 
 
 def match_node(host: PatternHost[H], term: OpTerm, nid: int, node: NodeView,
-               inputs: tuple[H, ...], st: Bindings[H]) -> Iterator[Bindings[H]]:
+               inputs: tuple[H, ...], st: Bindings[H], tracer: Tracer | None = None
+               ) -> Iterator[Bindings[H]]:
     """Every way `term` matches node `nid` (of op term.op, reading `inputs`) extending `st`:
     its attribute patterns, its :same-shapes flag, and its arguments in both operand orders
     when the op is commutative."""
     if len(inputs) != len(term.args):
+        if tracer is not None:
+            tracer.fail(term, nid, f"the node has {len(inputs)} inputs, the pattern "
+                                   f"{len(term.args)}")
         return
     st = st.copy()
     computed = []
     for (key, lit, is_lit), (_, e) in zip(_compiled_literals(term), term.attrs):
         if key == SAME_SHAPES:
             if len({host.type_of(v).shape for v in inputs}) > 1:
+                if tracer is not None:
+                    tracer.fail(term, nid, "its inputs' shapes differ (the pattern asks for "
+                                           ":same-shapes)")
                 return
             continue
         actual = node.attrs.get(key)
@@ -185,40 +207,58 @@ def match_node(host: PatternHost[H], term: OpTerm, nid: int, node: NodeView,
             if key == "axis" and isinstance(lit, int) and lit < 0 and inputs:
                 lit = norm_axis(lit, host.type_of(inputs[0]).rank, term.op)
             if actual != lit:
+                if tracer is not None:
+                    tracer.fail(term, nid, f"{key} is {actual!r}, the pattern asks for {lit!r}")
                 return
         elif isinstance(e, AVar):
             if e.name in st.attrs:
                 if st.attrs[e.name] != actual:
+                    if tracer is not None:
+                        tracer.fail(term, nid, f"{key} is {actual!r}, but ?{e.name} is "
+                                               f"already {st.attrs[e.name]!r}")
                     return
             else:
                 st.attrs[e.name] = actual
         else:  # a computed expression: compared once the arguments have bound its variables
-            computed.append((e, actual))
+            computed.append((key, e, actual))
     st.nodes.add(nid)
     orders = [inputs]
     if get_op(term.op).commutative and not host.same(inputs[0], inputs[1]):
         orders.append(inputs[::-1])
     for order in orders:
-        for done in _match_args(host, term.args, order, st):
-            if all(_holds(host, done, e, actual) for e, actual in computed):
+        for done in _match_args(host, term.args, order, st, tracer):
+            failed = next(((key, want) for key, e, actual in computed
+                           if (want := _wanted(host, done, e)) != actual), None)
+            if failed is None:
                 yield done
+            elif tracer is not None:
+                key, want = failed
+                tracer.fail(term, nid, f"{key} is {node.attrs.get(key)!r}, the pattern asks "
+                                       f"for {want!r}" if want is not _UNKNOWN else
+                            f"the pattern's {key} cannot be computed here")
 
 
-def _holds(host: PatternHost[H], st: Bindings[H], e: Any, actual: Any) -> bool:
+#: What a computed attribute pattern wants where it cannot be computed (matching nothing).
+_UNKNOWN = object()
+
+
+def _wanted(host: PatternHost[H], st: Bindings[H], e: Any) -> Any:
+    """The value a computed attribute pattern asks for under these bindings (_UNKNOWN where
+    it cannot be computed: it reads a variable this match does not bind)."""
     try:
         ok, want = try_evaluate(e, Env(host, st.tensors, st.attrs))
     except RuleError:
-        return False  # it reads a variable this match does not bind
-    return ok and want == actual
+        return _UNKNOWN
+    return want if ok else _UNKNOWN
 
 
 def _match_args(host: PatternHost[H], terms: tuple[Term, ...], handles: tuple[H, ...],
-                st: Bindings[H]) -> Iterator[Bindings[H]]:
+                st: Bindings[H], tracer: Tracer | None = None) -> Iterator[Bindings[H]]:
     if not terms:
         yield st
         return
-    for st2 in match_term(host, terms[0], handles[0], st):
-        yield from _match_args(host, terms[1:], handles[1:], st2)
+    for st2 in match_term(host, terms[0], handles[0], st, tracer):
+        yield from _match_args(host, terms[1:], handles[1:], st2, tracer)
 
 
 def conditions_hold(host: TensorHost[H], rule: Rule, tensors: Mapping[str, H],
