@@ -236,3 +236,24 @@ def test_an_opaque_nodes_output_type_is_what_onnxruntime_computes():
     (pool,) = g.nodes_by_op("opaque")
     assert g[pool].type.shape == (1, 1, 5, 3)
     assert_round_trip(model)
+
+
+def test_save_writes_what_optimize_model_returns(tmp_path):
+    """One API: the ONNX model `optimize_model` returns (bytes here) is saved like a graph."""
+    from graphsub.optimizer import optimize_model
+
+    b = GraphBuilder(seed=0)
+    x = b.input("x", (4, 16))
+    b.output(b.relu(b.matmul(b.relu(b.matmul(x, b.he_weight((16, 16)))),
+                             b.he_weight((16, 16)))), "y")
+    graph = b.build()
+    data, report = optimize_model(graph, None, "m", time_limit=4, cost="analytic",
+                                  target="ort-cpu", threads=1)
+    path = graphsub.save(data, tmp_path / "out.onnx")
+    assert path.read_bytes() == bytes(data) and sorted(os.listdir(tmp_path)) == ["out.onnx"]
+    feeds = random_feeds(graph_input_specs(graph))
+    np.testing.assert_allclose(run(str(path), feeds)["y"], evaluate(graph, feeds)["y"],
+                               rtol=1e-4, atol=1e-5)
+    with pytest.raises(ExportError, match="ONNX already"):
+        graphsub.save(data, tmp_path / "again.onnx", opset=18)
+    assert not (tmp_path / "again.onnx").exists()

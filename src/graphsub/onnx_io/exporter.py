@@ -373,12 +373,17 @@ def to_onnx_bytes(graph: Graph, opset: int | None = None, model_name: str = "gra
     return data
 
 
-def save(graph: Graph, path: str | os.PathLike[str], opset: int | None = None,
+def save(model: Graph | ModelData, path: str | os.PathLike[str], opset: int | None = None,
          external_data: bool | None = None) -> Path:
-    """Export the graph and write it atomically to `path` (with its data file beside it,
-    where it has external data: see `to_model_data`)."""
-    return external.write_model(to_model_data(graph, opset, Path(path).stem, external_data),
-                                path)
+    """Write a model atomically to `path`, with its data file beside it where it has
+    external data: a graph (exported: see `to_model_data`), or the ONNX model
+    `optimize_model` returns (bytes, or a DetachedModel with its weights apart)."""
+    if isinstance(model, Graph):
+        model = to_model_data(model, opset, Path(path).stem, external_data)
+    elif opset is not None or external_data is not None:
+        raise ExportError("opset and external_data apply to a graph being exported; this "
+                          "model is ONNX already")
+    return external.write_model(model, path)
 
 
 def write_size(ctx: ExportContext, expr: Any) -> str:
