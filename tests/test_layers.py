@@ -36,7 +36,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("graphsub.pipeline",),
     ("graphsub.optimizer",),
     ("graphsub", "graphsub.compare", "graphsub.fuzz"),
-    ("graphsub.frontends", "graphsub.cli", "graphsub.cli_common", "graphsub.cli_generate"),
+    ("graphsub.frontends", "graphsub.cli", "graphsub.cli_common", "graphsub.cli_generate",
+     "graphsub.cli_explain"),
 ]
 
 

@@ -20,7 +20,8 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from graphsub.cli_common import JsonOpt, app, emit_json, err, handle_errors, main, out
+from graphsub.cli_common import (JsonOpt, LoadedModel, app, emit_json, err, handle_errors,
+                                 main, out, parse_input_shapes)
 from graphsub.errors import GraphsubError
 from graphsub.progress import StepCount, StepLog, reporting
 
@@ -89,24 +90,6 @@ def make_target(name: str | None, threads: int | None, cuda_graphs: bool | None 
                       allow_tf32=True if tf32 else None)
 
 
-def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
-    shapes: dict[str, tuple[int, ...]] = {}
-    for item in items or []:
-        name, eq, dims = item.rpartition("=")
-        try:
-            if not eq or not name:
-                raise ValueError
-            shape = tuple(int(d) for d in dims.lower().replace(",", "x").split("x") if d != "")
-        except ValueError:
-            raise GraphsubError(f"--input-shape {item!r} is not NAME=DIMS (e.g. "
-                                "x=1x3x224x224)") from None
-        if any(d <= 0 for d in shape):
-            raise GraphsubError(f"--input-shape {item!r}: every dimension must be at least 1 "
-                                "(a tensor with a zero dimension holds nothing to optimize)")
-        shapes[name] = shape
-    return shapes
-
-
 def use_custom_ops(paths: Sequence[Path]) -> None:
     from graphsub.runtime.ort import use_custom_ops as register
 
@@ -139,45 +122,6 @@ def check_output_path(path: Path, option: str, inputs: Sequence[str | Path] = ()
         if path.exists() and os.path.exists(source) and os.path.samefile(source, path):
             raise GraphsubError(f"{option} {path} is the input model {source}; write to "
                                 "another file (graphsub never replaces its input)")
-
-
-class LoadedModel:
-    """A model named on the command line: its graph and the ONNX bytes to run."""
-
-    def __init__(self, spec: str, input_shapes: dict[str, tuple[int, ...]],
-                 input_values: dict[str, str] | None = None) -> None:
-        from graphsub import zoo
-        from graphsub.onnx_io import load, to_onnx_bytes
-        from graphsub.runtime.inputs import given_values
-
-        self.spec = spec
-        if os.path.exists(spec) or spec.endswith(".onnx"):
-            self.graph = load(spec, input_shapes)
-            self.onnx: Any = spec
-            self.label = Path(spec).name
-        else:
-            if input_shapes:
-                raise GraphsubError("--input-shape applies to ONNX files; zoo models have fixed "
-                                    "shapes (use the model's parameters instead)")
-            self.graph = zoo.build(spec)
-            self.onnx = to_onnx_bytes(self.graph)
-            self.label = spec
-        if input_values:
-            self.graph.meta["input_values"] = given_values(self.graph, input_values)
-
-    @property
-    def sizes(self) -> dict[str, int]:
-        """A model with symbolic sizes is run at the default profile's (none for a static
-        one)."""
-        from graphsub.runtime.bindings import default_profile
-
-        profile = default_profile(self.graph.meta.get("symbols") or {})
-        return profile[0].values if profile else {}
-
-    def input_specs(self, sizes: dict[str, int] | None = None):
-        from graphsub.runtime import graph_input_specs
-
-        return graph_input_specs(self.graph, self.sizes if sizes is None else sizes)
 
 
 @app.command()

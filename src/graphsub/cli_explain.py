@@ -13,7 +13,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from graphsub.cli_common import JsonOpt, app, emit_json, handle_errors, out
+from graphsub.cli_common import (JsonOpt, LoadedModel, app, emit_json, handle_errors, out,
+                                 parse_input_shapes)
 from graphsub.errors import GraphsubError
 
 
@@ -33,7 +34,6 @@ def explain(rule: Annotated[str, typer.Argument(help="The rule's name (see the .
     """Why RULE does or does not match MODEL: for every node of the operator its first
     pattern starts with, whether it matches and is rewritten, or the pattern node, graph
     node and condition where it fails."""
-    from graphsub.cli import LoadedModel, parse_input_shapes
     from graphsub.pipeline.run import load_rule_files
     from graphsub.rules.explain import explain as explain_rule
     from graphsub.rules.parser import print_term
