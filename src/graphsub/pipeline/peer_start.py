@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
@@ -19,6 +20,9 @@ from graphsub.pipeline.run import Run
 from graphsub.runtime.ort import DetachedModel
 from graphsub.search.result import Step, StepKind
 from graphsub.tensors.types import TensorType
+
+if TYPE_CHECKING:
+    import onnx
 
 #: What the import of the user's model learnt that holds for any graph of the same function
 #: with the same inputs: the values given to inputs, how the inputs were declared.
@@ -45,13 +49,17 @@ def peer_start(run: Run, below: float) -> PeerStart | None:
     (the input graph's price: a peer that gained nothing the cost model sees is no better a
     start than the input). A peer's output graphsub cannot import with the original's
     inputs and outputs is passed over, with a note."""
-    outputs = [(candidate.trace[0], bytes(data)) for candidate, data in run.exported
+    import onnx
+
+    outputs = [(candidate.trace[0], onnx.load_from_string(bytes(data)))
+               for candidate, data in run.exported
                if len(candidate.trace) == 1 and candidate.trace[0].kind is StepKind.PEER
                and data is not None and not isinstance(data, DetachedModel)]
     best: PeerStart | None = None
-    for step, data in sorted(outputs, key=lambda output: _operators(output[1]))[:MAX_PRICED]:
+    for step, proto in sorted(outputs, key=lambda output: len(output[1].graph.node)
+                              )[:MAX_PRICED]:
         try:
-            graph = _imported(run.graph, data)
+            graph = _imported(run.graph, proto)
         except Exception as exc:  # noqa: BLE001 (a peer's output: whatever fails, the run goes on)
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else \
                 type(exc).__name__
@@ -64,21 +72,11 @@ def peer_start(run: Run, below: float) -> PeerStart | None:
     return best
 
 
-def _operators(model: bytes) -> int:
-    """The operators of a model's main graph."""
-    import onnx
-
-    return len(onnx.load_from_string(model).graph.node)
-
-
-def _imported(original: Graph, model: bytes) -> Graph:
+def _imported(original: Graph, proto: onnx.ModelProto) -> Graph:
     """A peer's output as a graph with the original's inputs, outputs and what was learnt
     about them; GraphsubError where it differs from the original in those."""
-    import onnx
-
     from graphsub.onnx_io.importer import load
 
-    proto = onnx.load_from_string(model)
     weights = {i.name for i in proto.graph.initializer}
     if [i.name for i in proto.graph.input if i.name not in weights] != \
             list(original.input_names):
