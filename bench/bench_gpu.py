@@ -220,6 +220,10 @@ def run_config(kind: str, dtype_name: str, batch: int, seq: int, args: argparse.
                 entry["predicted_ms"] = [(round(p.predicted_before * 1e3, 3),
                                           round(p.predicted_after * 1e3, 3))
                                          for r in reports for p in r.parts]
+                # where a part's search went nowhere: its seconds, why it was kept, notes
+                entry["parts"] = [{"search_s": round(p.search_seconds, 2), "kept": p.kept,
+                                   "notes": [n[:160] for n in p.notes]}
+                                  for r in reports for p in r.parts]
                 entry["warnings"] = sorted({str(w.message)[:200] for w in caught})[:5]
             info[name] = entry
             print(json.dumps({"compiled": name, **entry}, default=str), flush=True)

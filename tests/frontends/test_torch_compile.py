@@ -14,6 +14,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 from graphsub.errors import GraphsubError  # noqa: E402
+from graphsub.fission import stage as fission_stage  # noqa: E402
 from graphsub.frontends import torch_compile  # noqa: E402
 from graphsub.runtime.speedup import Decision, decide  # noqa: E402
 from graphsub.runtime.timing import PairedComparison, Timing  # noqa: E402
@@ -169,6 +170,24 @@ def test_fission_fuses_a_hand_written_rms_norm():
     fused = [k for k in part.fission["kernels"]
              if {"reduce_mean", "sqrt"} <= set(k["replaced"])]
     assert fused and fused[0]["kernel"] in ("rms_norm", "fused")
+
+
+def test_fission_rules_are_checked_before_any_part_s_time_limit_starts(monkeypatch):
+    """On a fresh install the fission rules' numerical check takes seconds: it once used up
+    the first part's whole time limit (a float16 decoder's first compilation on an H200
+    found nothing), so the backend loads them before any part's budget starts."""
+    events = []
+    load = fission_stage.load_rules
+    monkeypatch.setattr(fission_stage, "load_rules", lambda: events.append("rules") or load())
+    budget = torch_compile.Budget
+
+    def recorded(*args, **kwargs):
+        events.append("budget")
+        return budget(*args, **kwargs)
+
+    monkeypatch.setattr(torch_compile, "Budget", recorded)
+    compiled_outputs(RMSNormMLP().eval(), torch.randn(4, 64), time_limit=2, cost="analytic")
+    assert "budget" in events and events.index("rules") < events.index("budget")
 
 
 def force_rewrites(monkeypatch, rule_names):

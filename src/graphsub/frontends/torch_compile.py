@@ -56,6 +56,7 @@ from graphsub.backends.torch.program import SizedTorchProgram, symbol_sources, s
 from graphsub.frontends.dynamic_trace import (has_dynamic_sizes, input_symbols, inputs_at,
                                               other_bindings, trace_dynamic)
 from graphsub.frontends.cuda_graphs import CudaGraphed
+from graphsub.fission import stage as fission_stage
 from graphsub.frontends.fx_fold import fold_constants
 from graphsub.frontends.fx_equivalence import disagreement, restrided, shapes
 from graphsub.frontends.fx_import import (ConversionError, convert_graph, symbolic_size,
@@ -328,6 +329,11 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
 
     target = get_target(target_name)
     rules = load_rule_files(list(opts.rules or []))
+    if opts.fission:
+        # Checked numerically on a fresh install (seconds): here, not out of the first part's
+        # time limit, which it used up (a float16 decoder's first compilation on an H200
+        # found nothing to rewrite).
+        fission_stage.load_rules()
     sizes = {p.target: sum(1 for n in getattr(parent, p.target).graph.nodes
                            if n.op == "call_function") for p in parts}
     total = max(sum(sizes.values()), 1)

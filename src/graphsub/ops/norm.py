@@ -326,26 +326,34 @@ def _import_batch_norm(ctx, node):
 
 # ---- ATen import (torch.compile) -----------------------------------------------------------
 
-def _same_dtype_result(n: AtenCall) -> str | None:
-    return "a result in another dtype" if n.args.get("half_to_float") else None
-
-
 def _aten_along_axis(ours: str) -> tuple[AtenImportFn, AtenImportFn]:
-    """The importers of aten._<op>.default and aten.<op>.int (the latter may name a dtype)."""
+    """The importers of aten._<op>.default and aten.<op>.int. Both may compute in another
+    precision than their input's: CUDA's `_softmax(x, dim, half_to_float=True)` (what a
+    float16 `softmax(x, dtype=float32)` becomes there) and `.int`'s `dtype` cast the input
+    first, which is how graphsub writes it, so that the attention rules see the same graph
+    on every device."""
     def direct(c: AtenBuilder, n: AtenCall) -> object:
-        return c.op(ours, c.value(n.args["self"]), axis=n.args["dim"])
+        x = c.value(n.args["self"])
+        if n.args.get("half_to_float"):
+            x = c.op("cast", x, to="float32")
+        return c.op(ours, x, axis=n.args["dim"])
 
     def with_dtype(c: AtenBuilder, n: AtenCall) -> object:
-        if n.args.get("dtype") is not None:
-            raise ConversionError(f"{ours} with a dtype")
-        return direct(c, n)
+        x = c.value(n.args["self"])
+        dtype = n.args.get("dtype")
+        if dtype is not None:
+            name = c.dtype_name(dtype)
+            if name is None:
+                raise ConversionError(f"{ours} in {dtype}")
+            x = c.op("cast", x, to=name)
+        return c.op(ours, x, axis=n.args["dim"])
 
     return direct, with_dtype
 
 
 for _name in _SOFTMAXES:
     _direct, _with_dtype = _aten_along_axis(_name)
-    aten_importer(f"_{_name}.default", check=_same_dtype_result)(_direct)
+    aten_importer(f"_{_name}.default")(_direct)
     aten_importer(f"{_name}.int")(_with_dtype)
 
 
