@@ -92,7 +92,9 @@ def test_optimize_model_reports_the_kernels_chosen():
     model = _primitive_model(opset=17)
     data, report = optimize_model(model, cost="analytic", time_limit=10, measure_seconds=0.5)
     f = report.fission
-    assert f["split"] == {} and f["candidates"]["library"] >= 2
+    # the search's normal form reads the written-out GELU as one operator (activations.rules),
+    # which fission splits again: at opset 17 onnxruntime has no one kernel for it
+    assert f["split"] in ({}, {"gelu": 1}) and f["candidates"]["library"] >= 2
     assert {k["kernel"] for k in f["kernels"]} == {"softmax", "layer_norm"}
     assert all(k["replaced"] for k in f["kernels"])
     assert isinstance(f["kept"], bool)

@@ -34,8 +34,9 @@ def fission_rules() -> tuple[Rule, ...]:
 
 @lru_cache(maxsize=None)
 def kernel_rules() -> tuple[Rule, ...]:
-    """Primitives -> the fused operator a library runs as one kernel (kernels.rules)."""
-    return tuple(load_rules([_HERE / "kernels.rules"]))
+    """Primitives -> the fused operator a library runs as one kernel (kernels.rules, and the
+    library's activations, which the search's normal form reads back the same way)."""
+    return tuple(load_rules([_HERE / "kernels.rules", LIBRARY / "activations.rules"]))
 
 
 @lru_cache(maxsize=None)

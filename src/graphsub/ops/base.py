@@ -194,6 +194,9 @@ class OpDef:
     #: Binary and commutative: rules match it with operands in either order, and the
     #: structural hash does not depend on their order.
     commutative: bool = False
+    #: Associative as well (a sum, a product): rules match a chain of it in any association
+    #: (graphsub.rules.matcher's chains), as they match its operands in either order.
+    associative: bool = False
     #: Whether the output is the input's memory: "alias" (the same bytes read as another
     #: shape: reshape and its kin), "strided" (the same bytes with other strides: transpose,
     #: split, slice) or "" (a kernel computes it). A view moves no data (an alias of a

@@ -295,19 +295,22 @@ def _torch_div(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torch
 
 def _binary(name: str, onnx_type: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
             doc: str, commutative: bool = False, torch: LowerFn | None = None,
-            roles: tuple[Role, ...] = ()) -> OpDef:
+            roles: tuple[Role, ...] = (), associative: bool = False) -> OpDef:
     return register(OpDef(
         name=name, inputs=(2, 2), infer=_binary_infer(name), torch=torch or torch_function(name),
         category=Category.ELEMENTWISE, roles=roles,
         evaluate=lambda attrs, xs: (np.asarray(fn(xs[0], xs[1])).astype(xs[0].dtype),),
         export=lambda ctx, attrs, ins, outs, types: ctx.emit(onnx_type, ins, outs),
         flops=_per_element(1), doc=doc, commutative=commutative,
+        associative=associative,
     ))
 
 
-ADD = _binary("add", "Add", np.add, "Element-wise sum with numpy broadcasting.", True)
+ADD = _binary("add", "Add", np.add, "Element-wise sum with numpy broadcasting.", True,
+              associative=True)
 SUB = _binary("sub", "Sub", np.subtract, "Element-wise difference with broadcasting.")
-MUL = _binary("mul", "Mul", np.multiply, "Element-wise product with broadcasting.", True)
+MUL = _binary("mul", "Mul", np.multiply, "Element-wise product with broadcasting.", True,
+              associative=True)
 DIV = _binary("div", "Div", _int_safe_div, "Element-wise quotient with broadcasting.",
               torch=_torch_div,
               # A divisor is positive, and may be a row scaling (one value per row) or the
@@ -350,6 +353,13 @@ def _import_unary(ctx, node):
 def _import_binary(ctx, node):
     a, b = ctx.inputs(node)
     ta, tb = ctx.type_of(a), ctx.type_of(b)
+    if node.op_type == "Pow" and ta.dtype != tb.dtype and ta.dtype.startswith(
+            ("float", "bfloat")):
+        # an exponent typed as an integer (tf2onnx's x ** 3): the same power in x's type
+        exponent = ctx.constant(node.input[1])
+        if exponent is not None and np.issubdtype(np.asarray(exponent).dtype, np.integer):
+            b = ctx.weight(np.asarray(exponent).astype(np.dtype(ta.dtype)))
+            return ctx.add("pow", [a, b])
     if ta.dtype != tb.dtype:
         return None
     if node.op_type == "Mul" and (ta.shape == () or tb.shape == ()) and ta.shape != tb.shape:

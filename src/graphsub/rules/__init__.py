@@ -3,6 +3,7 @@
     from graphsub.rules import builtin_rules, load_rules
     rules = builtin_rules()                       # checked numerically (results cached)
     rules = load_rules(["my.rules"])              # a rule file of your own
+    rules = load_python_rules([python_rule("r", pattern_fn, replacement_fn)])  # in Python
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from graphsub.rules.ast import Rule
 from graphsub.rules.check import CheckedRules, RuleCheckError, check_rule
 from graphsub.rules.matcher import Match, find_matches
 from graphsub.rules.parser import RuleSyntaxError, parse_rules, print_rule, print_rules
+from graphsub.rules.python import load_python_rules, python_rule
 
 LIBRARY = Path(__file__).parent / "library"
 
@@ -69,5 +71,5 @@ def builtin_rules(check: bool = True) -> list[Rule]:
 
 
 __all__ = ["Match", "Rejection", "Rule", "RuleCheckError", "RuleSyntaxError", "apply_match", "builtin_rules",
-           "check_rule", "find_matches", "library_files", "load_rules", "parse_rules",
-           "print_rule", "print_rules"]
+           "check_rule", "find_matches", "library_files", "load_python_rules", "load_rules",
+           "parse_rules", "print_rule", "print_rules", "python_rule"]

@@ -26,7 +26,7 @@ from graphsub.tensors.types import Constant, TensorType
 from graphsub.ops import is_dequantization, is_quantization
 from graphsub.rules.ast import OpTerm, Ref, Rule, Term, Var
 from graphsub.rules.expr import Env, try_evaluate
-from graphsub.rules.matcher import SAME_SHAPES, GraphHost, Match
+from graphsub.rules.matcher import SAME_SHAPES, Match, host_for
 
 H = TypeVar("H")
 
@@ -280,7 +280,7 @@ def build_in_graph(sink: TargetSink[Value], graph: Graph, match: Match[Value]
     if lost is not None:
         return lost
     return build_targets(sink, match.rule,
-                         Env(GraphHost(graph), match.tensors, match.attrs, match.roots))
+                         Env(host_for(graph, match.rule), match.tensors, match.attrs, match.roots))
 
 
 def apply_match(graph: Graph, match: Match[Value]) -> Graph | Rejection:

@@ -17,7 +17,8 @@ from graphsub.ir.graph import Graph, Value
 from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import OpTerm, Rule, Term
 from graphsub.rules.expr import Env, RuleError, try_evaluate
-from graphsub.rules.matcher import GraphHost, find_matches, match_term, no_bindings
+from graphsub.rules.chains import Reciprocal
+from graphsub.rules.matcher import find_matches, host_for, match_term, no_bindings, root_ops
 from graphsub.rules.parser import print_expr, print_term
 
 
@@ -64,9 +65,9 @@ def explain(graph: Graph, rule: Rule) -> list[Explanation]:
     source = rule.sources[0]
     if not isinstance(source, OpTerm):
         raise RuleError(f"rule {rule.name}: a source must be an operator, not a variable")
-    host = GraphHost(graph)
+    host = host_for(graph, rule)
     out = []
-    for nid in sorted(graph.nodes_by_op(source.op)):
+    for nid in sorted(n for op in root_ops(rule) for n in graph.nodes_by_op(op)):
         if source.index >= len(graph[nid].outputs):
             out.append(Explanation(nid, False, False, f"the node has no output {source.index}",
                                    print_term(source), nid))
@@ -77,8 +78,11 @@ def explain(graph: Graph, rule: Rule) -> list[Explanation]:
         if not bindings:
             assert tracer.best is not None  # a failed match always says where
             _, term, where, reason = tracer.best
+            if isinstance(where, Reciprocal):
+                where = where.divisor
             at = where.node if isinstance(where, Value) else where
-            if isinstance(where, Value) and isinstance(term, OpTerm):
+            if isinstance(where, Value) and isinstance(term, OpTerm) \
+                    and reason.startswith("not computed by"):
                 reason = (f"node {at} is {graph[at].op}" + (
                     f" (its output {where.index})" if where.index else "")
                     + f", the pattern asks for {term.op}"
@@ -113,7 +117,7 @@ def _past_the_first_source(graph: Graph, rule: Rule, nid: int,
 def _failed_condition(graph: Graph, rule: Rule, bindings: list[Any], nid: int
                       ) -> tuple[str, str | None, int | None]:
     """The first `where` condition that fails for the first source's bindings at `nid`."""
-    host = GraphHost(graph)
+    host = host_for(graph, rule)
     for st in bindings:
         env = Env(host, st.tensors, st.attrs, (Value(nid, rule.sources[0].index),))
         for cond in rule.conditions:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from graphsub.ir.graph import Graph, Value
 from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import Rule
-from graphsub.rules.matcher import Match, find_matches
+from graphsub.rules.matcher import Match, find_matches, root_ops
 
 
 def rewrite_to_fixed_point(graph: Graph, rules: Sequence[Rule]
@@ -19,7 +19,8 @@ def rewrite_to_fixed_point(graph: Graph, rules: Sequence[Rule]
     match). Weight-only nodes are left alone."""
     by_op: dict[str, list[Rule]] = {}
     for rule in rules:
-        by_op.setdefault(rule.sources[0].op, []).append(rule)  # type: ignore[union-attr]
+        for op in root_ops(rule):
+            by_op.setdefault(op, []).append(rule)
     steps: list[tuple[Graph, Match[Value]]] = []
     stuck: set[tuple[int, object]] = set()  # nodes no rule rewrites, as they are now
     while by_op:

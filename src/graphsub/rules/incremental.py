@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import OpTerm, Rule, Term, Var
-from graphsub.rules.matcher import GraphHost, Match, conditions_hold, find_matches
+from graphsub.rules.matcher import (Match, conditions_hold, find_matches, host_for, reads_forms,
+                                    root_ops)
 
 
 def rule_radius(rule: Rule) -> int | None:
@@ -41,6 +42,8 @@ def rule_radius(rule: Rule) -> int | None:
             adjacency[child].add(vertex)
         return vertex
 
+    if reads_forms(rule):
+        return None  # a chain may be associated deeper in a graph than in its pattern
     roots = [walk(s) for s in rule.sources]
     distance = {roots[0]: 0}
     queue = deque([roots[0]])
@@ -99,15 +102,16 @@ class IncrementalMatcher:
                 if d <= r:
                     by_op.setdefault(graph[n].op, []).append(n)
         out = []
-        host = GraphHost(graph)
         for rule, radius, old in zip(self.rules, self.radii, parent):
+            host = host_for(graph, rule)
             kept = [m for m in old if m.nodes.isdisjoint(gone)
                     and conditions_hold(host, rule, m.tensors, m.attrs, m.roots)]
             if radius is None:  # a pattern that is not connected is matched everywhere
                 found = find_matches(graph, rule)
             else:
                 first = rule.sources[0]
-                roots = within[radius].get(first.op, ()) if isinstance(first, OpTerm) else ()
+                roots = [n for op in root_ops(rule) for n in within[radius].get(op, ())] \
+                    if isinstance(first, OpTerm) else []
                 found = find_matches(graph, rule, first_roots=roots) if roots else []
             fresh = [m for m in found if not m.nodes.isdisjoint(changed)]
             self.counts.reused += len(kept)

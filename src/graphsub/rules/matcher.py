@@ -23,7 +23,9 @@ from functools import lru_cache
 from typing import Any, Generic, Protocol, TypeVar
 
 from graphsub.ir.graph import Graph, Value
-from graphsub.tensors.types import Constant
+from graphsub.rules.chains import PRODUCT_VIEWS, Reciprocal, frontiers, graph_chain_views, \
+    pattern_chain
+from graphsub.tensors.types import Constant, TensorType
 from graphsub.ops import get_op
 from graphsub.ops.base import norm_axis
 from graphsub.rules.ast import AVar, Lit, OpTerm, Rule, Term, Var
@@ -84,6 +86,51 @@ class GraphHost:
 
     def same(self, bound: Value, value: Value) -> bool:
         return bound == value
+
+
+class FormsHost(GraphHost):
+    """A graph where products and sums are read in every form (graphsub.rules.chains), for
+    a rule that writes a chain (`reads_forms`): its products also match a scalar
+    multiplication and a division by a constant, whose reciprocal (a chains.Reciprocal
+    handle) they read, and its chains any association."""
+
+    __slots__ = ()
+
+    def __init__(self, graph: Graph) -> None:
+        super().__init__(graph)
+        self.type_of = self._type_of
+
+    def _type_of(self, value: Value | Reciprocal) -> TensorType:
+        if type(value) is Reciprocal:
+            return self.graph.type_of(value.divisor)
+        return self.graph.type_of(value)
+
+    def is_weight(self, value: Value | Reciprocal) -> bool:
+        return type(value) is Reciprocal or super().is_weight(value)
+
+    def constant(self, value: Value | Reciprocal) -> Constant | None:
+        return value.value if type(value) is Reciprocal else super().constant(value)
+
+    def producers(self, term: OpTerm, value: Value | Reciprocal) -> Sequence[Producer]:
+        if type(value) is Reciprocal:
+            return ()
+        node = self.graph[value.node]
+        if term.op == "mul" and node.op != "mul" and value.index == term.index:
+            return tuple((nid, node, operands) for nid, operands
+                         in graph_chain_views(self.graph, "mul", value)
+                         if len(operands) == len(term.args))
+        return super().producers(term, value)
+
+    def chain_views(self, op: str, value: Value | Reciprocal) -> list[tuple[int, tuple[Any, ...]]]:
+        """The ways `value` is computed as a chain of `op` (chains.graph_chain_views)."""
+        if type(value) is Reciprocal:
+            return []
+        return graph_chain_views(self.graph, op, value)
+
+
+def host_for(graph: Graph, rule: Rule) -> GraphHost:
+    """The host a rule's patterns are matched and its conditions read in."""
+    return FormsHost(graph) if reads_forms(rule) else GraphHost(graph)
 
 
 @dataclass(frozen=True)
@@ -173,6 +220,10 @@ def match_term(host: PatternHost[H], term: Term, handle: H, st: Bindings[H],
         return
     if not isinstance(term, OpTerm):
         raise RuleError("let-bound names may appear only in targets")
+    chain = pattern_chain(term)
+    if chain is not None and isinstance(host, FormsHost):
+        yield from _match_chain(host, term, chain, host.chain_views, handle, st, tracer)
+        return
     producers = host.producers(term, handle)
     if not producers and tracer is not None:
         tracer.fail(term, handle, f"not computed by {term.op}"
@@ -252,6 +303,50 @@ def _wanted(host: PatternHost[H], st: Bindings[H], e: Any) -> Any:
     return want if ok else _UNKNOWN
 
 
+def _match_chain(host: PatternHost[H], term: OpTerm, chain: tuple[Term, ...], views: Any,
+                 handle: H, st: Bindings[H], tracer: Tracer | None) -> Iterator[Bindings[H]]:
+    """Every way the pattern's chain of operands matches `handle` read as a chain of the
+    same length, in any association and order (graphsub.rules.chains); each set of bindings
+    once."""
+    seen: set[tuple[Any, ...]] = set()
+    found = False
+    for leaves, nodes in frontiers(views, term.op, handle, len(chain)):
+        found = True
+        start = st.copy()
+        start.nodes |= nodes
+        for done in _match_operands(host, _operand_order(chain), leaves, start, tracer):
+            key = (tuple(sorted(done.tensors.items(), key=lambda kv: kv[0])),
+                   tuple(sorted(done.attrs.items(), key=lambda kv: kv[0])),
+                   frozenset(done.nodes))
+            if key not in seen:
+                seen.add(key)
+                yield done
+    if not found and tracer is not None:
+        tracer.fail(term, handle, f"not a chain of {len(chain)} operands of {term.op} in any "
+                                  "association")
+
+
+def _operand_order(chain: tuple[Term, ...]) -> tuple[Term, ...]:
+    """Operator terms first: they bind variables that the bare ones then only compare."""
+    return tuple(sorted(chain, key=lambda t: not isinstance(t, OpTerm)))
+
+
+def _match_operands(host: PatternHost[H], terms: tuple[Term, ...], leaves: tuple[H, ...],
+                    st: Bindings[H], tracer: Tracer | None) -> Iterator[Bindings[H]]:
+    """The pattern's operands matched to the graph's in any order, one to one."""
+    if not terms:
+        yield st
+        return
+    tried: list[H] = []
+    for i, leaf in enumerate(leaves):
+        if any(host.same(t, leaf) for t in tried):
+            continue  # the same operand twice (x * x): one order is enough
+        tried.append(leaf)
+        for st2 in match_term(host, terms[0], leaf, st, tracer):
+            yield from _match_operands(host, terms[1:], leaves[:i] + leaves[i + 1:], st2,
+                                       tracer)
+
+
 def _match_args(host: PatternHost[H], terms: tuple[Term, ...], handles: tuple[H, ...],
                 st: Bindings[H], tracer: Tracer | None = None) -> Iterator[Bindings[H]]:
     if not terms:
@@ -285,20 +380,74 @@ def symmetric_sources(rule: Rule) -> bool:
 
 # ---- matches in a graph ---------------------------------------------------------------------
 
-def _root_candidates(graph: Graph, term: Term, st: Bindings[Value]) -> Iterator[Value]:
+@lru_cache(maxsize=None)
+def reads_forms(rule: Rule) -> bool:
+    """Whether the rule writes a chain (a product or sum of three or more operands, chains.
+    pattern_chain): such a rule recognises an expression however it is written, and its
+    products are read in every form; any other rule matches as written."""
+
+    def has_chain(term: Term) -> bool:
+        return isinstance(term, OpTerm) and (pattern_chain(term) is not None
+                                             or any(has_chain(a) for a in term.args))
+
+    return any(has_chain(s) for s in rule.sources)
+
+
+def root_ops(rule: Rule) -> tuple[str, ...]:
+    """The operators of the nodes the rule's first source root may match: where the rule
+    reads forms, a product may be a scalar multiplication, a division or a power
+    (graphsub.rules.chains)."""
+    return _term_ops(rule.sources[0], reads_forms(rule))
+
+
+def _term_ops(term: Term, forms: bool) -> tuple[str, ...]:
     if not isinstance(term, OpTerm):
         raise RuleError("a source term must be an operator, not a bare variable")
-    for arg in term.args:
+    return ("mul", *PRODUCT_VIEWS) if forms and term.op == "mul" else (term.op,)
+
+
+@lru_cache(maxsize=None)
+def built_variables(rule: Rule) -> frozenset[str]:
+    """The tensor variables a rule's targets build with."""
+    names: set[str] = set()
+
+    def walk(term: Term) -> None:
+        if isinstance(term, Var):
+            names.add(term.name)
+        elif isinstance(term, OpTerm):
+            for arg in term.args:
+                walk(arg)
+
+    for term in (*rule.targets, *(t for _, t in rule.lets)):
+        walk(term)
+    return frozenset(names)
+
+
+def _reads_only(rule: Rule, tensors: Mapping[str, Any]) -> bool:
+    """Whether the match builds nothing from a reciprocal it read (chains.Reciprocal): one
+    is compared by value, never made into a tensor, so that reading `x / c` as `x * (1/c)`
+    lets a rule recognise a form without letting it rewrite divisions into products."""
+    built = built_variables(rule)
+    return not any(type(h) is Reciprocal and name in built for name, h in tensors.items())
+
+
+def _root_candidates(graph: Graph, term: Term, st: Bindings[Value], forms: bool
+                     ) -> Iterator[Value]:
+    ops = _term_ops(term, forms)
+    assert isinstance(term, OpTerm)
+    # In every form, a product's operands need not be its root's inputs: no join there.
+    for arg in () if forms else term.args:
         if isinstance(arg, Var) and arg.name in st.tensors:
             bound = st.tensors[arg.name]
             seen = set()
             for user, _ in graph.users().get(bound.node, ()):
-                if user not in seen and graph[user].op == term.op:
+                if user not in seen and graph[user].op in ops:
                     seen.add(user)
                     yield Value(user, term.index)
             return
-    for nid in graph.nodes_by_op(term.op):
-        yield Value(nid, term.index)
+    for op in ops:
+        for nid in graph.nodes_by_op(op):
+            yield Value(nid, term.index)
 
 
 def find_matches(graph: Graph, rule: Rule, limit: int | None = None,
@@ -307,23 +456,26 @@ def find_matches(graph: Graph, rule: Rule, limit: int | None = None,
     `first_roots`, only those whose first source root is one of these nodes."""
     out: list[Match[Value]] = []
     symmetric = symmetric_sources(rule)
-    host = GraphHost(graph)
+    forms = reads_forms(rule)
+    host = host_for(graph, rule)
 
     def extend(k: int, st: Bindings[Value], roots: tuple[Value, ...]) -> None:
         if limit is not None and len(out) >= limit:
             return
         if k == len(rule.sources):
-            if not conditions_hold(host, rule, st.tensors, st.attrs, roots):
+            if forms and not _reads_only(rule, st.tensors) or not conditions_hold(
+                    host, rule, st.tensors, st.attrs, roots):
                 return
             out.append(Match(rule, roots, dict(st.tensors), dict(st.attrs), frozenset(st.nodes)))
             return
         if k == 0 and first_roots is not None:
             source = rule.sources[0]
             assert isinstance(source, OpTerm)
+            ops = root_ops(rule)
             candidates: Iterable[Value] = (Value(n, source.index) for n in first_roots
-                                           if graph[n].op == source.op)
+                                           if graph[n].op in ops)
         else:
-            candidates = _root_candidates(graph, rule.sources[k], st)
+            candidates = _root_candidates(graph, rule.sources[k], st, forms)
         for cand in candidates:
             if cand in roots or cand.index >= len(graph[cand.node].outputs):
                 continue

@@ -31,7 +31,7 @@ from graphsub.search.pricing import price_rewrite
 from graphsub.search.result import OptimizeResult, Step
 
 #: The library files whose rules make the normal form (by file name).
-NORMAL_FORM_FILES = frozenset({"attention.rules", "cleanup.rules"})
+NORMAL_FORM_FILES = frozenset({"activations.rules", "attention.rules", "cleanup.rules"})
 
 
 def normal_form_rules(rules: Sequence[Rule]) -> list[Rule]:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from graphsub.ir.graph import Graph, Value
+from graphsub.rules.chains import Reciprocal
 from graphsub.rules.matcher import Match
 
 
@@ -61,8 +62,14 @@ class StepMatch:
     @classmethod
     def of(cls, match: Match[Value]) -> StepMatch:
         return cls(tuple(sorted(match.nodes)), tuple((v.node, v.index) for v in match.roots),
-                   {name: (v.node, v.index) for name, v in sorted(match.tensors.items())},
+                   {name: _position(v) for name, v in sorted(match.tensors.items())},
                    {name: _plain(value) for name, value in sorted(match.attrs.items())})
+
+
+def _position(handle: Value | Reciprocal) -> tuple[int, int]:
+    """Where a bound tensor is: a reciprocal read in a product's chain, at its divisor."""
+    value = handle.divisor if isinstance(handle, Reciprocal) else handle
+    return value.node, value.index
 
 
 def _plain(value: Any) -> Any:
