@@ -19,10 +19,10 @@ rules of its own, so it matches a pattern's tree as written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any
+from functools import wraps
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -47,11 +47,34 @@ class Reciprocal:
     value: Constant = field(compare=False, hash=False)
 
 
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def by_identity(fn: Callable[[T], R]) -> Callable[[T], R]:
+    """`fn` of a rule or term computed once per object. Rules and terms are frozen
+    dataclasses whose hash walks the whole tree: an lru_cache keyed on them costs as much as
+    what it saves in the matcher's inner loop. The object is kept alive with its value, so
+    that its id is not reused."""
+    cache: dict[int, tuple[T, R]] = {}
+
+    @wraps(fn)
+    def cached(obj: T) -> R:
+        hit = cache.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        value = fn(obj)
+        cache[id(obj)] = (obj, value)
+        return value
+
+    return cached
+
+
 def _chainable(term: Term, op: str) -> bool:
     return isinstance(term, OpTerm) and term.op == op and not term.attrs and term.index == 0
 
 
-@lru_cache(maxsize=None)
+@by_identity
 def pattern_chain(term: OpTerm) -> tuple[Term, ...] | None:
     """The operands of the chain a pattern term heads, where it nests its own associative
     operator (`(mul (mul ?x ?h) (erf ?y))`: ?x, ?h, (erf ?y)); None for any other term, which

@@ -19,12 +19,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Generic, Protocol, TypeVar
 
 from graphsub.ir.graph import Graph, Value
-from graphsub.rules.chains import PRODUCT_VIEWS, Reciprocal, frontiers, graph_chain_views, \
-    pattern_chain
+from graphsub.rules.chains import (PRODUCT_VIEWS, Reciprocal, by_identity, frontiers,
+                                   graph_chain_views, pattern_chain)
 from graphsub.tensors.types import Constant, TensorType
 from graphsub.ops import get_op
 from graphsub.ops.base import norm_axis
@@ -181,7 +180,7 @@ def _canonical_literal(op: str, key: str, value: Any) -> Any:
 SAME_SHAPES = "same-shapes"
 
 
-@lru_cache(maxsize=None)
+@by_identity
 def _compiled_literals(term: OpTerm) -> tuple[tuple[str, Any, bool], ...]:
     """(key, canonical literal, is_literal) for each attribute pattern of a term."""
     out = []
@@ -220,8 +219,7 @@ def match_term(host: PatternHost[H], term: Term, handle: H, st: Bindings[H],
         return
     if not isinstance(term, OpTerm):
         raise RuleError("let-bound names may appear only in targets")
-    chain = pattern_chain(term)
-    if chain is not None and isinstance(host, FormsHost):
+    if type(host) is FormsHost and (chain := pattern_chain(term)) is not None:
         yield from _match_chain(host, term, chain, host.chain_views, handle, st, tracer)
         return
     producers = host.producers(term, handle)
@@ -367,7 +365,7 @@ def conditions_hold(host: TensorHost[H], rule: Rule, tensors: Mapping[str, H],
     return True
 
 
-@lru_cache(maxsize=None)
+@by_identity
 def symmetric_sources(rule: Rule) -> bool:
     """Whether all source terms are the same up to variable names, so that root order does not
     matter and each set of roots need be matched once."""
@@ -380,7 +378,7 @@ def symmetric_sources(rule: Rule) -> bool:
 
 # ---- matches in a graph ---------------------------------------------------------------------
 
-@lru_cache(maxsize=None)
+@by_identity
 def reads_forms(rule: Rule) -> bool:
     """Whether the rule writes a chain (a product or sum of three or more operands, chains.
     pattern_chain): such a rule recognises an expression however it is written, and its
@@ -406,7 +404,7 @@ def _term_ops(term: Term, forms: bool) -> tuple[str, ...]:
     return ("mul", *PRODUCT_VIEWS) if forms and term.op == "mul" else (term.op,)
 
 
-@lru_cache(maxsize=None)
+@by_identity
 def built_variables(rule: Rule) -> frozenset[str]:
     """The tensor variables a rule's targets build with."""
     names: set[str] = set()
