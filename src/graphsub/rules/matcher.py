@@ -5,7 +5,8 @@ A host is what the patterns are matched in: a graph, whose handles are values, o
 (graphsub.egraph.ematch), whose handles are e-classes. `match_term` and `match_node` decide
 whether a term matches there (operator, output index, attributes, shape conditions, both
 operand orders of a commutative op) for either, so a change to what a pattern means is one
-edit. Where to try the roots is the host's own search: `find_matches` below for graphs, the
+edit. A rule that writes a chain of sums or products is matched in a graph in every form
+(`FormsHost`, graphsub.rules.chains). Where to try the roots is the host's own search: `find_matches` below for graphs, the
 semi-naive `SourceIndex` for e-graphs.
 
 Source terms are trees, so matching one root at one node is deterministic; the search is over
