@@ -72,3 +72,15 @@ def test_a_function_that_returns_no_tensor_is_a_clear_error():
         python_rule("bad", lambda op, x: 3, gelu)
     with pytest.raises(PythonRuleError, match="neither a tensor"):
         python_rule("bad", lambda op, x: op.relu("x"), gelu)
+
+
+def test_an_attribute_variable_carries_an_attribute_over():
+    def pattern(op, x):
+        return op.relu(op.transpose(x, perm=op.attr("p")))
+
+    def replacement(op, x):
+        return op.transpose(op.relu(x), perm=op.attr("p"))
+
+    rule = load_python_rules([python_rule("py-relu-transpose", pattern, replacement)])[0]
+    assert print_rule(rule).splitlines()[1:] == ["  (relu (transpose :perm ?p ?x))",
+                                                 "  => (transpose :perm ?p (relu ?x))"]

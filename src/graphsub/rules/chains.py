@@ -125,8 +125,6 @@ def graph_chain_views(graph: Graph, op: str, value: Value) -> list[tuple[int, tu
         divisor = _float_constant(graph, node.inputs[1])
         if divisor is None or not np.all(divisor.array != 0):
             return []
-        if divisor.type.shape != graph.type_of(node.inputs[1]).shape:
-            return []
         inverse = Constant((1.0 / divisor.array.astype(np.float64)).astype(divisor.array.dtype))
         return [(value.node, (node.inputs[0], Reciprocal(node.inputs[1], inverse)))]
     if node.op == "pow":

@@ -81,13 +81,6 @@ class Traced:
     def __matmul__(self, other: Any) -> Traced:
         return self._binary("matmul", other)
 
-    def __getitem__(self, index: int) -> Traced:
-        """Output `index` of a multi-output operator."""
-        term = self.term
-        if not isinstance(term, OpTerm) or term.index:
-            raise PythonRuleError("only an operator's result has outputs to pick")
-        return Traced(OpTerm(term.op, term.attrs, term.args, index), self.tracer)
-
 
 class _AttrVar:
     """An attribute variable, `op.attr("name")`."""
