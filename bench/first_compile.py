@@ -37,7 +37,7 @@ def main() -> None:
     p.add_argument("--time-limit", type=float, default=10.0)
     args = p.parse_args()
     torch_compile.start_run = timed("start_run", torch_compile.start_run)
-    torch_compile.run_stages = timed("stages", torch_compile.run_stages)
+    torch_compile.run_stage = timed("stage", torch_compile.run_stage)
     torch.manual_seed(0)
     config = transformers.LlamaConfig(hidden_size=256, intermediate_size=512,
                                       num_hidden_layers=2, num_attention_heads=4,

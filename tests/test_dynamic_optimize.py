@@ -130,13 +130,12 @@ def test_a_dynamic_model_is_searched_and_written_with_its_sizes():
 def _verify(candidate_graph, model):
     """The verify stage on a hand-made choice of `candidate_graph` for `model`."""
     graph = graphsub.load(model)
-    run = start_run(graph, Settings.make(cost="analytic"), original=model.SerializeToString())
+    context = start_run(graph, Settings.make(cost="analytic"), original=model.SerializeToString())
     data = graphsub.to_onnx(candidate_graph).SerializeToString()
-    run.exported = [(Candidate(candidate_graph, 0.0, ()), data)]
-    run.selection = Selection("faster", chosen=0,
-                              runnable=run.target.prepare(candidate_graph, data, "candidate"))
-    verify(run, StageClock.lasting(60))
-    return run
+    exported = [(Candidate(candidate_graph, 0.0, ()), data)]
+    selection = Selection("faster", chosen=0,
+                          runnable=context.target.prepare(candidate_graph, data, "candidate"))
+    return verify(context, StageClock.lasting(60), exported, selection)
 
 
 def test_verification_checks_every_binding_and_a_size_dependent_mistake_fails_it():
@@ -147,9 +146,9 @@ def test_verification_checks_every_binding_and_a_size_dependent_mistake_fails_it
     x = b.input("x", (BATCH, 4))
     b.output(b.mul(x, b.weight(np.float32(2))), "y")
     right = b.build({"symbols": {"batch": SymbolRange()}})
-    run = _verify(right, model)
-    assert run.chosen is not None and len(run.verified_at) >= 5
-    assert {"batch": 1} in run.verified_at
+    verified = _verify(right, model)
+    assert verified.chosen is not None and len(verified.verified_at) >= 5
+    assert {"batch": 1} in verified.verified_at
     # right at the profile's batch of 1 only: the first row, repeated
     b = GraphBuilder()
     x = b.input("x", (BATCH, 4))
@@ -158,8 +157,10 @@ def test_verification_checks_every_binding_and_a_size_dependent_mistake_fails_it
     wrong = b.build({"symbols": {"batch": SymbolRange()}})
     with pytest.warns(RuntimeWarning, match="verification failed"):
         failed = _verify(wrong, model)
-    assert "does not match" in str(failed.verification_failure)
-    assert failed.chosen is None and failed.chosen_model == model.SerializeToString()
+    assert "does not match" in str(failed.failure)
+    assert failed.chosen is None and failed.model == model.SerializeToString()
+    assert failed.selection.chosen is None
+    assert failed.selection.outcome == "verification-failed"
 
 
 def test_an_operator_reading_sizes_is_timed_at_the_sizes_it_will_see():

@@ -99,6 +99,7 @@ class Budget:
     _window_end: float | None = field(default=None, repr=False)
     #: What the search left to the fission stage (None: no search has run).
     _fission_share: float | None = field(default=None, repr=False)
+    _interrupted: bool = field(default=False, repr=False)
 
     def search_window_end(self) -> float:
         """When the search and fission must be done."""
@@ -145,6 +146,13 @@ class Budget:
         from here, not all the time the limit had left (a user who stops a search wants
         its result soon)."""
         self._window_end = min(self.search_window_end(), time.perf_counter())
+        self._interrupted = True
+
+    @property
+    def was_interrupted(self) -> bool:
+        """Whether Ctrl-C ended the search (the stages that make no sense after it are
+        skipped)."""
+        return self._interrupted
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started

@@ -25,7 +25,7 @@ from typing import Any
 
 from graphsub.budget import Budget
 from graphsub.ir.graph import Graph
-from graphsub.pipeline import (SEARCH, Settings, VerificationError, model_stages, run_stages,
+from graphsub.pipeline import (SEARCH, Settings, VerificationError, optimize_stages, run_stage,
                                start_run)
 from graphsub.progress import StepLog, current_reporter, reporting
 from graphsub.report.optimize import OptimizeReport
@@ -61,11 +61,9 @@ def optimize(graph: Graph, rules: Sequence[Rule] | None = None,
     if algorithm is not None:
         overrides["algorithm"] = algorithm
     chosen = settings_of(settings, overrides).replace(fission=False)
-    run = start_run(graph, chosen, rules, Budget(chosen.time_limit, measuring=False),
-                    progress=progress)
-    run_stages(run, [SEARCH])
-    assert run.result is not None
-    return run.result
+    context = start_run(graph, chosen, rules, Budget(chosen.time_limit, measuring=False),
+                        progress=progress)
+    return run_stage(context, SEARCH).result
 
 
 def optimize_model(graph: Graph, original: ModelData | None = None, label: str = "model",
@@ -89,16 +87,15 @@ def optimize_model(graph: Graph, original: ModelData | None = None, label: str =
     chosen = settings_of(settings, overrides)
     budget = Budget(chosen.time_limit, chosen.measure_limit, fission=chosen.fission,
                     started=time.perf_counter() if started is None else started)
-    run = start_run(graph, chosen, rules, budget, original=original, label=label,
-                    say=say or (lambda message: None), progress=progress)
+    context = start_run(graph, chosen, rules, budget, original=original, label=label,
+                        say=say or (lambda message: None), progress=progress)
     log = StepLog(forward=current_reporter())
     with reporting(log):
-        run_stages(run, model_stages(chosen))
-    report: OptimizeReport = run.product
+        outcome = optimize_stages(context)
+    report = outcome.report
     report.seconds = budget.as_dict()
     report.steps.update({name: count.as_dict() for name, count in log.steps.items()})
-    assert run.chosen_model is not None
-    return run.chosen_model, report
+    return outcome.model, report
 
 
 __all__ = ["Settings", "VerificationError", "optimize", "optimize_model"]

@@ -13,7 +13,7 @@ from onnx import helper
 import graphsub
 from graphsub.budget import StageClock
 from graphsub.pipeline import PEERS as PEERS_STAGE
-from graphsub.pipeline import Settings, model_stages, start_run
+from graphsub.pipeline import Settings, start_run
 from graphsub.pipeline.export_stages import peer_candidates
 from graphsub.backends.peers import PEERS, Peer, apply_peer, installed_peers, operator_domains
 from graphsub.errors import GraphsubError
@@ -81,16 +81,14 @@ def test_peer_outputs_are_candidates_named_by_their_peer():
     model = foldable_model()
     graph = graphsub.load(model)
     settings = Settings.make(target="ort-cpu", cost="analytic", time_limit=10)
-    assert PEERS_STAGE in model_stages(settings)
-    assert PEERS_STAGE not in model_stages(Settings.make(target="ort-cpu", peers=False))
-    run = start_run(graph, settings, original=model.SerializeToString())
-    peer_candidates(run, StageClock("peers", 0.0, None))
-    named = [c.trace[-1].rule for c, _ in run.exported]
+    context = start_run(graph, settings, original=model.SerializeToString())
+    peers = peer_candidates(context, StageClock("peers", 0.0, None))
+    named = [c.trace[-1].rule for c, _ in peers]
     assert "onnxruntime (basic level, saved)" in named
-    assert all(c.trace[-1].kind is StepKind.PEER for c, _ in run.exported)
-    assert all(operator_domains(data) == {""} for _, data in run.exported)  # no --ort-fusions
+    assert all(c.trace[-1].kind is StepKind.PEER for c, _ in peers)
+    assert all(operator_domains(data) == {""} for _, data in peers)  # no --ort-fusions
     x = np.random.default_rng(1).standard_normal((8, 32)).astype(np.float32)
-    for _, data in run.exported:
+    for _, data in peers:
         np.testing.assert_allclose(_run(data, x), _run(model.SerializeToString(), x),
                                    rtol=1e-5, atol=1e-5)
 
@@ -99,12 +97,11 @@ def test_peers_left_when_their_share_of_the_window_runs_out_are_named():
     """A peer cannot be stopped halfway (onnxsim's import alone takes seconds), so none starts
     once the stage's share of the search's time is spent; the note names them."""
     model = foldable_model()
-    run = start_run(graphsub.load(model), Settings.make(target="ort-cpu", cost="analytic"),
-                    original=model.SerializeToString())
-    peer_candidates(run, StageClock("peers", 0.0, 0.0))  # a deadline long past
-    assert run.exported == []
+    context = start_run(graphsub.load(model), Settings.make(target="ort-cpu", cost="analytic"),
+                        original=model.SerializeToString())
+    assert peer_candidates(context, StageClock("peers", 0.0, 0.0)) == []  # a deadline long past
     assert any(note.startswith("not run for lack of time") and
-               "onnxruntime (basic level, saved)" in note for note in run.notes)
+               "onnxruntime (basic level, saved)" in note for note in context.notes)
 
 
 def test_the_peers_get_a_share_of_the_search_window():
@@ -143,23 +140,23 @@ def _searched_after_peers(model: onnx.ModelProto, peers: list[Peer], monkeypatch
     from graphsub.pipeline.search_stages import search
 
     monkeypatch.setattr(peers_module, "PEERS", tuple(peers))
-    run = start_run(graphsub.load(model),
-                    Settings.make(target="ort-cpu", cost="analytic", time_limit=10),
-                    original=model.SerializeToString())
-    peer_candidates(run, StageClock("peers", 0.0, None))
-    search(run, StageClock.lasting(6.0, "search"))
-    return run
+    context = start_run(graphsub.load(model),
+                        Settings.make(target="ort-cpu", cost="analytic", time_limit=10),
+                        original=model.SerializeToString())
+    peers = peer_candidates(context, StageClock("peers", 0.0, None))
+    return context, peers, search(context, StageClock.lasting(6.0, "search"), peers)
 
 
 def test_the_search_goes_on_from_a_peer_output_priced_below_the_input(monkeypatch):
     model = conv_bn_branches_model()
     basic = next(p for p in PEERS if p.name == "onnxruntime (basic level, saved)")
-    run = _searched_after_peers(model, [basic], monkeypatch)
-    assert any(n.startswith(f"the search went on from {basic.name}'s output") for n in run.notes)
-    built = [c for c in run.result.candidates if c.trace and c.trace[0].kind is StepKind.PEER]
+    context, _, found = _searched_after_peers(model, [basic], monkeypatch)
+    assert any(n.startswith(f"the search went on from {basic.name}'s output")
+               for n in context.notes)
+    built = [c for c in found.result.candidates if c.trace and c.trace[0].kind is StepKind.PEER]
     assert len(built) == 1 and built[0].trace[0].rule == basic.name
     assert len(built[0].trace) > 1  # rewritten further by graphsub's rules
-    assert run.result.candidates.index(built[0]) < run.settings.candidates  # it is timed
+    assert found.result.candidates.index(built[0]) < context.settings.candidates  # it is timed
     x = np.random.default_rng(1).standard_normal((1, 8, 16, 16)).astype(np.float32)
     np.testing.assert_allclose(_run(graphsub.to_onnx(built[0].graph).SerializeToString(), x),
                                _run(model.SerializeToString(), x), rtol=1e-4, atol=1e-4)
@@ -175,13 +172,13 @@ def test_a_peer_output_graphsub_cannot_start_from_is_passed_over_with_a_note(mon
         proto.graph.input[0].name = "image"
         return proto.SerializeToString()
 
-    run = _searched_after_peers(conv_bn_branches_model(), [Peer("renamer", renaming)],
-                                monkeypatch)
-    assert [c.trace[0].rule for c, _ in run.exported] == ["renamer"]
+    context, peers, found = _searched_after_peers(
+        conv_bn_branches_model(), [Peer("renamer", renaming)], monkeypatch)
+    assert [c.trace[0].rule for c, _ in peers] == ["renamer"]
     assert "the search could not start from renamer's output: its inputs differ from the " \
-           "original's" in run.notes
+           "original's" in context.notes
     assert not any(c.trace and c.trace[0].kind is StepKind.PEER
-                   for c in run.result.candidates)
+                   for c in found.result.candidates)
 
 
 _ORT_BASIC = next(p for p in PEERS if p.name == "onnxruntime (basic level, saved)").apply

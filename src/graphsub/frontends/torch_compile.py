@@ -63,7 +63,8 @@ from graphsub.frontends.fx_import import (ConversionError, convert_graph, symbol
                                           unsupported_reason)
 from graphsub.ir.binding import is_symbolic_graph
 from graphsub.tensors.symbolic import bind_all, evaluate_size
-from graphsub.pipeline import FISSION, SEARCH, Run, Settings, Stage, run_stages, start_run
+from graphsub.pipeline import (FISSION, SEARCH, Found, RunContext, Settings, Stage, run_stage,
+                               start_run)
 from graphsub.rules import Rule
 from graphsub.search.normal_form import normal_form, normal_form_rules
 from graphsub.runtime.bindings import ProfileShape
@@ -700,23 +701,25 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
     positions = [part.placeholders.index(n) for n in inputs]
     # Generated kernels only where graphsub's program runs them: a graph handed on to
     # inductor is compiled whole by it.
-    run = start_run(graph, settings, rules,
-                    Budget(settings.time_limit, fission=settings.fission, measuring=False),
-                    generate_kernels=not opts.inductor,
-                    example_inputs=[example[i] for i in positions], warning=GraphsubWarning)
-    run_stages(run, [SEARCH, *((FISSION, RACE) if settings.fission else ())])
-    result = run.result
-    assert result is not None
+    context = start_run(graph, settings, rules,
+                        Budget(settings.time_limit, fission=settings.fission, measuring=False),
+                        generate_kernels=not opts.inductor,
+                        example_inputs=[example[i] for i in positions], warning=GraphsubWarning)
+    found = run_stage(context, SEARCH)
+    fission_won = False
+    if settings.fission:
+        found = run_stage(context, FISSION, found)
+        fission_won = run_stage(context, RACE, found)
+    result = found.result
     report = PartReport(len(graph), dict(result.rules_used()), result.initial_cost,
                         result.final_cost, result.stats.seconds)
     best = result.graph
-    if run.fission is not None:
-        kept = run.product is run.fission
-        report.fission = {**run.fission.as_dict(), "kept": kept}
-        if kept:
-            best, report.predicted_after = run.fission.graph, run.fission.cost
-    normal, steps = normal_form(graph, normal_form_rules(run.rules), run.cost_model)
-    report.notes = run.cost_model.notes()
+    if found.fission is not None:
+        report.fission = {**found.fission.as_dict(), "kept": fission_won}
+        if fission_won:
+            best, report.predicted_after = found.fission.graph, found.fission.cost
+    normal, steps = normal_form(graph, normal_form_rules(context.rules), found.cost_model)
+    report.notes = found.cost_model.notes()
     output = next(n for n in part.sub.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))
     strides = _output_strides(part.sub, example)
@@ -740,20 +743,20 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
     return _PartOutcome(module, normal_module, report)
 
 
-def _race_fission(run: Run, clock: StageClock) -> None:
-    """Fission's graph replaces the search's (run.product: the fission outcome that won) only
-    where it is predicted cheaper and graphsub's program of it runs faster on the part's
-    inputs: per-operator timings can prefer a library kernel (attention) that is slower end to
-    end than what it replaces. The race's seconds (RACE_SECONDS at most, while undecided)
-    come on top of the part's time limit."""
-    result, outcome = run.result, run.fission
-    if result is None or outcome is None or not outcome.cost < result.final_cost:
-        return
-    if _runs_faster(outcome.graph, result.graph, run.target, run.example_inputs):
-        run.product = outcome
+def _race_fission(context: RunContext, clock: StageClock, found: Found) -> bool:
+    """Whether fission's graph replaces the search's: only where it is predicted cheaper and
+    graphsub's program of it runs faster on the part's inputs (per-operator timings can
+    prefer a library kernel, attention, that is slower end to end than what it replaces).
+    The race's seconds (RACE_SECONDS at most, while undecided) come on top of the part's
+    time limit."""
+    result, outcome = found.result, found.fission
+    if outcome is None or not outcome.cost < result.final_cost:
+        return False
+    return _runs_faster(outcome.graph, result.graph, context.target, context.example_inputs)
 
 
-RACE = Stage("race", _race_fission)
+#: After a Ctrl-C, fission did not run: the search's graph stays.
+RACE = Stage("race", _race_fission, skipped=lambda found: False)
 
 
 #: A race between two ways of running the same graph (runtime.speedup.sequential, one call of

@@ -52,7 +52,7 @@ from graphsub.fuzz.models import fuzz_sizes, other_sizes, random_inputs, run_ref
 from graphsub.ir.graph import Graph
 from graphsub.onnx_io import load, to_onnx_bytes
 from graphsub.optimizer import optimize, optimize_model
-from graphsub.pipeline import FISSION, Settings, run_stages, start_run
+from graphsub.pipeline import FISSION, Found, Settings, run_stage, start_run
 from graphsub.rules import Rule, builtin_rules, load_rules
 from graphsub.runtime.bindings import ProfileShape
 from graphsub.runtime.equivalence import SAME_FUNCTION, ModelFn, Tolerance, compare_outputs
@@ -574,15 +574,17 @@ def _fission(subject: _Subject) -> Outcome:
     if outcome is not None:
         return outcome
     subject.add_found("fission", primitive, ["fission"])
-    run = start_run(subject.graph, Settings.make(cost="analytic", target="ort-cpu", threads=1,
-                                                 shape_profile=subject.profile()),
-                    budget=Budget(FISSION_SECONDS, measuring=False))
+    context = start_run(subject.graph,
+                        Settings.make(cost="analytic", target="ort-cpu", threads=1,
+                                      shape_profile=subject.profile()),
+                        budget=Budget(FISSION_SECONDS, measuring=False))
     with warnings.catch_warnings():  # a failure inside is this stage's finding, not a warning
         warnings.simplefilter("ignore", RuntimeWarning)
-        run_stages(run, [FISSION])
-    if run.fission is None:
-        return Outcome("fission", "error", "; ".join(run.notes)[:500], kind="orchestration failed")
-    orchestrated = run.fission.graph
+        found = run_stage(context, FISSION, Found.unsearched(context))
+    if found.fission is None:
+        return Outcome("fission", "error", "; ".join(context.notes)[:500],
+                       kind="orchestration failed")
+    orchestrated = found.fission.graph
     trace = ["fission", "orchestration"]
     outcome = _check_candidate(subject, "fission", "orchestrated graph", orchestrated, trace)
     if outcome is not None:

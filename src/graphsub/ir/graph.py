@@ -266,6 +266,15 @@ class Graph:
     def edit(self) -> GraphEditor:
         return GraphEditor(self)
 
+    def with_meta(self, **facts: Any) -> Graph:
+        """The same computation with these facts added to its meta: what a stage learns about
+        the model (the input values it runs at) goes into a new graph, never into one that
+        others hold."""
+        g = Graph(self._nodes, self.inputs, self.outputs, self.output_names,
+                  {**self.meta, **facts}, self._next_id, check=False)
+        g._topo = self._topo
+        return g
+
     def dce(self) -> Graph:
         """A graph without the nodes that no output depends on (graph inputs are kept)."""
         order = self.topo_order()

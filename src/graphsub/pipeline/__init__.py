@@ -1,42 +1,37 @@
-"""graphsub's main job as named stages over one shared state (`Run`) and one time budget
-(graphsub.budget), with one `Settings` object read by every stage.
+"""graphsub's main job as named stages that take values and return values, over one
+context (`RunContext`: the settings, the model, the target, the cost model) and one time
+budget (graphsub.budget).
 
-| stage | module | what it does |
-|---|---|---|
-| probe | `probe_stage` | the original run once; other sizes or input values where it fails |
-| peers | `export_stages` | other tools' optimizers (onnxruntime, onnxscript, onnxslim) as candidates |
-| search | `search_stages` | the search the settings name (optionally within MetaFlow's split) |
-| fission | `search_stages` | fission and Korch's kernel orchestration of the best graph |
-| export | `export_stages` | candidates written as ONNX |
-| ort-fusions | `export_stages` | onnxruntime's fused operators, where asked |
-| measure | `measure_stages` | candidates timed and confirmed on the target (graphsub.selection) |
-| verify | `measure_stages` | the chosen candidate checked against the original |
-| report | `report_stage` | the OptimizeReport |
+| stage | module | takes | makes |
+|---|---|---|---|
+| probe | `probe_stage` | | the context where the original runs (sizes, input values) |
+| peers | `export_stages` | | other tools' optimizers' outputs (onnxruntime, onnxscript, onnxslim) |
+| search | `search_stages` | peers | `Found`: the search's candidates (optionally in MetaFlow's split) |
+| fission | `search_stages` | found | found, with fission and Korch's orchestration of its best |
+| export | `export_stages` | found, peers | the candidates written as ONNX |
+| ort-fusions | `export_stages` | found, exported | those and onnxruntime's fused operators |
+| measure | `measure_stages` | exported | the `Selection`: candidates timed on the target |
+| verify | `measure_stages` | exported, selection | `Verified`: the model to write, checked |
+| report | `report_stage` | found, exported, verified | the OptimizeReport |
 
-`optimize_model` runs `model_stages(settings)`, `optimize` the search alone, the torch.compile backend
-the search and fission of each captured part and its own race (graphsub.frontends), the
-fuzzer each stage it checks; all through `run_stages`.
+`optimize_model` runs them through `optimize_stages` (graphsub.pipeline.model), `optimize`
+the search alone, the torch.compile backend the search and fission of each captured part and
+its own race (graphsub.frontends), the fuzzer each stage it checks; all through `run_stage`.
 """
 
 from __future__ import annotations
 
-from graphsub.pipeline.export_stages import EXPORT, ORT_FUSIONS, PEERS
-from graphsub.pipeline.measure_stages import MEASURE, VERIFY, VerificationError
+from graphsub.pipeline.export_stages import EXPORT, ORT_FUSIONS, PEERS, Exported
+from graphsub.pipeline.measure_stages import MEASURE, VERIFY, VerificationError, Verified
+from graphsub.pipeline.model import ModelOutcome, optimize_stages
 from graphsub.pipeline.objective import Objective
 from graphsub.pipeline.probe_stage import PROBE
 from graphsub.pipeline.report_stage import REPORT
-from graphsub.pipeline.run import Run, Stage, load_rule_files, run_stages, start_run
-from graphsub.pipeline.search_stages import FISSION, SEARCH, ProgressRecorder
+from graphsub.pipeline.run import RunContext, Stage, load_rule_files, run_stage, start_run
+from graphsub.pipeline.search_stages import FISSION, SEARCH, Found, ProgressRecorder
 from graphsub.pipeline.settings import Settings, parse_option
 
-
-def model_stages(settings: Settings) -> tuple[Stage, ...]:
-    """The main job's stages, in order, for these settings."""
-    return (PROBE, *((PEERS,) if settings.peers else ()), SEARCH,
-            *((FISSION,) if settings.fission else ()), EXPORT,
-            *((ORT_FUSIONS,) if settings.ort_fusions else ()), MEASURE, VERIFY, REPORT)
-
-
-__all__ = ["EXPORT", "FISSION", "MEASURE", "model_stages", "ORT_FUSIONS", "Objective", "PEERS",
-           "PROBE", "ProgressRecorder", "REPORT", "Run", "SEARCH", "Settings", "Stage", "VERIFY",
-           "VerificationError", "load_rule_files", "parse_option", "run_stages", "start_run"]
+__all__ = ["EXPORT", "Exported", "FISSION", "Found", "MEASURE", "ModelOutcome", "ORT_FUSIONS",
+           "Objective", "PEERS", "PROBE", "ProgressRecorder", "REPORT", "RunContext", "SEARCH",
+           "Settings", "Stage", "VERIFY", "VerificationError", "Verified", "load_rule_files",
+           "optimize_stages", "parse_option", "run_stage", "start_run"]

@@ -7,6 +7,7 @@ import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -14,8 +15,8 @@ from graphsub.budget import StageClock
 from graphsub.errors import GraphsubError
 from graphsub.ir.binding import bind_graph
 from graphsub.ir.graph import Graph
-from graphsub.pipeline.export_stages import written
-from graphsub.pipeline.run import Run, Stage
+from graphsub.pipeline.export_stages import Exported, written
+from graphsub.pipeline.run import RunContext, Stage
 from graphsub.progress import step
 from graphsub.runtime.bindings import ProfileShape, check_bindings
 from graphsub.runtime.equivalence import (SAME_FUNCTION, Comparison, Tolerance,
@@ -25,7 +26,7 @@ from graphsub.runtime.ort import ModelData
 from graphsub.runtime.speedup import Decision, describe, sequential
 from graphsub.runtime.timing import Runnable
 from graphsub.search.result import Candidate
-from graphsub.selection import measure_and_choose, time_once, timing_options
+from graphsub.selection import Selection, measure_and_choose, time_once, timing_options
 
 #: Sets of random inputs each verification tries.
 VERIFY_TRIALS = 2
@@ -49,22 +50,24 @@ class VerificationError(GraphsubError):
                    f"Rules applied, in order: {', '.join(rules)}.", rules, comparison)
 
 
-def measure(run: Run, clock: StageClock) -> None:
+def measure(context: RunContext, clock: StageClock, exported: Sequence[Exported]
+            ) -> Selection:
     """The original and the exported candidates timed on the target, side by side, the
     fastest confirmed head to head (graphsub.selection). A model with symbolic sizes is
     timed at its profile's heaviest shape; the candidate chosen there is then timed against
     the original at every other shape, and dropped where it is decided slower."""
-    shapes = sorted(run.profile, key=lambda shape: -shape.weight)
+    shapes = sorted(context.profile, key=lambda shape: -shape.weight)
     main = shapes[0].values if shapes else {}
     first = clock if len(shapes) < 2 else StageClock(
         clock.name, clock.start, time.perf_counter() + MAIN_SHAPE_SHARE * clock.remaining())
-    candidates = [(_bound(c, main), data) for c, data in run.exported]
+    candidates = [(_bound(c, main), data) for c, data in exported]
+    graph = context.graph
     try:
-        run.selection = measure_and_choose(run.target, bind_graph(run.graph, main),
-                                           run.original_model, candidates,
-                                           random_feeds(graph_input_specs(run.graph, main)),
-                                           first, run.settings.measure_seconds, say=run.say,
-                                           tolerance=model_tolerance(run.graph))
+        selection = measure_and_choose(context.target, bind_graph(graph, main),
+                                       context.original_model, candidates,
+                                       random_feeds(graph_input_specs(graph, main)),
+                                       first, context.settings.measure_seconds,
+                                       say=context.say, tolerance=model_tolerance(graph))
     except GraphsubError as exc:
         if not main:
             raise
@@ -75,16 +78,17 @@ def measure(run: Run, clock: StageClock) -> None:
                             "the sizes it runs at with --input-shape NAME=1x3x48x320 or "
                             "--shape-profile") from None
     if shapes:
-        run.selection.timings["profile"] = [{"shape": str(shapes[0]), "role": "chosen here"}]
-        if run.selection.chosen is not None:
+        selection.timings["profile"] = [{"shape": str(shapes[0]), "role": "chosen here"}]
+        if selection.chosen is not None:
             for k, shape in enumerate(shapes[1:]):
                 until = time.perf_counter() + clock.remaining() / (len(shapes) - 1 - k)
-                if not _not_slower_at(run, shape, until):
+                if not _not_slower_at(context, exported, selection, shape, until):
                     break
     # what the report calls predicted is latency, whatever the search minimized
-    for report, (candidate, _) in zip(run.selection.candidates, run.exported):
-        report.predicted_ms = run.time_model.graph_cost(candidate.graph) * 1e3
-    run.notes += run.selection.notes
+    for report, (candidate, _) in zip(selection.candidates, exported):
+        report.predicted_ms = context.time_model.graph_cost(candidate.graph) * 1e3
+    context.notes.extend(selection.notes)
+    return selection
 
 
 #: The share of the measuring time the profile's heaviest shape gets when there are others.
@@ -96,19 +100,19 @@ def _bound(candidate: Candidate, binding: dict[str, int]) -> Candidate:
         candidate, graph=bind_graph(candidate.graph, binding))
 
 
-def _not_slower_at(run: Run, shape: ProfileShape, until: float) -> bool:
+def _not_slower_at(context: RunContext, exported: Sequence[Exported], selection: Selection,
+                   shape: ProfileShape, until: float) -> bool:
     """Time the chosen candidate against the original at another shape of the profile;
     False (and the original kept, with a note) where it is decided slower there."""
-    selection = run.selection
-    assert selection is not None and selection.chosen is not None
+    assert selection.chosen is not None
     binding = shape.values
-    candidate, data = run.exported[selection.chosen]
-    feeds = random_feeds(graph_input_specs(run.graph, binding))
-    run.say(f"timing the chosen candidate against the original at {shape}")
-    original = run.target.prepare(bind_graph(run.graph, binding), run.original_model,
-                                  f"original at {shape}")
-    chosen = run.target.prepare(bind_graph(candidate.graph, binding), data,
-                                f"candidate {selection.chosen} at {shape}")
+    candidate, data = exported[selection.chosen]
+    feeds = random_feeds(graph_input_specs(context.graph, binding))
+    context.say(f"timing the chosen candidate against the original at {shape}")
+    original = context.target.prepare(bind_graph(context.graph, binding),
+                                      context.original_model, f"original at {shape}")
+    chosen = context.target.prepare(bind_graph(candidate.graph, binding), data,
+                                    f"candidate {selection.chosen} at {shape}")
     try:
         run_s = max(time_once(original, feeds), time_once(chosen, feeds))
         _, result = sequential(original, chosen, feeds, until, min_gain=0.0,
@@ -128,71 +132,91 @@ def _not_slower_at(run: Run, shape: ProfileShape, until: float) -> bool:
     return not slower
 
 
-def verify(run: Run, clock: StageClock) -> None:
+@dataclass(frozen=True)
+class Verified:
+    """What the verify stage made: the model to write and what was checked. `selection` is
+    the measuring's, or, where the candidate it chose was dropped here, a copy that says so
+    (chosen None, the outcome why)."""
+
+    selection: Selection
+    #: The ONNX to write: the chosen candidate's, or the original's.
+    model: ModelData
+    #: The candidate kept (None: the original stays).
+    chosen: Candidate | None = None
+    #: The check of the candidate kept, or of the one that failed it.
+    comparison: Comparison | None = None
+    #: The candidate that failed verification (a bug of graphsub's; the original is written).
+    failure: VerificationError | None = None
+    #: The bindings of the sizes the chosen candidate was verified at (symbolic models).
+    verified_at: tuple[dict[str, int], ...] = ()
+
+
+def verify(context: RunContext, clock: StageClock, exported: Sequence[Exported],
+           selection: Selection) -> Verified:
     """The chosen candidate checked against the original: in onnxruntime on the bytes to be
     written, then, unless the target is that reference runtime, on the target itself. A
     model with symbolic sizes is checked at every shape of its profile and at the bindings
     that find size-dependent mistakes (runtime.bindings.check_bindings: the smallest, each
     largest, odd sizes). The tolerance is float32's, or that of the half precision the model
     computes in. A mismatch (here, or already in the measuring's first runs) is a bug of
-    graphsub's, reported loudly (a warning, the report's notes and `run.verification_failure`);
-    the original model is then written: a valid model never ends in an error."""
-    selection = run.selection
-    run.chosen_model = run.original_model
-    if selection is None or (selection.chosen is None and selection.mismatch is None):
-        return
-    shapes = sorted(run.profile, key=lambda shape: -shape.weight)
+    graphsub's, reported loudly (a warning, the report's notes and `Verified.failure`); the
+    original model is then written: a valid model never ends in an error."""
+    original = Verified(selection, context.original_model)
+    if selection.chosen is None and selection.mismatch is None:
+        return original
+    graph = context.graph
+    shapes = sorted(context.profile, key=lambda shape: -shape.weight)
     main = shapes[0].values if shapes else {}
-    tolerance = model_tolerance(run.graph)
+    tolerance = model_tolerance(graph)
+    verified_at: list[dict[str, int]] = []
     if selection.mismatch is not None:  # the measurement already saw it compute otherwise
         index, comparison = selection.mismatch
-        chosen = run.exported[index][0]
+        chosen, data = exported[index][0], None
     else:
-        chosen, data = run.exported[selection.chosen][0], written(run, selection.chosen)
+        chosen, data = exported[selection.chosen][0], written(context, exported,
+                                                              selection.chosen)
         if data is None:  # it cannot be written as ONNX: the original stays (a note says why)
             selection.runnable.close()
-            selection.chosen, selection.outcome = None, "not-written"
-            return
-        bindings = check_bindings(run.graph.meta.get("symbols") or {},
+            return replace(original, selection=replace(selection, chosen=None, runnable=None,
+                                                       outcome="not-written"))
+        bindings = check_bindings(graph.meta.get("symbols") or {},
                                   [s.values for s in shapes]) or [{}]
-        run.say("verifying the optimized model against the original"
-                + (f" at {len(bindings)} bindings of its sizes" if main else ""))
-        on_target = not run.target.capabilities.is_reference
+        context.say("verifying the optimized model against the original"
+                    + (f" at {len(bindings)} bindings of its sizes" if main else ""))
+        on_target = not context.target.capabilities.is_reference
         if not on_target:  # its session is not needed: two in memory at a time, not three
             selection.runnable.close()
-        specs = [graph_input_specs(run.graph, binding) for binding in bindings]
+        specs = [graph_input_specs(graph, binding) for binding in bindings]
         try:
-            if on_target and not _reference_runs(run.original_model, run.threads):
+            if on_target and not _reference_runs(context.original_model, context.threads):
                 # onnxruntime has no kernels for the model (bfloat16 on its CPU provider):
                 # graphsub's reference evaluator, computing in float32, is the reference
-                run.say("onnxruntime cannot run this model: verifying with graphsub's "
-                        "reference evaluator (float32 inside) and on the target")
+                context.say("onnxruntime cannot run this model: verifying with graphsub's "
+                            "reference evaluator (float32 inside) and on the target")
                 comparison = check_equivalence_by_reference(
-                    run.graph, chosen.graph, selection.runnable, specs, tolerance)
+                    graph, chosen.graph, selection.runnable, specs, tolerance)
             else:
-                comparison, compared = check_equivalence(run.original_model, data, specs,
-                                                         run.threads, tolerance)
+                comparison, compared = check_equivalence(context.original_model, data, specs,
+                                                         context.threads, tolerance)
                 bindings = [bindings[k] for k in compared]
                 if comparison.equivalent and on_target:
                     comparison = check_equivalence_on_target(
-                        run.original_model, selection.runnable,
-                        graph_input_specs(run.graph, main), run.threads, tolerance)
+                        context.original_model, selection.runnable,
+                        graph_input_specs(graph, main), context.threads, tolerance)
         finally:
             selection.runnable.close()
         if main:
-            run.verified_at = bindings
+            verified_at = bindings
     if not comparison.equivalent:
         failure = VerificationError.of(comparison, [s.rule for s in chosen.trace])
-        run.verification_failure = failure
         message = (f"graphsub bug: verification failed: {failure} The original model is "
                    "kept; please report this with the model and the command.")
-        warnings.warn(message, run.warning, stacklevel=2)
-        run.notes.append(message)
-        selection.chosen, selection.outcome = None, "verification-failed"
-        run.comparison = comparison
-        return
-    run.chosen, run.comparison = chosen, comparison
-    run.chosen_model = run.exported[selection.chosen][1]
+        warnings.warn(message, context.warning, stacklevel=2)
+        context.notes.append(message)
+        return replace(original, comparison=comparison, failure=failure, selection=replace(
+            selection, chosen=None, runnable=None, outcome="verification-failed"))
+    assert data is not None
+    return Verified(selection, data, chosen, comparison, verified_at=tuple(verified_at))
 
 
 def model_tolerance(graph: Graph) -> Tolerance:
@@ -283,5 +307,5 @@ def check_equivalence_by_reference(original: Graph, candidate: Graph, runnable: 
 MEASURE = Stage("measure", measure)
 VERIFY = Stage("verify", verify)
 
-__all__ = ["MEASURE", "VERIFY", "VerificationError", "check_equivalence",
+__all__ = ["MEASURE", "VERIFY", "VerificationError", "Verified", "check_equivalence",
            "check_equivalence_on_target", "model_tolerance"]

@@ -11,18 +11,22 @@ peer they were built on (their trace starts with its step).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from graphsub.cost import CostModel
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
-from graphsub.pipeline.run import Run
+from graphsub.pipeline.run import RunContext
 from graphsub.runtime.ort import DetachedModel
 from graphsub.search.result import Step, StepKind
 from graphsub.tensors.types import TensorType
 
 if TYPE_CHECKING:
     import onnx
+
+    from graphsub.pipeline.export_stages import Exported
 
 #: What the import of the user's model learnt that holds for any graph of the same function
 #: with the same inputs: the values given to inputs, how the inputs were declared.
@@ -43,30 +47,31 @@ class PeerStart:
     cost: float
 
 
-def peer_start(run: Run, below: float) -> PeerStart | None:
-    """The peer output the search should continue from: of the MAX_PRICED with the fewest
-    operators, the one priced cheapest by the run's cost model, where that is below `below`
+def peer_start(context: RunContext, peers: Sequence[Exported], cost_model: CostModel,
+               below: float) -> PeerStart | None:
+    """The peer output the search should continue from: of the MAX_PRICED of `peers` with
+    the fewest operators, the one priced cheapest by `cost_model`, where that is below `below`
     (the input graph's price: a peer that gained nothing the cost model sees is no better a
     start than the input). A peer's output graphsub cannot import with the original's
     inputs and outputs is passed over, with a note."""
     import onnx
 
     outputs = [(candidate.trace[0], onnx.load_from_string(bytes(data)))
-               for candidate, data in run.exported
+               for candidate, data in peers
                if len(candidate.trace) == 1 and candidate.trace[0].kind is StepKind.PEER
                and data is not None and not isinstance(data, DetachedModel)]
     best: PeerStart | None = None
     for step, proto in sorted(outputs, key=lambda output: len(output[1].graph.node)
                               )[:MAX_PRICED]:
         try:
-            graph = _imported(run.graph, proto)
+            graph = _imported(context.graph, proto)
         except Exception as exc:  # noqa: BLE001 (a peer's output: whatever fails, the run goes on)
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else \
                 type(exc).__name__
-            run.notes.append(f"the search could not start from {step.rule}'s output: "
+            context.notes.append(f"the search could not start from {step.rule}'s output: "
                              f"{message}")
             continue
-        cost = run.cost_model.graph_cost(graph)
+        cost = cost_model.graph_cost(graph)
         if math.isfinite(cost) and cost < below and (best is None or cost < best.cost):
             best = PeerStart(graph, step, cost)
     return best

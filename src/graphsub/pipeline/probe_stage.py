@@ -5,11 +5,13 @@ failing after its whole search, or it fails at once with what to give."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from graphsub.budget import StageClock
 from graphsub.errors import GraphsubError
-from graphsub.pipeline.run import Run, Stage
+from graphsub.pipeline.run import RunContext, Stage
 from graphsub.runtime.bindings import ProfileShape
 from graphsub.runtime.probe import fixed_declaration_error, probe
 
@@ -18,38 +20,39 @@ PROBE_MAX_SECONDS = 20.0
 PROBE_SHARE = 0.1
 
 
-def probe_inputs(run: Run, clock: StageClock) -> None:
-    """Run the original where it may fail on made-up inputs: a model with open sizes at the
-    default profile, or with integer scalar inputs (a mode, a sample rate) not given values.
-    Where it fails there and runs elsewhere, the run goes on there, with a note; where it
-    runs nowhere tried, the run ends now with the error and what to give. A large model
-    (Run.large) is not probed: a session of it costs seconds and a copy of its weights, and
-    the measuring stage runs it anyway."""
+def probe_inputs(context: RunContext, clock: StageClock) -> RunContext:
+    """The context the later stages run in: the given one, or, where the original fails on
+    made-up inputs, one with the sizes and input values where it runs. The original is run
+    where it may fail: a model with open sizes at the default profile, or with integer
+    scalar inputs (a mode, a sample rate) not given values. Where it fails there and runs
+    elsewhere, the run goes on there, with a note; where it runs nowhere tried, the run ends
+    now with the error and what to give. A large model (RunContext.large) is not probed: a
+    session of it costs seconds and a copy of its weights, and the measuring stage runs it
+    anyway."""
+    run = _declared_as_original_where_needed(context)
     graph = run.graph
-    _declare_as_original_where_needed(run)
     symbols = graph.meta.get("symbols") or {}
     given = graph.meta.get("input_values") or {}
     scalars = [graph[i].attrs["name"] for i in graph.inputs
                if graph[i].type.dtype.startswith(("int", "uint")) and graph[i].type.is_static
                and graph[i].type.numel == 1 and graph[i].attrs["name"] not in given]
     if run.original is None or run.large or not (symbols or scalars):
-        return
+        return run
     default = not run.settings.shape_profile
     base = max(run.profile, key=lambda shape: shape.weight).values if run.profile else {}
     seconds = min(PROBE_MAX_SECONDS, max(2.0, PROBE_SHARE * run.settings.time_limit))
     found = probe(graph, run.original, base, bool(symbols) and default, seconds, run.threads)
     if found is None or (found.runs and found.tried == 1):
-        return
+        return run
     if not found.runs:
         raise GraphsubError(_cannot_run(run, base, found.error, found.tried, scalars))
     changed = []
     if found.binding != base:
-        run.profile = (ProfileShape.of(found.binding),)
-        for model in {id(m): m for m in (run.cost_model, run.time_model)}.values():
-            model.shape_profile = run.profile
+        run = replace(run, profile=(ProfileShape.of(found.binding),))
+        run.time_model.shape_profile = run.profile
         changed.append(", ".join(f"{k}={v}" for k, v in sorted(found.binding.items())))
     if found.values:
-        graph.meta["input_values"] = {**given, **found.values}
+        run = replace(run, graph=graph.with_meta(input_values={**given, **found.values}))
         changed.append(", ".join(f"{k}={np.asarray(v).reshape(-1)[0]}"
                                  for k, v in sorted(found.values.items())))
     note = (f"the original model fails on graphsub's default inputs ({found.error}); it runs "
@@ -57,13 +60,14 @@ def probe_inputs(run: Run, clock: StageClock) -> None:
             "(give --input-shape, --shape-profile or --input-value to choose others)")
     run.say(f"the original runs at {'; '.join(changed)}, not at the default inputs")
     run.notes.append(note)
+    return run
 
 
 #: Operators whose bodies onnxruntime types from the declared sizes of the model's inputs.
 _CONTROL_FLOW = {"If", "Loop", "Scan"}
 
 
-def _declare_as_original_where_needed(run: Run) -> None:
+def _declared_as_original_where_needed(run: RunContext) -> RunContext:
     """Where the user fixed open sizes (--input-shape) of a model with control flow that
     onnxruntime cannot build when those sizes are declared (while it builds the original),
     candidates are written with the inputs declared as the original declared them; they are
@@ -74,17 +78,17 @@ def _declare_as_original_where_needed(run: Run) -> None:
     if run.original is None or run.large or not opened or not any(
             n.op == "opaque" and n.attrs["op_type"] in _CONTROL_FLOW
             for n in graph.nodes.values()):
-        return
+        return run
     error = fixed_declaration_error(graph, run.original)
     if not error:
-        return
-    graph.meta["inputs_as_declared"] = True
+        return run
     run.notes.append(f"onnxruntime cannot build this model with the sizes given declared on "
                      f"its inputs ({error}): the written model declares its inputs as the "
                      "original did, and is checked at the sizes given only; run it at those")
+    return replace(run, graph=graph.with_meta(inputs_as_declared=True))
 
 
-def _cannot_run(run: Run, base: dict[str, int], error: str, tried: int,
+def _cannot_run(run: RunContext, base: dict[str, int], error: str, tried: int,
                 scalars: list[str]) -> str:
     """The error of a model that ran at none of the inputs tried, with what to give."""
     graph = run.graph

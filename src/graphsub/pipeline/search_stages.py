@@ -5,21 +5,29 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from graphsub.budget import MIN_SEARCH_SECONDS, StageClock
+from graphsub.cost import CostModel
 from graphsub.errors import GraphsubError
 from graphsub.fission.stage import fission_and_orchestrate
 from graphsub.ir.graph import Graph
 from graphsub.pipeline.bodies import body_node_count, optimize_bodies
 from graphsub.pipeline.peer_start import PeerStart, peer_start
-from graphsub.pipeline.run import Run, Stage
+from graphsub.pipeline.run import RunContext, Stage
 from graphsub.search import ALGORITHMS, Candidate, OptimizeResult, SearchStats
 from graphsub.search.registry import Limits
 from graphsub.search.result import ProgressFn, SearchProgress, Step, StepKind, StopReason
 from graphsub.search.normal_form import normal_form, normal_form_rules, with_start
 from graphsub.search.propagate import propagate
 from graphsub.search.split import splitting
+
+if TYPE_CHECKING:
+    from graphsub.fission.stage import FissionOutcome
+    from graphsub.pipeline.export_stages import Exported
+    from graphsub.pipeline.bodies import BodyOutcome
 
 
 class ProgressRecorder:
@@ -53,86 +61,120 @@ PROPAGATION_SHARE = 0.15
 PEER_SEARCH_SHARE = 0.3
 
 
-def search(run: Run, clock: StageClock) -> None:
+@dataclass(frozen=True)
+class Found:
+    """What the search stage made (and fission added to): the search's result, its
+    candidates best first; what it priced with; how its best cost fell; what it did in
+    control-flow bodies; fission's outcome, where that ran."""
+
+    result: OptimizeResult
+    #: What the search minimized (the latency model, or the objective's weighted sum of it).
+    cost_model: CostModel
+    #: (seconds, best predicted cost) as the search went.
+    progress_points: tuple[tuple[float, float | None], ...] = ()
+    bodies: tuple[BodyOutcome, ...] = ()
+    fission: FissionOutcome | None = None
+
+    @classmethod
+    def unsearched(cls, context: RunContext) -> Found:
+        """The input graph as the only candidate: what fission starts from in a run without
+        a search (the fuzzer's)."""
+        return cls(OptimizeResult(context.graph, (), SearchStats(), math.nan, math.nan, []),
+                   context.time_model)
+
+    @property
+    def interrupted(self) -> bool:
+        return self.result.stats.stopped_by == StopReason.INTERRUPT
+
+    def candidates(self) -> list[Candidate]:
+        """The search's candidates (the input graph alone where it found none)."""
+        if self.result.candidates:
+            return self.result.candidates
+        return [Candidate(self.result.graph, self.result.initial_cost, ())]
+
+
+def search(context: RunContext, clock: StageClock, peers: Sequence[Exported] = ()) -> Found:
     """The search the settings name, in the time its clock gives, optionally within
-    MetaFlow's graph split. Ctrl-C before the search loop took over (while pricing the input
+    MetaFlow's graph split, continued from the best of the `peers`' outputs where one is
+    priced below the input. Ctrl-C before the search loop took over (while pricing the input
     graph, or between a split search's parts) finds nothing: in a run that measures and
     verifies what was found, the original then stays; in a run of the search alone, the
     interrupt is the caller's."""
-    settings = run.settings
+    settings = context.settings
     seconds = clock.remaining()
-    run.say(f"searching with {settings.algorithm} for up to {seconds:.1f} s")
-    recorder = ProgressRecorder(run.progress)
+    context.say(f"searching with {settings.algorithm} for up to {seconds:.1f} s")
+    recorder = ProgressRecorder(context.progress)
     start = time.perf_counter()
     from_peer, peer_seconds = None, 0.0
+    cost_model, bodies = context.time_model, ()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # untimed operators: in the notes
-            run.cost_model = settings.objective.cost_model(run.time_model, run.graph)
+            cost_model = settings.objective.cost_model(context.time_model, context.graph)
             limits = Limits(time=max(clock.remaining(), 0.0), budget=settings.budget,
                             keep=settings.keep, progress=recorder)
             algorithm = ALGORITHMS[settings.algorithm]
-            start_graph = search_bodies(run, clock)
+            start_graph, bodies = search_bodies(context, clock, cost_model)
             # The normal form is not cut by the search's deadline: its steps take no search
             # (their matching is cheap, and past the deadline operators are priced
             # analytically), and a chain cut halfway pays nothing.
-            initial_cost = run.cost_model.graph_cost(start_graph)
+            initial_cost = cost_model.graph_cost(start_graph)
             start_graph, normal_steps = normal_form(
-                start_graph, normal_form_rules(run.rules), run.cost_model)
+                start_graph, normal_form_rules(context.rules), cost_model)
             if normal_steps:
-                run.say(f"normal form: {len(normal_steps)} rewrites "
-                        f"({', '.join(sorted({s.rule for s in normal_steps}))})")
-            from_peer = peer_start(run, below=run.cost_model.graph_cost(start_graph))
+                context.say(f"normal form: {len(normal_steps)} rewrites "
+                            f"({', '.join(sorted({s.rule for s in normal_steps}))})")
+            from_peer = peer_start(context, peers, cost_model,
+                                   below=cost_model.graph_cost(start_graph))
             if from_peer is not None:
                 peer_seconds = PEER_SEARCH_SHARE * clock.remaining()
             limits = replace(limits, time=max((clock.remaining() - peer_seconds)
                                               * (1 - PROPAGATION_SHARE), 0.0))
             function = algorithm.function if settings.split is None else \
                 splitting(algorithm, settings.split, settings.executor)
-            result = function(start_graph, run.rules, run.cost_model, limits,
+            result = function(start_graph, context.rules, cost_model, limits,
                               settings.search_options)
             result = with_start(result, normal_steps, initial_cost)
     except KeyboardInterrupt:
-        if not run.budget.measuring:  # nothing comes after the search: the caller's Ctrl-C
+        if not context.budget.measuring:  # nothing comes after the search: the caller's Ctrl-C
             raise
         stats = SearchStats(stopped_by=StopReason.INTERRUPT, seconds=time.perf_counter() - start)
-        result = OptimizeResult(run.graph, (), stats, math.nan, math.nan, [])
+        result = OptimizeResult(context.graph, (), stats, math.nan, math.nan, [])
     if result.stats.stopped_by != StopReason.INTERRUPT:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                result = propagate(result, run.rules, run.cost_model,
+                result = propagate(result, context.rules, cost_model,
                                    None if clock.deadline is None
                                    else clock.deadline - peer_seconds)
                 if from_peer is not None:
-                    result = search_from_peer(run, clock, from_peer, result)
+                    result = search_from_peer(context, clock, cost_model, from_peer, result)
         except KeyboardInterrupt:  # what the search found stands
             result.stats.stopped_by = StopReason.INTERRUPT
-    run.result = result
-    run.interrupted = result.stats.stopped_by == StopReason.INTERRUPT
-    run.progress_points = recorder.points(result)
-    if run.interrupted:
-        run.budget.interrupted()
-        run.say("interrupted: the search stopped; measuring and verifying what it found "
-                "(Ctrl-C again to stop at once, writing nothing)")
+    found = Found(result, cost_model, tuple(recorder.points(result)), tuple(bodies))
+    if found.interrupted:
+        context.budget.interrupted()
+        context.say("interrupted: the search stopped; measuring and verifying what it found "
+                    "(Ctrl-C again to stop at once, writing nothing)")
+    return found
 
 
-def search_from_peer(run: Run, clock: StageClock, start: PeerStart,
-                     result: OptimizeResult) -> OptimizeResult:
+def search_from_peer(context: RunContext, clock: StageClock, cost_model: CostModel,
+                     start: PeerStart, result: OptimizeResult) -> OptimizeResult:
     """The search continued from a peer's output (graphsub.pipeline.peer_start) in the rest
     of the stage's time. Where it improved on the peer's graph, its best (a trace that
     starts with the peer's step) joins the search's candidates among the first
     `settings.candidates`, as fission's does: where the cost model and the measurement
     disagree, it is still timed. The peer's output itself is a candidate as it came."""
-    settings = run.settings
-    run.say(f"searching on from {start.step.rule}'s output for up to "
-            f"{clock.remaining():.1f} s")
+    settings = context.settings
+    context.say(f"searching on from {start.step.rule}'s output for up to "
+                f"{clock.remaining():.1f} s")
     limits = Limits(time=max(clock.remaining(), MIN_SEARCH_SECONDS), budget=settings.budget,
                     keep=1)
-    found = ALGORITHMS[settings.algorithm].function(start.graph, run.rules, run.cost_model,
+    found = ALGORITHMS[settings.algorithm].function(start.graph, context.rules, cost_model,
                                                     limits, settings.search_options)
     improved = math.isfinite(found.final_cost) and found.final_cost < start.cost
-    run.notes.append(f"the search went on from {start.step.rule}'s output (predicted "
+    context.notes.append(f"the search went on from {start.step.rule}'s output (predicted "
                      f"{start.cost * 1e3:.3g} ms) for {found.stats.seconds:.1f} s: " + (
                          f"{len(found.trace)} rewrite(s), predicted "
                          f"{found.final_cost * 1e3:.3g} ms" if improved else
@@ -147,69 +189,71 @@ def search_from_peer(run: Run, clock: StageClock, start: PeerStart,
     return replace(result, candidates=candidates)
 
 
-def search_bodies(run: Run, clock: StageClock) -> Graph:
+def search_bodies(context: RunContext, clock: StageClock, cost_model: CostModel
+                  ) -> tuple[Graph, list[BodyOutcome]]:
     """The graph to search: the input graph with its control-flow bodies searched first
-    (graphsub.pipeline.bodies), in their share of the search's time by operator count."""
-    inner = body_node_count(run.graph)
+    (graphsub.pipeline.bodies), in their share of the search's time by operator count; and
+    what the search did in each body."""
+    inner = body_node_count(context.graph)
     if not inner:
-        return run.graph
-    settings = run.settings
+        return context.graph, []
+    settings = context.settings
     algorithm = ALGORITHMS[settings.algorithm]
 
     def search_one(graph: Graph, seconds: float) -> tuple[Graph, float, float]:
         limits = Limits(time=max(min(seconds, clock.remaining()), 0.0), budget=settings.budget,
                         keep=1)
-        result = algorithm.function(graph, run.rules, run.cost_model, limits,
+        result = algorithm.function(graph, context.rules, cost_model, limits,
                                     settings.search_options)
         return result.graph, result.initial_cost, result.final_cost
 
-    seconds = clock.remaining() * inner / (inner + len(run.graph))
-    run.say(f"searching inside {inner} operators of control-flow bodies for up to "
-            f"{seconds:.1f} s")
-    graph, outcomes = optimize_bodies(run.graph, search_one, seconds, run.threads)
-    run.bodies = outcomes
+    seconds = clock.remaining() * inner / (inner + len(context.graph))
+    context.say(f"searching inside {inner} operators of control-flow bodies for up to "
+                f"{seconds:.1f} s")
+    graph, outcomes = optimize_bodies(context.graph, search_one, seconds, context.threads)
     for outcome in outcomes:
         if outcome.kept or outcome.note.startswith("not kept"):
-            run.notes.append(outcome.text())
-    return graph
+            context.notes.append(outcome.text())
+    return graph, outcomes
 
 
-def fission(run: Run, clock: StageClock) -> None:
+def fission(context: RunContext, clock: StageClock, found: Found) -> Found:
     """The search's best graph split into primitives and its kernels orchestrated on the
     target: a candidate of its own, placed among the first `settings.candidates` so that it
-    is timed. A failure inside is a warning and a note, never the end of the run."""
-    base = run.candidates()[0]
+    is timed. A failure inside is a warning and a note, never the end of the run: what was
+    found is then handed on as it was."""
+    base = found.candidates()[0]
     seconds = clock.remaining()
-    run.say(f"splitting operators and orchestrating kernels for up to {seconds:.1f} s")
+    context.say(f"splitting operators and orchestrating kernels for up to {seconds:.1f} s")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # untimed operators: in the notes
             outcome = fission_and_orchestrate(
-                base.graph, run.cost_model, run.target.runs_as_one_kernel, time_limit=seconds,
-                generate=run.target.generates_kernels and run.generate_kernels)
+                base.graph, found.cost_model, context.target.runs_as_one_kernel,
+                time_limit=seconds,
+                generate=context.target.generates_kernels and context.generate_kernels)
     except (GraphsubError, ValueError, RuntimeError) as exc:
         warnings.warn(f"fission and orchestration failed and were skipped: {exc}",
-                      run.warning, stacklevel=2)
-        run.notes.append(f"fission and orchestration failed and were skipped: {exc}")
-        return
+                      context.warning, stacklevel=2)
+        context.notes.append(f"fission and orchestration failed and were skipped: {exc}")
+        return found
     except KeyboardInterrupt:
-        run.budget.interrupted()
-        run.say("interrupted: fission skipped; measuring what the search found")
-        return
-    run.fission = outcome
-    result = run.result
-    if result is None:
-        return
-    known = {c.graph.structural_hash() for c in result.candidates} | {
-        run.graph.structural_hash()}
+        context.budget.interrupted()
+        context.say("interrupted: fission skipped; measuring what the search found")
+        return found
+    candidates = list(found.result.candidates)
+    known = {c.graph.structural_hash() for c in candidates} | {
+        context.graph.structural_hash()}
     if outcome.graph.structural_hash() not in known:
         candidate = Candidate(outcome.graph, outcome.cost,
                               base.trace + (Step.of_kind(StepKind.FISSION, outcome.cost),))
-        at = 0 if outcome.cost < base.cost else min(1, len(result.candidates))
-        result.candidates.insert(min(at, max(run.settings.candidates - 1, 0)), candidate)
+        at = 0 if outcome.cost < base.cost else min(1, len(candidates))
+        candidates.insert(min(at, max(context.settings.candidates - 1, 0)), candidate)
+    return replace(found, result=replace(found.result, candidates=candidates), fission=outcome)
 
 
 SEARCH = Stage("search", search, prices=True)
-FISSION = Stage("fission", fission, prices=True, after_interrupt=False)
+#: After a Ctrl-C, what was found goes on as it is: measured and verified, not split.
+FISSION = Stage("fission", fission, prices=True, skipped=lambda found: found)
 
-__all__ = ["FISSION", "ProgressRecorder", "SEARCH"]
+__all__ = ["FISSION", "Found", "ProgressRecorder", "SEARCH"]
