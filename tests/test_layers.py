@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("graphsub.backends",),
     ("graphsub.search", "graphsub.generate", "graphsub.fission"),
     ("graphsub.egraph",),
-    ("graphsub.selection", "graphsub.report", "graphsub.zoo"),
+    ("graphsub.selection", "graphsub.report", "graphsub.zoo", "graphsub.loaded"),
     ("graphsub.pipeline",),
     ("graphsub.optimizer",),
     ("graphsub", "graphsub.compare", "graphsub.fuzz"),

@@ -1,10 +1,11 @@
 """graphsub: a tensor-graph superoptimizer.
 
     import graphsub
-    graph = graphsub.load("model.onnx", input_shapes={"x": (1, 3, 224, 224)})
-    result = graphsub.optimize(graph)            # search: result.graph, .trace, .stats
-    data, report = graphsub.optimize_model(graph)  # search, measure, choose, verify
-    graphsub.save(result.graph, "fast.onnx")
+    model = graphsub.open_model("model.onnx", input_shapes={"x": (1, 3, 224, 224)})
+    data, report = graphsub.optimize_model(model)  # search, measure, choose, verify
+    graphsub.save(data, "fast.onnx")               # what `graphsub optimize` writes
+    report.save("report.html")                     # and its --report
+    result = graphsub.optimize(model.graph)        # the search alone: .graph, .trace, .stats
 
 The names are imported when first used (graphsub.lazy).
 """
@@ -23,13 +24,18 @@ _EXPORTS = {
     "GraphBuilder": "graphsub.ir.builder", "TensorType": "graphsub.tensors.types",
     "load": "graphsub.onnx_io", "save": "graphsub.onnx_io", "to_onnx": "graphsub.onnx_io",
     "optimize": "graphsub.optimizer", "optimize_model": "graphsub.optimizer",
+    "open_model": "graphsub.loaded", "LoadedModel": "graphsub.loaded",
+    "use_custom_ops": "graphsub.runtime.ort",
 }
-__all__ = ["Graph", "GraphBuilder", "GraphsubError", "Node", "TensorType", "Value", "load",
-           "optimize", "optimize_model", "save", "to_onnx", "__version__"]
+__all__ = ["Graph", "GraphBuilder", "GraphsubError", "LoadedModel", "Node", "TensorType", "Value",
+           "load", "open_model", "optimize", "optimize_model", "save", "to_onnx",
+           "use_custom_ops", "__version__"]
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
 
 if TYPE_CHECKING:
     from graphsub.errors import GraphsubError
     from graphsub.ir import Graph, GraphBuilder, Node, TensorType, Value
+    from graphsub.loaded import LoadedModel, open_model
     from graphsub.onnx_io import load, save, to_onnx
     from graphsub.optimizer import optimize, optimize_model
+    from graphsub.runtime.ort import use_custom_ops

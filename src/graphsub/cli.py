@@ -20,7 +20,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from graphsub.cli_common import (JsonOpt, LoadedModel, app, emit_json, err, handle_errors,
+from graphsub.cli_common import (JsonOpt, app, emit_json, err, handle_errors,
                                  main, out, parse_input_shapes)
 from graphsub.errors import GraphsubError
 from graphsub.progress import StepCount, StepLog, reporting
@@ -90,12 +90,6 @@ def make_target(name: str | None, threads: int | None, cuda_graphs: bool | None 
                       allow_tf32=True if tf32 else None)
 
 
-def use_custom_ops(paths: Sequence[Path]) -> None:
-    from graphsub.runtime.ort import use_custom_ops as register
-
-    register(paths)
-
-
 def parse_input_values(items: list[str] | None) -> dict[str, str]:
     values: dict[str, str] = {}
     for item in items or []:
@@ -133,6 +127,7 @@ def info(model: Annotated[Optional[str], typer.Argument(help="ONNX file or zoo m
          as_json: JsonOpt = False) -> None:
     """Operators, parameters, FLOPs and bytes moved of a model (or, with --targets, the
     execution targets this machine has)."""
+    from graphsub.loaded import open_model
     from graphsub.report.summary import human, summarize
 
     if targets:
@@ -140,7 +135,7 @@ def info(model: Annotated[Optional[str], typer.Argument(help="ONNX file or zoo m
         return
     if model is None:
         raise GraphsubError("name a model (ONNX file or zoo model), or pass --targets")
-    loaded = LoadedModel(model, parse_input_shapes(input_shape))
+    loaded = open_model(model, parse_input_shapes(input_shape))
     s = summarize(loaded.graph)
     if as_json:
         emit_json({"model": loaded.label, **s.as_dict()})
@@ -258,12 +253,12 @@ def check(a: Annotated[str, typer.Argument(help="Reference model (ONNX file or z
     default under the tolerances `graphsub optimize` verifies its output with."""
     from dataclasses import replace
 
+    from graphsub.loaded import open_model
     from graphsub.runtime.bindings import check_bindings
     from graphsub.runtime.equivalence import SAME_FUNCTION, compare_models
 
     shapes = parse_input_shapes(input_shape)
-    use_custom_ops(custom_ops or [])
-    ma, mb = LoadedModel(a, shapes), LoadedModel(b, shapes)
+    ma, mb = open_model(a, shapes, custom_ops=custom_ops or []), open_model(b, shapes)
     if ma.input_specs() != mb.input_specs():
         raise GraphsubError(f"the models have different inputs: {ma.input_specs()} vs "
                             f"{mb.input_specs()}")
@@ -273,7 +268,7 @@ def check(a: Annotated[str, typer.Argument(help="Reference model (ONNX file or z
     # a model with symbolic sizes is compared at the bindings optimize verifies at
     bindings = check_bindings(ma.graph.meta.get("symbols") or {}, [ma.sizes]) or [{}]
     for sizes in bindings:
-        result = compare_models(ma.onnx, mb.onnx, ma.input_specs(sizes), tolerance,
+        result = compare_models(ma.original, mb.original, ma.input_specs(sizes), tolerance,
                                 trials=trials, seed=seed)
         if not result.equivalent:
             break
@@ -313,19 +308,20 @@ def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo
     """Latency on a target (onnxruntime with all optimizations by default); two models side
     by side, interleaved, with B's speedup over A as the optimizer confirms one: the median of
     the rounds' ratios, its interval, and whether it clears graphsub's minimum gain."""
+    from graphsub.loaded import open_model
     from graphsub.runtime import PairedComparison, random_feeds, time_runnables
     from graphsub.runtime.speedup import MIN_ROUNDS, decide, highest_load, read_load
 
     shapes = parse_input_shapes(input_shape)
-    use_custom_ops(custom_ops or [])
-    models = [LoadedModel(a, shapes)] + ([LoadedModel(b, shapes)] if b else [])
+    models = [open_model(a, shapes, custom_ops=custom_ops or [])] + (
+        [open_model(b, shapes)] if b else [])
     if b and models[0].input_specs() != models[1].input_specs():
         raise GraphsubError("the models have different inputs, so they cannot be timed on the "
                             "same data")
     device = make_target(target, threads, cuda_graphs, tf32)
     feeds = random_feeds(models[0].input_specs())
     with err.status(f"timing on {device.name} ({escape(device.device().describe())})..."):
-        runnables = [device.prepare(m.graph, m.onnx, m.label) for m in models]
+        runnables = [device.prepare(m.graph, m.original, m.label) for m in models]
         loads = [read_load()]
         timings = time_runnables(runnables, feeds, min_seconds=seconds, min_rounds=MIN_ROUNDS)
         loads.append(read_load())
@@ -517,8 +513,8 @@ def optimize(ctx: typer.Context,
     Ctrl-C during the search ends it and goes on to measure what it found; a second Ctrl-C
     stops at once, writing nothing."""
     started = time.perf_counter()
-    from graphsub.onnx_io.external import detach, write_model
-    from graphsub.onnx_io.importer import model_data
+    from graphsub.loaded import open_model
+    from graphsub.onnx_io import save
     from graphsub.optimizer import VerificationError, optimize_model
     from graphsub.pipeline import load_rule_files
     from graphsub.report.files import report_format, save_report
@@ -539,11 +535,9 @@ def optimize(ctx: typer.Context,
             raise GraphsubError("--report and --output name the same file; give two names")
     check_rule_files(rules)
     shapes = parse_input_shapes(input_shape)
-    use_custom_ops(custom_ops or [])
     loading = StepLog()
     with counted("loading the model", loading):
-        loaded = LoadedModel(model, shapes, parse_input_values(input_value))
-    original = model_data(loaded.onnx) if isinstance(loaded.onnx, str) else loaded.onnx
+        loaded = open_model(model, shapes, parse_input_values(input_value), custom_ops or [])
     with err.status("loading and checking rules..."):
         rule_list = load_rule_files(rules or [])
     bar, update = _search_progress(time_limit, budget)
@@ -551,9 +545,8 @@ def optimize(ctx: typer.Context,
     try:
         with bar, reporting(stages.count):
             try:
-                data, rep = optimize_model(loaded.graph, original, loaded.label, rule_list,
-                                           settings=settings, progress=update, say=stages,
-                                           started=started)
+                data, rep = optimize_model(loaded, rules=rule_list, settings=settings,
+                                           progress=update, say=stages, started=started)
             finally:
                 stages.stop()
     except VerificationError as exc:
@@ -564,8 +557,7 @@ def optimize(ctx: typer.Context,
     if failure is not None:
         err.print(f"[bold red]{escape(failure)}[/]", highlight=False, soft_wrap=True)
     with counted(f"writing {output}", loading):
-        write_model(detach(data) if external_data and isinstance(data, bytes) else data,
-                    output)
+        save(data, output, external_data=True if external_data else None)
     rep.steps = {**{k: c.as_dict() for k, c in loading.steps.items()}, **rep.steps}
     rep.command = command_line(ctx)
     if report is not None:
@@ -591,6 +583,7 @@ def compare(ctx: typer.Context,
             as_json: JsonOpt = False) -> None:
     """Run the search algorithms on one model under one cost model and compare what they
     find (final cost, search time, graphs expanded), as OCGGS's section 6 tables do."""
+    from graphsub.loaded import open_model
     from graphsub.compare import check_algorithms, compare_algorithms
     from graphsub.pipeline import Settings, load_rule_files
     from graphsub.report.files import report_format, save_report
@@ -607,7 +600,7 @@ def compare(ctx: typer.Context,
         report_format(report)
         check_output_path(report, "--report", [model])
     shapes = parse_input_shapes(input_shape)
-    loaded = LoadedModel(model, shapes)
+    loaded = open_model(model, shapes)
     rule_list = load_rule_files(rules or [])
     with err.status("") as status:
         runs = compare_algorithms(

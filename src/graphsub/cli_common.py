@@ -1,16 +1,14 @@
-"""What every `graphsub` command shares: the app, the consoles, --json, one-line errors, and
-the model a command names (with its --input-shape). The commands live in graphsub.cli
-(optimize, compare, ...), graphsub.cli_generate (generate, verify, axioms) and
-graphsub.cli_explain (explain); all register on this app."""
+"""What every `graphsub` command shares: the app, the consoles, --json, one-line errors and
+--input-shape (the model a command names is opened by graphsub.loaded, as in the API). The
+commands live in graphsub.cli (optimize, compare, ...), graphsub.cli_generate (generate,
+verify, axioms) and graphsub.cli_explain (explain); all register on this app."""
 
 from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -86,42 +84,3 @@ def parse_input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
                                 "(a tensor with a zero dimension holds nothing to optimize)")
         shapes[name] = shape
     return shapes
-
-
-class LoadedModel:
-    """A model named on the command line: its graph and the ONNX bytes to run."""
-
-    def __init__(self, spec: str, input_shapes: dict[str, tuple[int, ...]],
-                 input_values: dict[str, str] | None = None) -> None:
-        from graphsub import zoo
-        from graphsub.onnx_io import load, to_onnx_bytes
-        from graphsub.runtime.inputs import given_values
-
-        self.spec = spec
-        if os.path.exists(spec) or spec.endswith(".onnx"):
-            self.graph = load(spec, input_shapes)
-            self.onnx: Any = spec
-            self.label = Path(spec).name
-        else:
-            if input_shapes:
-                raise GraphsubError("--input-shape applies to ONNX files; zoo models have fixed "
-                                    "shapes (use the model's parameters instead)")
-            self.graph = zoo.build(spec)
-            self.onnx = to_onnx_bytes(self.graph)
-            self.label = spec
-        if input_values:
-            self.graph.meta["input_values"] = given_values(self.graph, input_values)
-
-    @property
-    def sizes(self) -> dict[str, int]:
-        """A model with symbolic sizes is run at the default profile's (none for a static
-        one)."""
-        from graphsub.runtime.bindings import default_profile
-
-        profile = default_profile(self.graph.meta.get("symbols") or {})
-        return profile[0].values if profile else {}
-
-    def input_specs(self, sizes: dict[str, int] | None = None):
-        from graphsub.runtime import graph_input_specs
-
-        return graph_input_specs(self.graph, self.sizes if sizes is None else sizes)

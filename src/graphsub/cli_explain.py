@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from graphsub.cli_common import (JsonOpt, LoadedModel, app, emit_json, handle_errors, out,
+from graphsub.cli_common import (JsonOpt, app, emit_json, handle_errors, out,
                                  parse_input_shapes)
 from graphsub.errors import GraphsubError
 
@@ -34,6 +34,7 @@ def explain(rule: Annotated[str, typer.Argument(help="The rule's name (see the .
     """Why RULE does or does not match MODEL: for every node of the operator its first
     pattern starts with, whether it matches and is rewritten, or the pattern node, graph
     node and condition where it fails."""
+    from graphsub.loaded import open_model
     from graphsub.pipeline.run import load_rule_files
     from graphsub.rules.explain import explain as explain_rule
     from graphsub.rules.parser import print_term
@@ -47,7 +48,7 @@ def explain(rule: Annotated[str, typer.Argument(help="The rule's name (see the .
                                "; give a rule's name as its .rules file writes it "
                                "(rule NAME:)"))
     chosen = by_name[rule]
-    loaded = LoadedModel(model, parse_input_shapes(input_shape))
+    loaded = open_model(model, parse_input_shapes(input_shape))
     graph = loaded.graph
     found = explain_rule(graph, chosen)
     first = print_term(chosen.sources[0])

@@ -25,6 +25,7 @@ from typing import Any
 
 from graphsub.budget import Budget
 from graphsub.ir.graph import Graph
+from graphsub.loaded import LoadedModel
 from graphsub.pipeline import (SEARCH, Settings, VerificationError, optimize_stages, run_stage,
                                start_run)
 from graphsub.progress import StepLog, current_reporter, reporting
@@ -66,13 +67,16 @@ def optimize(graph: Graph, rules: Sequence[Rule] | None = None,
     return run_stage(context, SEARCH).result
 
 
-def optimize_model(graph: Graph, original: ModelData | None = None, label: str = "model",
-                   rules: Sequence[Rule] | None = None, *, settings: Settings | None = None,
-                   progress: ProgressFn | None = None, say: Callable[[str], None] | None = None,
-                   started: float | None = None, **overrides: Any
-                   ) -> tuple[ModelData, OptimizeReport]:
-    """Optimize for a target, choose by measurement there, verify. Returns the ONNX model to
-    write (the original model's when nothing beats it: bytes, or a
+def optimize_model(model: Graph | LoadedModel, original: ModelData | None = None,
+                   label: str | None = None, rules: Sequence[Rule] | None = None, *,
+                   settings: Settings | None = None, progress: ProgressFn | None = None,
+                   say: Callable[[str], None] | None = None, started: float | None = None,
+                   **overrides: Any) -> tuple[ModelData, OptimizeReport]:
+    """Optimize for a target, choose by measurement there, verify. `model` is what
+    `graphsub.open_model` made of a file (with its input shapes and values: the original
+    and the label come with it), or a graph, with the ONNX of the original where there is
+    one. Returns the ONNX model to write with `graphsub.save` (the original model's when
+    nothing beats it: bytes, or a
     runtime.ort.DetachedModel where its weights are kept apart) and the report. Raises
     VerificationError on a mismatch, and nothing should then be written. `say` is told what
     is happening (the search starting, then each stage), for progress displays.
@@ -84,10 +88,14 @@ def optimize_model(graph: Graph, original: ModelData | None = None, label: str =
     primitives and orchestrate its kernels: one more candidate), `ort_fusions` (also write
     candidates with onnxruntime's fused operators, on targets that take them) and `evidence`
     (what the report's HTML page draws; callers that never show a report leave it out)."""
+    if isinstance(model, LoadedModel):
+        graph, original, label = model.graph, original or model.original, label or model.label
+    else:
+        graph = model
     chosen = settings_of(settings, overrides)
     budget = Budget(chosen.time_limit, chosen.measure_limit, fission=chosen.fission,
                     started=time.perf_counter() if started is None else started)
-    context = start_run(graph, chosen, rules, budget, original=original, label=label,
+    context = start_run(graph, chosen, rules, budget, original=original, label=label or "model",
                         say=say or (lambda message: None), progress=progress)
     log = StepLog(forward=current_reporter())
     with reporting(log):

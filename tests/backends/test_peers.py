@@ -12,7 +12,6 @@ from onnx import helper
 
 import graphsub
 from graphsub.budget import StageClock
-from graphsub.pipeline import PEERS as PEERS_STAGE
 from graphsub.pipeline import Settings, start_run
 from graphsub.pipeline.export_stages import peer_candidates
 from graphsub.backends.peers import PEERS, Peer, apply_peer, installed_peers, operator_domains

@@ -377,12 +377,20 @@ def save(model: Graph | ModelData, path: str | os.PathLike[str], opset: int | No
          external_data: bool | None = None) -> Path:
     """Write a model atomically to `path`, with its data file beside it where it has
     external data: a graph (exported: see `to_model_data`), or the ONNX model
-    `optimize_model` returns (bytes, or a DetachedModel with its weights apart)."""
+    `optimize_model` returns (bytes, or a DetachedModel with its weights apart).
+    `external_data=True` writes the large weights of either to a data file beside it (what
+    `graphsub optimize --external-data` writes)."""
     if isinstance(model, Graph):
         model = to_model_data(model, opset, Path(path).stem, external_data)
-    elif opset is not None or external_data is not None:
-        raise ExportError("opset and external_data apply to a graph being exported; this "
-                          "model is ONNX already")
+    elif opset is not None:
+        raise ExportError("opset applies to a graph being exported; this model is ONNX "
+                          "already (convert it with onnx.version_converter)")
+    elif external_data and isinstance(model, (bytes, bytearray)):
+        model = external.detach(model)
+    elif external_data is False and isinstance(model, DetachedModel):
+        raise ExportError("this model's weights are kept in a data file beside it (it is "
+                          "larger than one protobuf holds); save it with external_data left "
+                          "unset")
     return external.write_model(model, path)
 
 

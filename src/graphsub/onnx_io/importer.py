@@ -76,10 +76,27 @@ def model_data(path: str | os.PathLike[str]) -> ModelData:
     """A model file as onnxruntime gets it from graphsub: the file's bytes, or, where its
     weights are in external data files beside it, the model with its weights mapped from
     them (the same arrays `load` gives the graph's weights)."""
-    model, weights = _read_model(path)
-    if not weights and not external.has_external_data(model):
-        return Path(path).read_bytes()
-    return DetachedModel(model.SerializeToString(), weights)
+    return _as_model_data(path, *_read_model(path))
+
+
+def _as_model_data(source: Any, model: onnx.ModelProto,
+                   weights: Mapping[str, np.ndarray]) -> ModelData:
+    if weights or external.has_external_data(model):
+        return DetachedModel(model.SerializeToString(), dict(weights))
+    if isinstance(source, (bytes, bytearray)):
+        return bytes(source)
+    if isinstance(source, (str, os.PathLike)):
+        return Path(source).read_bytes()
+    return model.SerializeToString()
+
+
+def load_with_original(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None
+                       ) -> tuple[Graph, ModelData]:
+    """The graph `load` makes of the model, and the model as onnxruntime gets it (what
+    `model_data` reads), from one parse of the file: a 2 GB model is read once."""
+    model, weights = _read_model(source)
+    original = _as_model_data(source, model, weights)  # before the import reads the model
+    return _graph_of(model, weights, input_shapes), original
 
 
 def _check_looks_like_onnx(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
@@ -760,7 +777,11 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
     kept through import; `input_shapes` fixes inputs to concrete shapes instead. The graph's
     `meta["symbols"]` gives each symbol's range.
     """
-    original, mapped = _read_model(source)
+    return _graph_of(*_read_model(source), input_shapes)
+
+
+def _graph_of(original: onnx.ModelProto, mapped: Mapping[str, np.ndarray],
+              input_shapes: Mapping[str, Sequence[int]] | None) -> Graph:
     source_opset = _default_opset(original)
     model = _convert_opset(original)
     g = model.graph

@@ -37,7 +37,6 @@ def report_kind(data: Any) -> str:
 def render_html(data: dict[str, Any]) -> str:
     """The HTML page for a report's data, whichever command made it."""
     from graphsub.report.html import compare_html, optimize_html
-    from graphsub.report.optimize import json_ready, upgrade
 
     data = upgrade(json_ready(data))
     return optimize_html(data) if report_kind(data) == "optimize" else compare_html(data)
@@ -63,7 +62,56 @@ def load_report(path: Path) -> dict[str, Any]:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise GraphsubError(f"report {path} is not JSON ({exc}); give the .json file "
                             "`graphsub optimize --report` wrote") from None
-    from graphsub.report.optimize import upgrade
 
     report_kind(data)
     return upgrade(data)
+
+
+def upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """A report saved by an older graphsub in today's form: predicted costs were in seconds
+    under *_cost keys, and are in ms under *_ms keys now."""
+    if "runs" in data:  # compare
+        data = {**data, "runs": [_compare_run(r) for r in data["runs"]]}
+    if "predicted_cost_before" not in data:
+        return data
+    data = dict(data)
+    for old, new in (("predicted_cost_before", "predicted_ms_before"),
+                     ("predicted_cost_after", "predicted_ms_after")):
+        data[new] = _ms(data.pop(old))
+    data["candidates"] = [{**{k: v for k, v in c.items() if k != "predicted_cost"},
+                           "predicted_ms": _ms(c.get("predicted_cost"))}
+                          for c in data.get("candidates", [])]
+    search = dict(data.get("search") or {})
+    search["progress"] = [(s, _ms(c)) for s, c in search.get("progress") or []]
+    data["search"] = search
+    fission = dict(data.get("fission") or {})
+    if "predicted_cost" in fission:
+        fission["predicted_ms"] = _ms(fission.pop("predicted_cost"))
+        fission["kernels"] = [{**{k: v for k, v in kernel.items() if k != "total_cost"},
+                               "total_ms": _ms(kernel.get("total_cost"))}
+                              for kernel in fission.get("kernels", [])]
+    data["fission"] = fission
+    op = dict(data.get("op_times") or {})
+    for side in ("original", "candidate"):
+        if op.get(side):
+            op[side] = {name: _ms(v) for name, v in op[side].items()}
+    data["op_times"] = op
+    return data
+
+
+def _compare_run(run: dict[str, Any]) -> dict[str, Any]:
+    if "initial_cost" not in run:
+        return run
+    rest = {k: v for k, v in run.items() if k not in ("initial_cost", "final_cost")}
+    return {**rest, "initial_ms": _ms(run["initial_cost"]), "final_ms": _ms(run.get("final_cost")),
+            "progress": [(s, _ms(c)) for s, c in run.get("progress") or []]}
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
+
+
+def json_ready(data: Any) -> Any:
+    """`data` as JSON would give it back (enums as their words, tuples as lists), so that a
+    report renders the same from memory as from its saved file."""
+    return json.loads(json.dumps(data, default=str))

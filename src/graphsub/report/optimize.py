@@ -3,10 +3,13 @@ and the verdict, the outcome in words a user can act on."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from graphsub.report.files import json_ready, save_report, upgrade
 from graphsub.report.words import predicted, stopped
 from graphsub.runtime.speedup import MIN_GAIN, describe, describe_contention
 
@@ -118,6 +121,13 @@ class OptimizeReport:
                                 for c in data.get("candidates", [])]
         return cls(**values)
 
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the report atomically as `graphsub optimize --report` does: a .json file
+        (the data, read back by `from_dict` and `graphsub report`) or a .html page with its
+        plots, by the suffix."""
+        save_report(self.as_dict(), Path(path))
+        return Path(path)
+
     def to_html(self) -> str:
         """The report as one self-contained HTML page (plots inline as SVG)."""
         from graphsub.report.html import optimize_html
@@ -126,58 +136,6 @@ class OptimizeReport:
 
     def _repr_html_(self) -> str:  # Jupyter shows the page inline
         return self.to_html()
-
-
-def upgrade(data: dict[str, Any]) -> dict[str, Any]:
-    """A report saved by an older graphsub in today's form: predicted costs were in seconds
-    under *_cost keys, and are in ms under *_ms keys now."""
-    if "runs" in data:  # compare
-        data = {**data, "runs": [_compare_run(r) for r in data["runs"]]}
-    if "predicted_cost_before" not in data:
-        return data
-    data = dict(data)
-    for old, new in (("predicted_cost_before", "predicted_ms_before"),
-                     ("predicted_cost_after", "predicted_ms_after")):
-        data[new] = _ms(data.pop(old))
-    data["candidates"] = [{**{k: v for k, v in c.items() if k != "predicted_cost"},
-                           "predicted_ms": _ms(c.get("predicted_cost"))}
-                          for c in data.get("candidates", [])]
-    search = dict(data.get("search") or {})
-    search["progress"] = [(s, _ms(c)) for s, c in search.get("progress") or []]
-    data["search"] = search
-    fission = dict(data.get("fission") or {})
-    if "predicted_cost" in fission:
-        fission["predicted_ms"] = _ms(fission.pop("predicted_cost"))
-        fission["kernels"] = [{**{k: v for k, v in kernel.items() if k != "total_cost"},
-                               "total_ms": _ms(kernel.get("total_cost"))}
-                              for kernel in fission.get("kernels", [])]
-    data["fission"] = fission
-    op = dict(data.get("op_times") or {})
-    for side in ("original", "candidate"):
-        if op.get(side):
-            op[side] = {name: _ms(v) for name, v in op[side].items()}
-    data["op_times"] = op
-    return data
-
-
-def _compare_run(run: dict[str, Any]) -> dict[str, Any]:
-    if "initial_cost" not in run:
-        return run
-    rest = {k: v for k, v in run.items() if k not in ("initial_cost", "final_cost")}
-    return {**rest, "initial_ms": _ms(run["initial_cost"]), "final_ms": _ms(run.get("final_cost")),
-            "progress": [(s, _ms(c)) for s, c in run.get("progress") or []]}
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1e3
-
-
-def json_ready(data: Any) -> Any:
-    """`data` as JSON would give it back (enums as their words, tuples as lists), so that a
-    report renders the same from memory as from its saved file."""
-    import json
-
-    return json.loads(json.dumps(data, default=str))
 
 
 def versions() -> dict[str, str]:

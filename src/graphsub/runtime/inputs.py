@@ -43,9 +43,10 @@ def graph_input_specs(graph: Graph, binding: Mapping[str, int] | None = None
     return specs
 
 
-def given_values(graph: Graph, values: Mapping[str, str]) -> dict[str, np.ndarray]:
-    """Values for the graph's inputs from text (`16000`, `1,2,3`), each in its input's type
-    and shape; a clear error for an unknown input or a value that does not fit."""
+def given_values(graph: Graph, values: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Values for the graph's inputs, each in its input's type and shape: from text
+    (`16000`, `1,2,3`: the command line's), a number or an array; a clear error for an
+    unknown input or a value that does not fit."""
     types = {graph[i].attrs["name"]: graph[i].type for i in graph.inputs}
     found = {}
     for name, text in values.items():
@@ -57,9 +58,10 @@ def given_values(graph: Graph, values: Mapping[str, str]) -> dict[str, np.ndarra
             raise GraphsubError(f"--input-value {name}: the input has symbolic sizes {t}; fix "
                                 f"them with --input-shape first")
         try:
-            flat = np.array([float(v) for v in text.split(",")], dtype=np.float64)
+            flat = np.array([float(v) for v in text.split(",")], dtype=np.float64) \
+                if isinstance(text, str) else np.asarray(text)
             value = flat.astype(t.dtype).reshape(t.shape)
-        except ValueError:
+        except (TypeError, ValueError):
             raise GraphsubError(f"--input-value {name}={text}: expected {t.numel} comma-"
                                 f"separated number(s) for an input of type {t}") from None
         found[name] = value
