@@ -37,7 +37,8 @@ def test_algorithm_options_by_name_become_the_algorithms_own_dataclass():
     ({"time_limit": float("nan")}, "--time-limit must be a positive number"),
     ({"split": 1}, "--split needs a part size of at least 2"),
     ({"cost": "guess"}, "unknown cost model 'guess'"),
-    ({"target": "ort-cpu", "allow_tf32": True}, "allow_tf32 (--tf32) is an option of torch-cuda"),
+    ({"target": "ort-cpu", "allow_tf32": True}, "allow_tf32 is an option of torch-cuda, not of "
+                                                "ort-cpu"),
     ({"original_onnx": b""}, "unknown setting 'original_onnx': not an option of the "
                              "backtracking search"),
     ({"algorithm": "eqsat", "extractors": ("ilp", "fastest")}, "unknown extractor(s) fastest"),

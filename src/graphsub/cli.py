@@ -20,9 +20,11 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from graphsub.backends import DEFAULT_ORDER, capabilities, target_names
 from graphsub.cli_common import (JsonOpt, app, emit_json, err, handle_errors,
                                  main, out, parse_input_shapes)
 from graphsub.errors import GraphsubError
+from graphsub.search.registry import DECLARED
 from graphsub.progress import StepCount, StepLog, reporting
 
 if TYPE_CHECKING:
@@ -61,9 +63,9 @@ ThreadsOpt = Annotated[Optional[int], typer.Option(
     "--threads", "-t", metavar="N", help="CPU threads of onnxruntime or torch (default: all "
     "cores).", rich_help_panel="Target")]
 TargetOpt = Annotated[Optional[str], typer.Option(
-    "--target", metavar="NAME", help="Where the model will run, so what is measured: ort-cpu, "
-    "ort-cuda, torch-cpu, torch-cuda (default: torch-cuda when torch sees a GPU, else ort-cpu; "
-    "`graphsub info --targets`).", rich_help_panel="Target")]
+    "--target", metavar="NAME", help=f"Where the model will run: {', '.join(target_names())} "
+    f"(default: {DEFAULT_ORDER[0]} with a GPU, else {DEFAULT_ORDER[-1]}).",
+    rich_help_panel="Target")]
 SplitOpt = Annotated[Optional[int], typer.Option(
     "--split", metavar="N", help="Cut the graph into parts of at most N operators, search them "
     "apart, then the cuts (MetaFlow's graph split; off by default, MetaFlow uses 30).",
@@ -71,23 +73,26 @@ SplitOpt = Annotated[Optional[int], typer.Option(
 ExecutorOpt = Annotated[str, typer.Option(
     metavar="NAME", help="Where --split searches parts: process, dask or serial.",
     rich_help_panel="Search")]
-CudaGraphsOpt = Annotated[Optional[bool], typer.Option(
-    "--cuda-graphs/--no-cuda-graphs", show_default=False, metavar="",
-    help="torch-cuda: run CUDA-graph replays (its default) or eager launches.",
-    rich_help_panel="Target")]
-Tf32Opt = Annotated[bool, typer.Option(
-    "--tf32", metavar="", help="torch-cuda: allow TF32 matmuls and convolutions (off: fp32 results).",
-    rich_help_panel="Target")]
+TargetOptionOpt = Annotated[Optional[list[str]], typer.Option(
+    "--target-option", metavar="NAME=VALUE", help="The target's own, repeatable: "
+    + "; ".join(f"{name}: " + ", ".join(f"{o.name}={str(o.default).lower()}"
+                                        for o in capabilities(name).options)
+                for name in target_names() if capabilities(name).options)
+    + " (`graphsub info --targets`).", rich_help_panel="Target")]
 
 
-def make_target(name: str | None, threads: int | None, cuda_graphs: bool | None = None,
-                tf32: bool = False):
+def parse_target_options(target: str | None, texts: list[str] | None) -> dict[str, Any]:
+    from graphsub.pipeline.settings import parse_target_option
+
+    return dict(parse_target_option(target, text) for text in texts or [])
+
+
+def make_target(name: str | None, threads: int | None, option_texts: list[str] | None):
     """The target named on the command line, with the options given (an option the target
     does not have is refused by the target's registry)."""
     from graphsub.backends import get_target
 
-    return get_target(name, threads=threads, cuda_graphs=cuda_graphs,
-                      allow_tf32=True if tf32 else None)
+    return get_target(name, threads=threads, **parse_target_options(name, option_texts))
 
 
 def parse_input_values(items: list[str] | None) -> dict[str, str]:
@@ -123,18 +128,24 @@ def check_output_path(path: Path, option: str, inputs: Sequence[str | Path] = ()
 def info(model: Annotated[Optional[str], typer.Argument(help="ONNX file or zoo model.")] = None,
          input_shape: InputShapeOpt = None,
          targets: Annotated[bool, typer.Option(
-             "--targets", help="List the execution targets and whether this machine has them.")] = False,
+             "--targets", help="List the execution targets, their options and whether this machine has them.")] = False,
+         algorithms: Annotated[bool, typer.Option(
+             "--algorithms", help="List the search algorithms and their options.")] = False,
          as_json: JsonOpt = False) -> None:
     """Operators, parameters, FLOPs and bytes moved of a model (or, with --targets, the
-    execution targets this machine has)."""
+    execution targets this machine has; with --algorithms, the searches)."""
     from graphsub.loaded import open_model
     from graphsub.report.summary import human, summarize
 
     if targets:
         print_targets(as_json)
         return
+    if algorithms:
+        print_algorithms(as_json)
+        return
     if model is None:
-        raise GraphsubError("name a model (ONNX file or zoo model), or pass --targets")
+        raise GraphsubError("name a model (ONNX file or zoo model), or pass --targets or "
+                            "--algorithms")
     loaded = open_model(model, parse_input_shapes(input_shape))
     s = summarize(loaded.graph)
     if as_json:
@@ -171,15 +182,52 @@ def print_targets(as_json: bool) -> None:
 
     statuses = target_statuses()
     if as_json:
-        emit_json([s.__dict__ for s in statuses])
+        emit_json([{**s.__dict__, "options": [
+            {"name": o.name, "type": o.kind.__name__, "default": o.default, "help": o.help}
+            for o in capabilities(s.name).options]} for s in statuses])
         return
-    table = Table(title="execution targets (--target)", title_justify="left")
-    for col in ("target", "available", "what it runs"):
+    table = Table(title="execution targets (--target; their options: --target-option "
+                  "NAME=VALUE)", title_justify="left")
+    for col in ("target", "available", "what it runs", "options"):
         table.add_column(col)
     for st in statuses:
         mark = "[green]yes[/]" + (" (default)" if st.default else "") if st.available else "[red]no[/]"
+        options = "\n".join(f"{o.name}={str(o.default).lower()}: {o.help}"
+                            for o in capabilities(st.name).options)
         table.add_row(st.name, mark, escape(st.description) + (
-            "" if st.available else f"\n[dim]why not: {escape(st.reason)}[/]"))
+            "" if st.available else f"\n[dim]why not: {escape(st.reason)}[/]"),
+            escape(options or "threads only"))
+    out.print(table)
+
+
+def _option_text(value: Any) -> str:
+    """An option's value as --option takes it."""
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return "none" if value is None else str(value).lower() if isinstance(value, bool) \
+        else str(value)
+
+
+def print_algorithms(as_json: bool) -> None:
+    """Every registered search with its options (name, type, default, what it does), as
+    their dataclasses declare them."""
+    from graphsub.search import ALGORITHMS
+
+    if as_json:
+        emit_json([{"name": a.name, "summary": a.summary, "budget_unit": a.budget_unit,
+                    "options": [{"name": o.name, "type": o.type_name, "default": o.default,
+                                 "least": o.least, "help": o.help} for o in a.option_specs()]}
+                   for a in ALGORITHMS.values()])
+        return
+    table = Table(title="search algorithms (--algorithm; their options: --option NAME=VALUE)",
+                  title_justify="left")
+    for col in ("algorithm", "what it is", "options"):
+        table.add_column(col)
+    for a in ALGORITHMS.values():
+        options = "\n".join(f"{o.name}={_option_text(o.default)}: {o.help}"
+                            for o in a.option_specs())
+        table.add_row(a.name, escape(f"{a.summary}; --budget counts {a.budget_unit}"),
+                      escape(options or "none"))
     out.print(table)
 
 
@@ -302,7 +350,7 @@ def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo
           b: Annotated[Optional[str], typer.Argument(help="Second model, timed interleaved with A.")] = None,
           input_shape: InputShapeOpt = None, custom_ops: CustomOpsOpt = None,
           threads: ThreadsOpt = None,
-          target: TargetOpt = None, cuda_graphs: CudaGraphsOpt = None, tf32: Tf32Opt = False,
+          target: TargetOpt = None, target_option: TargetOptionOpt = None,
           seconds: Annotated[float, typer.Option(help="Minimum timing duration.")] = 3.0,
           as_json: JsonOpt = False) -> None:
     """Latency on a target (onnxruntime with all optimizations by default); two models side
@@ -318,7 +366,7 @@ def bench(a: Annotated[str, typer.Argument(help="Model to time (ONNX file or zoo
     if b and models[0].input_specs() != models[1].input_specs():
         raise GraphsubError("the models have different inputs, so they cannot be timed on the "
                             "same data")
-    device = make_target(target, threads, cuda_graphs, tf32)
+    device = make_target(target, threads, target_option)
     feeds = random_feeds(models[0].input_specs())
     with err.status(f"timing on {device.name} ({escape(device.device().describe())})..."):
         runnables = [device.prepare(m.graph, m.original, m.label) for m in models]
@@ -436,11 +484,9 @@ class _Stages:
         self.status.stop()
 
 
-ALGORITHM_HELP = ("backtracking (TASO/MetaFlow), greedy, OCGGS's pruning, dpp, sampling and "
-                  "enumeration, or the e-graph searches eqsat (Tensat) and mcts.")
-OPTION_HELP = ("An option of the algorithm, NAME=VALUE (repeatable), e.g. c=1.4 or "
-               "extractors=ilp,greedy; a wrong name is refused with the list of its options "
-               "(docs/search.md).")
+ALGORITHM_HELP = f"{', '.join(DECLARED)} (`graphsub info --algorithms`)."
+OPTION_HELP = ("The algorithm's own, repeatable, e.g. c=1.4 or extractors=ilp,greedy "
+               "(`graphsub info --algorithms`).")
 TIME_LIMIT_HELP = ("Seconds for the whole run: the search, then timing and verifying (a "
                    "quarter, at least 2 s, unless --measure-limit is given; a chosen "
                    "candidate's verifying may come on top).")
@@ -501,11 +547,11 @@ def optimize(ctx: typer.Context,
              input_shape: InputShapeOpt = None, input_value: InputValueOpt = None,
              custom_ops: CustomOpsOpt = None,
              shape_profile: ShapeProfileOpt = None, threads: ThreadsOpt = None,
-             target: TargetOpt = None, cuda_graphs: CudaGraphsOpt = None, tf32: Tf32Opt = False,
-             candidates: Annotated[int, typer.Option(metavar="N", help="Best candidates to time end to end.", rich_help_panel="Time")] = 3,
-             fission: Annotated[bool, typer.Option("--fission/--no-fission", metavar="", help=FISSION_HELP, rich_help_panel="Search")] = True,
-             ort_fusions: Annotated[bool, typer.Option("--ort-fusions/--no-ort-fusions", metavar="", help=ORT_FUSIONS_HELP, rich_help_panel="Target")] = False,
-             peers: Annotated[bool, typer.Option("--peers/--no-peers", metavar="", help=PEERS_HELP, rich_help_panel="Target")] = True,
+             target: TargetOpt = None, target_option: TargetOptionOpt = None,
+             candidates: Annotated[int, typer.Option(metavar="N", help="Best candidates to time end to end.", rich_help_panel="Candidates")] = 3,
+             fission: Annotated[bool, typer.Option("--fission/--no-fission", metavar="", help=FISSION_HELP, rich_help_panel="Candidates")] = True,
+             ort_fusions: Annotated[bool, typer.Option("--ort-fusions/--no-ort-fusions", metavar="", help=ORT_FUSIONS_HELP, rich_help_panel="Candidates")] = False,
+             peers: Annotated[bool, typer.Option("--peers/--no-peers", metavar="", help=PEERS_HELP, rich_help_panel="Candidates")] = True,
              external_data: Annotated[bool, typer.Option("--external-data", metavar="", help="Weights to OUTPUT.data (auto >1 GiB).")] = False,
              report: Annotated[Optional[Path], typer.Option("--report", metavar="FILE", help="Also write the report: report.html (a page with plots) or report.json (its data; `graphsub report` renders it).")] = None,
              as_json: JsonOpt = False) -> None:
@@ -523,7 +569,7 @@ def optimize(ctx: typer.Context,
         algorithm=algorithm, alpha=alpha, k=k, node_limit=node_limit, k_multi=k_multi,
         budget=budget, split=split, executor=executor, time_limit=time_limit,
         measure_limit=measure_limit, cost=cost, threads=threads, target=target,
-        cuda_graphs=cuda_graphs, allow_tf32=True if tf32 else None, candidates=candidates,
+        target_options=parse_target_options(target, target_option), candidates=candidates,
         fission=fission, ort_fusions=ort_fusions, peers=peers, shape_profile=tuple(shape_profile or ()),
         external_data=True if external_data else None),
         option, objective)

@@ -14,7 +14,6 @@ from graphsub.ir.graph import Graph
 from graphsub.optimizer import optimize
 from graphsub.pipeline import ProgressRecorder, Settings
 from graphsub.rules import Rule, builtin_rules
-import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import ALGORITHMS
 from graphsub.search.result import StopReason
 
@@ -72,7 +71,8 @@ def compare_algorithms(graph: Graph, algorithms: Sequence[str] = DEFAULT_ALGORIT
     settings = settings or Settings.make(cost="analytic", time_limit=10.0)
     if isinstance(settings.cost, str):  # one model for every run
         target = settings.target if isinstance(settings.target, Target) else \
-            get_target(settings.target_name, **settings.target_options)
+            get_target(settings.target_name, threads=settings.threads,
+                       **settings.target_options)
         settings = settings.replace(cost=make_cost_model(settings.cost, target=target),
                                     target=target)
     rules = builtin_rules() if rules is None else list(rules)

@@ -12,18 +12,23 @@ runtime). Importing this module registers it.
 
 from __future__ import annotations
 
-from graphsub.backends import register_target
-from graphsub.backends.base import Capabilities, DeviceInfo
+from graphsub.backends import declared_capabilities, register_target
+from graphsub.backends.base import DeviceInfo
+from graphsub.backends.capabilities import Capabilities
 from graphsub.backends.ort import OrtTarget, cpu_model
 
 NAME = "ort-stand-in"
+
+
+register_target(NAME, f"{__name__}:StandInProviderTarget",
+                Capabilities(runs="onnx", vendor_operators=False, is_reference=False))
 
 
 class StandInProviderTarget(OrtTarget):
     name = NAME
     description = "test only: onnxruntime's CPU provider declared as a provider graphsub " \
                   "does not verify with"
-    capabilities = Capabilities(runs="onnx", vendor_operators=False, is_reference=False)
+    capabilities = declared_capabilities(NAME)
     #: How many times the stages ran a model on this target to check its outputs.
     runs_checked = 0
 
@@ -46,5 +51,3 @@ class StandInProviderTarget(OrtTarget):
         runnable.run = counted
         return runnable
 
-
-register_target(NAME, f"{__name__}:StandInProviderTarget")

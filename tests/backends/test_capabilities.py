@@ -17,6 +17,7 @@ from graphsub.backends import capabilities, get_target, target_statuses
 from graphsub.cli import app
 from graphsub.errors import GraphsubError
 from graphsub.pipeline import Settings, measure_stages
+from graphsub.pipeline.settings import parse_target_option
 from graphsub.optimizer import optimize_model
 from tests.backends import stand_in_target
 from tests.report.conftest import Slowed, transposes_model
@@ -54,17 +55,28 @@ def test_an_option_the_target_lacks_is_refused():
     """The message names the target that has the option even where torch is not installed
     (the registry declares what the torch targets are)."""
     with pytest.raises(GraphsubError,
-                       match=r"cuda_graphs \(--cuda-graphs\) is an option of torch-cuda"):
+                       match="cuda_graphs is an option of torch-cuda, not of ort-cpu"):
         Settings.make(target="ort-cpu", cuda_graphs=False)
     with pytest.raises(GraphsubError, match="has no option allow_tf32"):
         get_target("ort-cpu", allow_tf32=True)
+    with pytest.raises(GraphsubError, match="the ort-cpu target has no option 'cuda_graphs'.*"
+                                            "cuda_graphs is an option of torch-cuda"):
+        parse_target_option("ort-cpu", "cuda_graphs=false")
+    assert parse_target_option("torch-cuda", "cuda-graphs=false") == ("cuda_graphs", False)
+    with pytest.raises(GraphsubError, match="'often' is not a value of bool"):
+        parse_target_option("torch-cuda", "allow_tf32=often")
+    torch_cuda = Settings.make(target="torch-cuda", cuda_graphs=False, time_limit=5)
+    assert torch_cuda.target_options == {"cuda_graphs": False}
+    assert torch_cuda.as_dict()["cuda_graphs"] is False
+    with pytest.raises(GraphsubError, match="torch-cuda target's allow_tf32 takes bool"):
+        Settings.make(target="torch-cuda", allow_tf32="yes")
 
 
 def test_the_torch_targets_capabilities_are_known_without_importing_torch():
     """So that the plain install (no torch) names torch-cuda's options as torch-cuda's."""
     code = ("import sys; from graphsub.backends import capabilities; "
             "caps = capabilities('torch-cuda'); "
-            "assert 'cuda_graphs' in caps.options and caps.runs == 'torch', caps; "
+            "assert 'cuda_graphs' in caps.option_names and caps.runs == 'torch', caps; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(SRC)})

@@ -9,6 +9,7 @@ from graphsub.cost import AnalyticCostModel
 from graphsub.egraph.saturation import EqsatOptions, eqsat_search
 from graphsub.egraph.schedule import BackoffScheduler
 from graphsub.errors import GraphsubError
+from graphsub.pipeline import Settings
 from graphsub.rules import builtin_rules
 from graphsub.search import Limits
 from tests.egraph.test_egraph_search import assert_equivalent
@@ -66,9 +67,11 @@ def test_the_backoff_scheduler_saturates_to_the_same_best_graph_and_records_iter
 
 
 @pytest.mark.parametrize("options, message", [
-    (EqsatOptions(scheduler="fifo"), "unknown e-graph scheduler 'fifo'"),
-    (EqsatOptions(match_limit=0), "must be positive"),
+    ({"scheduler": "fifo"}, "unknown e-graph scheduler 'fifo'"),
+    ({"match_limit": 0}, "must be at least 1"),
 ])
-def test_bad_scheduler_options_are_clear_errors(options, message):
+def test_bad_scheduler_options_are_clear_errors_where_settings_are_made(options, message):
     with pytest.raises(GraphsubError, match=message):
-        eqsat_search(zoo.build("squeezenet"), RULES, COST, Limits(time=5), options)
+        Settings.make(algorithm="eqsat", **options)
+    with pytest.raises(GraphsubError, match="unknown e-graph scheduler|must be positive"):
+        EqsatOptions(**options)

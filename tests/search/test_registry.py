@@ -53,8 +53,11 @@ def test_optimize_hands_a_search_its_limits_and_options(monkeypatch):
         cost = cost_model.graph_cost(graph)
         return OptimizeResult(graph, (), SearchStats(), cost, cost, [])
 
-    monkeypatch.setitem(registry.ALGORITHMS, "probe", registry.SearchAlgorithm(
-        "probe", probe, ProbeOptions, "probes", 3))
+    with pytest.raises(GraphsubError, match="search probe is registered but not declared"):
+        registry.register("probe", ProbeOptions, "probes", 3)(probe)
+    monkeypatch.setitem(registry.DECLARED, "probe", registry.Declared(__name__, "a test probe"))
+    registry.register("probe", ProbeOptions, "probes", 3)(probe)
+    assert registry.ALGORITHMS["probe"].summary == "a test probe"
     graph = zoo.build("squeezenet")
     graphsub.optimize(graph, [], "probe", k=4, budget=7, cost=AnalyticCostModel("cpu"),
                       time_limit=1, options={"temperature": 2.0})

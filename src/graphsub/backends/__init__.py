@@ -21,26 +21,40 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from graphsub.backends.base import Capabilities, DeviceInfo, Target, TargetUnavailableError
+from typing import TYPE_CHECKING
+
+from graphsub.backends.capabilities import Capabilities, TargetOption, TargetUnavailableError
 from graphsub.errors import GraphsubError
+from graphsub.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from graphsub.backends.base import DeviceInfo, Target
+
+# The registry below needs only the declarations: what a Target is (its base class, which
+# imports the cost models) is imported when first read, so that the command line's help
+# lists the targets and their options at no cost.
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {
+    "DeviceInfo": "graphsub.backends.base", "Target": "graphsub.backends.base"})
 
 
 @dataclass(frozen=True)
 class TargetEntry:
     """A registered target: where its class lives (imported only when the target is used,
-    since torch is optional) and the packages it needs before that import can work."""
+    since torch is optional), what it is, and the packages it needs before that import can
+    work."""
 
     factory: str                 #: "module:Class"
+    #: What the target is, declared here so that settings naming its options are checked,
+    #: and the command line's help lists them, without importing its module (onnxruntime's
+    #: import takes most of a second, torch's seconds, and either may be missing); its class
+    #: reads them back with `declared_capabilities`.
+    capabilities: Capabilities
     requires: tuple[str, ...] = ()
     #: How to install what `requires` names.
     install: str = ""
     #: A check that needs no import (None: it can run here), so that deciding the default
     #: target on a machine without a GPU does not import torch (seconds at every start).
     precheck: Callable[[], str | None] | None = None
-    #: What the target is, declared here for a target whose module needs packages that may
-    #: be missing, so that settings naming its options are checked without them (its class
-    #: reads them back with `declared_capabilities`); None: the class says.
-    capabilities: Capabilities | None = None
 
     def load(self, name: str) -> type[Target]:
         missing = [m for m in self.requires if importlib.util.find_spec(m) is None]
@@ -54,15 +68,21 @@ class TargetEntry:
 _TORCH_INSTALL = "pip install 'graphsub[torch]' (PyTorch)"
 #: Every target by name: the one registry (register_target adds to it).
 _TARGETS: dict[str, TargetEntry] = {
-    "ort-cpu": TargetEntry("graphsub.backends.ort:OrtCpuTarget"),
-    "ort-cuda": TargetEntry("graphsub.backends.ort:OrtCudaTarget"),
-    "torch-cpu": TargetEntry("graphsub.backends.torch.target:TorchCpuTarget", ("torch",),
-                             _TORCH_INSTALL, capabilities=Capabilities(runs="torch")),
-    "torch-cuda": TargetEntry("graphsub.backends.torch.target:TorchCudaTarget", ("torch",),
-                              _TORCH_INSTALL, lambda: None if nvidia_driver_present() else
-                              "no NVIDIA GPU driver on this machine; run on one with an "
-                              "NVIDIA GPU, or use --target torch-cpu",
-                              Capabilities(runs="torch", options=("cuda_graphs", "allow_tf32"))),
+    "ort-cpu": TargetEntry("graphsub.backends.ort:OrtCpuTarget", Capabilities(
+        runs="onnx", vendor_operators=True, is_reference=True)),
+    "ort-cuda": TargetEntry("graphsub.backends.ort:OrtCudaTarget", Capabilities(
+        runs="onnx", vendor_operators=True)),
+    "torch-cpu": TargetEntry("graphsub.backends.torch.target:TorchCpuTarget",
+                             Capabilities(runs="torch"), ("torch",), _TORCH_INSTALL),
+    "torch-cuda": TargetEntry(
+        "graphsub.backends.torch.target:TorchCudaTarget", Capabilities(runs="torch", options=(
+            TargetOption("cuda_graphs", bool, True, "run CUDA-graph replays (false: eager "
+                         "launches)"),
+            TargetOption("allow_tf32", bool, False, "allow TF32 matmuls and convolutions "
+                         "(false: fp32 results)"))),
+        ("torch",), _TORCH_INSTALL, lambda: None if nvidia_driver_present() else
+        "no NVIDIA GPU driver on this machine; run on one with an NVIDIA GPU, or use "
+        "--target torch-cpu"),
 }
 #: The default target is the first of these this machine has: a GPU through torch, where
 #: graph substitutions pay most, else onnxruntime on the CPU.
@@ -75,14 +95,12 @@ def nvidia_driver_present() -> bool:
                                            "/dev/dxg"))
 
 
-def register_target(name: str, factory: str, requires: tuple[str, ...] = (),
-                    install: str = "", capabilities: Capabilities | None = None) -> None:
-    """Add a target (a `Target` subclass at "module:Class", whose `name` is `name`) that
-    needs the packages `requires` (installed as `install` says). Where those may be missing,
-    declare its `capabilities` here too (the class then reads them with
-    `declared_capabilities(name)`), so that settings naming its options are told apart
-    from mistakes on a machine without them."""
-    _TARGETS[name] = TargetEntry(factory, requires, install, capabilities=capabilities)
+def register_target(name: str, factory: str, capabilities: Capabilities,
+                    requires: tuple[str, ...] = (), install: str = "") -> None:
+    """Add a target (a `Target` subclass at "module:Class", whose `name` is `name`, whose
+    class reads its `capabilities` back with `declared_capabilities(name)`) that needs the
+    packages `requires` (installed as `install` says)."""
+    _TARGETS[name] = TargetEntry(factory, capabilities, requires, install)
 
 
 def target_names() -> list[str]:
@@ -99,18 +117,16 @@ def target_class(name: str) -> type[Target]:
 
 
 def declared_capabilities(name: str) -> Capabilities:
-    """The capabilities the registry declares for a target whose packages may be missing."""
-    declared = _TARGETS[name].capabilities
-    assert declared is not None, f"{name} declares no capabilities in the registry"
-    return declared
+    """The capabilities the registry declares for a target (its class's)."""
+    return _TARGETS[name].capabilities
 
 
 def capabilities(name: str) -> Capabilities:
-    """What a target is, by name, without starting it (nor importing a module whose
-    packages are missing here)."""
-    if name in _TARGETS and _TARGETS[name].capabilities is not None:
-        return _TARGETS[name].capabilities
-    return target_class(name).capabilities
+    """What a target is, by name, without starting it or importing its module."""
+    if name not in _TARGETS:
+        raise GraphsubError(f"unknown target {name!r}; known targets: {', '.join(_TARGETS)} "
+                            "(graphsub info --targets lists the ones this machine has)")
+    return _TARGETS[name].capabilities
 
 
 def unavailable_reason(name: str) -> str | None:
@@ -143,10 +159,11 @@ def get_target(name: str | None = None, **options: Any) -> Target:
     if reason is not None:
         raise TargetUnavailableError(f"target {name} is not available here: {reason}")
     given = {k: v for k, v in options.items() if v is not None}
-    unknown = sorted(set(given) - {"threads", *cls.capabilities.options})
+    names = ("threads", *cls.capabilities.option_names)
+    unknown = sorted(set(given) - set(names))
     if unknown:
         raise GraphsubError(f"target {name} has no option {', '.join(unknown)} (its options: "
-                            f"{', '.join(('threads', *cls.capabilities.options))})")
+                            f"{', '.join(names)})")
     return cls(**given)
 
 
@@ -174,7 +191,8 @@ def target_statuses() -> list[TargetStatus]:
     return out
 
 
-__all__ = ["Capabilities", "DeviceInfo", "Target", "TargetStatus", "TargetUnavailableError",
+__all__ = ["Capabilities", "DeviceInfo", "Target", "TargetOption", "TargetStatus",
+           "TargetUnavailableError",
            "capabilities", "declared_capabilities", "default_target_name", "get_target",
            "register_target", "target_class", "target_names", "target_statuses",
            "unavailable_reason"]

@@ -17,44 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from graphsub.backends.capabilities import Capabilities
 from graphsub.cost.base import OpSignature
-from graphsub.errors import GraphsubError
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
 from graphsub.tensors.types import TensorType
 from graphsub.runtime.equivalence import Tolerance
 from graphsub.runtime.ort import ModelData
 from graphsub.runtime.timing import Runnable
-
-
-class TargetUnavailableError(GraphsubError):
-    """The target the user named cannot run on this machine (the message says why)."""
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What a target is, declared once by the target: the stages read these, never its name.
-
-    A new onnxruntime provider (TensorRT, OpenVINO) declares its own: whether onnxruntime's
-    com.microsoft operators may be written for it, and that its outputs are verified on it
-    (graphsub's reference runs onnxruntime's CPU provider, which is not the provider the
-    model will run on)."""
-
-    #: What the target runs: "onnx" (the ONNX file graphsub writes, as a user's runtime loads
-    #: it) or "torch" (a program graphsub builds from the graph).
-    runs: str
-    #: Whether candidates may use the runtime's own fused operators (onnxruntime's
-    #: com.microsoft domain, `--ort-fusions`): the output then runs only there.
-    vendor_operators: bool = False
-    #: Whether the target is the runtime graphsub verifies with (onnxruntime's CPU provider,
-    #: all graph optimizations): otherwise the chosen model is also checked on the target.
-    is_reference: bool = False
-    #: Options the target takes beyond `threads` (torch-cuda: cuda_graphs, allow_tf32).
-    options: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.runs not in ("onnx", "torch"):
-            raise ValueError(f"a target runs onnx or torch, not {self.runs!r}")
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from graphsub.backends.base import (Capabilities, DeviceInfo, Target, TargetUnavailableError,
-                                   cold_replicas, signature_graph)
+from graphsub.backends import declared_capabilities
+from graphsub.backends.base import DeviceInfo, Target, cold_replicas, signature_graph
+from graphsub.backends.capabilities import TargetUnavailableError
 from graphsub.cost.base import OpSignature
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph
@@ -65,7 +66,6 @@ class OrtTarget(Target):
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     io_device = "cpu"
     runnable: type[OrtRunnable] = OrtRunnable
-    capabilities = Capabilities(runs="onnx", vendor_operators=True)
 
     def __init__(self, threads: int | None = None) -> None:
         reason = self.unavailable_reason()
@@ -203,7 +203,7 @@ class OrtCudaRunnable(OrtRunnable):
 class OrtCpuTarget(OrtTarget):
     name = "ort-cpu"
     description = "onnxruntime, CPU provider, all graph optimizations (the ONNX file as written)"
-    capabilities = Capabilities(runs="onnx", vendor_operators=True, is_reference=True)
+    capabilities = declared_capabilities("ort-cpu")
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -219,6 +219,7 @@ class OrtCpuTarget(OrtTarget):
 
 class OrtCudaTarget(OrtTarget):
     name = "ort-cuda"
+    capabilities = declared_capabilities("ort-cuda")
     description = "onnxruntime, CUDA provider (needs onnxruntime-gpu and an NVIDIA GPU)"
     providers = (CUDA_PROVIDER, "CPUExecutionProvider")
     io_device = "cuda"

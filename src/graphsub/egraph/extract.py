@@ -26,13 +26,11 @@ import heapq
 import math
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_array
 
 from graphsub.egraph.problem import ExtractionProblem
 from graphsub.errors import GraphsubError
@@ -194,6 +192,8 @@ def ilp(problem: ExtractionProblem, time_limit: float = 60.0,
     remaining = time_limit - (time.perf_counter() - start)
     if remaining <= 0:
         return _fallback(greedy, start, "time limit (dag-greedy)", None)
+    from scipy.optimize import milp  # scipy's import takes a third of a second: when solved
+
     with warnings.catch_warnings():  # milp warns that it passes HiGHS options verbatim
         warnings.filterwarnings("ignore", "Unrecognized options", RuntimeWarning)
         res = milp(model.objective, integrality=model.integrality, bounds=model.bounds,
@@ -533,6 +533,9 @@ class _IlpModel:
         lo_bounds[[y[r] for r in p.roots]] = 1.0
         hi_bounds = np.ones(n_vars)
         hi_bounds[n_x + len(classes):] = np.array(big_m) - 1
+        from scipy.optimize import Bounds, LinearConstraint
+        from scipy.sparse import coo_array
+
         self.bounds = Bounds(lo_bounds, hi_bounds)
         matrix = coo_array((vals, (rows, cols)), shape=(len(lower), n_vars)).tocsr()
         self.constraints = LinearConstraint(matrix, np.array(lower), np.array(upper))
@@ -608,3 +611,12 @@ def _extractable(problem: ExtractionProblem) -> list[bool]:
             if waiting[parent] == 0:
                 ready.append(parent)
     return ok
+
+
+#: The extractors by name, each a function of the problem and a time limit (which only the
+#: ILP uses), in the order the e-graph searches run them by default.
+EXTRACTORS: dict[str, Callable[[ExtractionProblem, float], Extraction]] = {
+    "ilp": lambda problem, time_limit: ilp(problem, time_limit=time_limit),
+    "dag-greedy": lambda problem, time_limit: dag_greedy(problem),
+    "greedy": lambda problem, time_limit: tree_greedy(problem),
+}

@@ -42,7 +42,7 @@ from graphsub.egraph.runner import Runner
 from graphsub.egraph.saturation import EGraphSearch, ExtractionOptions
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import Rule
-from graphsub.search.registry import Limits, register
+from graphsub.search.registry import Limits, option, register
 from graphsub.search.result import OptimizeResult, StopReason
 
 
@@ -194,12 +194,10 @@ BUDGET = 128
 
 @dataclass(frozen=True, kw_only=True)
 class MctsOptions(ExtractionOptions):
-    node_limit: int = 2000  # as in the MCTS paper
-    #: Rollout steps.
-    max_depth: int = 10
-    #: UCB1's exploration constant.
-    c: float = 0.5
-    seed: int = 0
+    node_limit: int = option(2000, "the e-graph's most e-nodes", least=1)  # the paper's
+    max_depth: int = option(10, "rollout steps", least=1)
+    c: float = option(0.5, "UCB1's exploration constant", least=0.0)
+    seed: int = option(0, "the tree search's random seed")
 
 
 @register("mcts", MctsOptions, "MCTS iterations per decision", BUDGET, egraph=True)

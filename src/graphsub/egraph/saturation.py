@@ -28,7 +28,8 @@ from graphsub.egraph.schedule import BackoffScheduler
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import Rule
-from graphsub.search.registry import Limits, register
+from graphsub.egraph.extract import EXTRACTORS
+from graphsub.search.registry import Limits, option, register
 from graphsub.search.result import OptimizeResult, Step, StopReason
 from graphsub.search.run import SearchRun
 
@@ -40,20 +41,11 @@ MIN_ILP_TIME = 0.5
 #: last applications and for extraction.
 CONSTRUCTION_SHARE = 0.85
 
-#: Extractors by name (graphsub.egraph.extract), called with (problem, time limit).
-EXTRACTORS = ("ilp", "dag-greedy", "greedy")
-
-
 def run_extractor(name: str, problem: ExtractionProblem, time_limit: float) -> Any:
-    from graphsub.egraph import extract
-
-    if name == "ilp":
-        return extract.ilp(problem, time_limit=time_limit)
-    if name == "dag-greedy":
-        return extract.dag_greedy(problem)
-    if name == "greedy":
-        return extract.tree_greedy(problem)
-    raise GraphsubError(f"unknown extractor {name!r}; use one of {', '.join(EXTRACTORS)}")
+    """What the extractor `name` (graphsub.egraph.extract.EXTRACTORS) makes of the problem."""
+    if name not in EXTRACTORS:
+        raise GraphsubError(f"unknown extractor {name!r}; use one of {', '.join(EXTRACTORS)}")
+    return EXTRACTORS[name](problem, time_limit)
 
 
 @dataclass
@@ -129,13 +121,19 @@ class EGraphSearch:
 
 @dataclass(frozen=True, kw_only=True)
 class ExtractionOptions:
-    #: The e-graph's most e-nodes.
-    node_limit: int = 20_000
-    #: Extractors whose graphs compete (graphsub.egraph.extract.EXTRACTORS).
-    extractors: tuple[str, ...] = ("ilp", "dag-greedy", "greedy")
-    #: Seconds for the ILP extraction (None: what is left of the time limit; skipped below
-    #: MIN_ILP_TIME, the greedy extractors' graphs then compete).
-    extract_time: float | None = None
+    node_limit: int = option(20_000, "the e-graph's most e-nodes", least=1)
+    extractors: tuple[str, ...] = option(tuple(EXTRACTORS), "the extractors whose graphs "
+                                         f"compete: {', '.join(EXTRACTORS)}")
+    extract_time: float | None = option(None, "seconds for the ILP extraction (none: what is "
+                                        "left of the time limit)", least=0.0)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.extractors) - set(EXTRACTORS)
+        if unknown:
+            raise GraphsubError(f"unknown extractor(s) {', '.join(sorted(unknown))}; use "
+                                f"{', '.join(EXTRACTORS)}")
+        if not self.extractors:
+            raise GraphsubError(f"extractors must name at least one of {', '.join(EXTRACTORS)}")
 
 
 #: The rule schedulers of equality saturation: egg's back-off (graphsub.egraph.schedule), or
@@ -145,24 +143,28 @@ SCHEDULERS = ("backoff", "simple")
 
 @dataclass(frozen=True, kw_only=True)
 class EqsatOptions(ExtractionOptions):
-    #: Iterations that apply the multi-pattern rules (Tensat's k_multi).
-    k_multi: int = 1
-    #: Which rules each iteration runs (SCHEDULERS).
-    scheduler: str = "backoff"
-    #: The back-off scheduler's match limit and ban length (egg's defaults).
-    match_limit: int = 1000
-    ban_length: int = 5
+    k_multi: int = option(1, "iterations that apply the multi-pattern rules (Tensat's "
+                          "k_multi)", least=0)
+    scheduler: str = option("backoff", "which rules each iteration runs: backoff (egg's) or "
+                            "simple (every rule, Tensat's)")
+    # egg's defaults
+    match_limit: int = option(1000, "the back-off scheduler's matches per rule before a ban",
+                              least=1)
+    ban_length: int = option(5, "the back-off scheduler's first ban, in iterations", least=1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.scheduler not in SCHEDULERS:
+            raise GraphsubError(f"unknown e-graph scheduler {self.scheduler!r}; use one of "
+                                f"{', '.join(SCHEDULERS)}")
+        if self.match_limit < 1 or self.ban_length < 1:
+            raise GraphsubError("the scheduler's match_limit and ban_length must be positive "
+                                f"(got {self.match_limit} and {self.ban_length})")
 
 
 def _scheduler(options: EqsatOptions, multi: frozenset[int]) -> BackoffScheduler | None:
     """The options' scheduler (None: every rule every iteration); the multi-pattern rules
     are never banned (they run in the first k_multi iterations only)."""
-    if options.scheduler not in SCHEDULERS:
-        raise GraphsubError(f"unknown e-graph scheduler {options.scheduler!r}; use one of "
-                            f"{', '.join(SCHEDULERS)}")
-    if options.match_limit < 1 or options.ban_length < 1:
-        raise GraphsubError("the scheduler's match_limit and ban_length must be positive (got "
-                            f"{options.match_limit} and {options.ban_length})")
     if options.scheduler == "simple":
         return None
     return BackoffScheduler(options.match_limit, options.ban_length, multi)

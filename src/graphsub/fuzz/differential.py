@@ -57,7 +57,6 @@ from graphsub.rules import Rule, builtin_rules, load_rules
 from graphsub.runtime.bindings import ProfileShape
 from graphsub.runtime.equivalence import SAME_FUNCTION, ModelFn, Tolerance, compare_outputs
 from graphsub.runtime.reference import evaluate
-import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.search import ALGORITHMS
 from graphsub.search.result import StopReason
 

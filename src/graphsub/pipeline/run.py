@@ -131,7 +131,8 @@ def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | None = N
     budget = budget or Budget(settings.time_limit, settings.measure_limit,
                               fission=settings.fission)
     target = settings.target if isinstance(settings.target, Target) else \
-        get_target(settings.target_name, **settings.target_options)
+        get_target(settings.target_name, threads=settings.threads,
+                   **settings.target_options)
     if isinstance(settings.cost, CostModel):
         cost_model = settings.cost
     else:

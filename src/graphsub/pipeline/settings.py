@@ -8,9 +8,12 @@ work with a one-line message naming what is accepted.
     settings = Settings.make(algorithm="mcts", time_limit=30, c=1.4, seed=3)
     settings = Settings.make(algorithm="backtracking", options={"alpha": 1.1})
 
-`make` sorts keywords into the settings below and the chosen algorithm's own options (its
-frozen dataclass: `BacktrackingOptions`, `MctsOptions`, ...); `Settings.option` parses
-"name=value" text (the command line's `--option`) into the type the algorithm declares.
+`make` sorts keywords into the settings below, the chosen algorithm's own options (its
+frozen dataclass: `BacktrackingOptions`, `MctsOptions`, ...; graphsub.search.registry) and
+the target's (torch-cuda's `cuda_graphs`: graphsub.backends' registry); `parse_option` and
+`parse_target_option` parse "name=value" text (the command line's `--option` and
+`--target-option`) into the type the algorithm or the target declares. The checks of an
+algorithm's or a target's own options live with their declarations, not here.
 """
 
 from __future__ import annotations
@@ -18,30 +21,23 @@ from __future__ import annotations
 import dataclasses
 import math
 import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import graphsub.egraph  # noqa: F401  (registers the e-graph searches by name)
 from graphsub.backends import Target, capabilities, default_target_name, target_names
 from graphsub.backends import ort_fusions as ort_fusions_module
 from graphsub.cost import CostModel
 from graphsub.errors import GraphsubError
 from graphsub.pipeline.objective import Objective
 from graphsub.runtime.bindings import ProfileShape, parse_profile
-from graphsub.egraph.saturation import EXTRACTORS
 from graphsub.search import ALGORITHMS
+from graphsub.search.registry import convert, is_a, type_name
 
 #: Cost models by name, and where --split runs parts.
 COST_MODELS = ("measured", "analytic", "compiled")
 EXECUTORS = ("process", "dask", "serial")
 
-#: The least value of each algorithm option that has one (the options' dataclasses hold
-#: defaults; what makes sense is checked here, where the user's values arrive).
-OPTION_LEAST: dict[str, float] = {"alpha": 1.0, "k": 1, "node_limit": 1, "k_multi": 0, "q": 1,
-                                  "eta": 0, "max_depth": 1, "c": 0.0, "max_node_factor": 1.0,
-                                  "extract_time": 0.0}
 #: Options with a command-line flag of their own (the rest go through --option NAME=VALUE).
 OPTION_FLAGS = {"k": "--k", "node_limit": "--node-limit", "k_multi": "--k-multi"}
 
@@ -67,9 +63,9 @@ class Settings:
     #: Where the model will run: a target name, a Target, or None for this machine's default.
     target: str | Target | None = None
     threads: int | None = None
-    #: torch-cuda's options (None: the target's default; refused on targets without them).
-    cuda_graphs: bool | None = None
-    allow_tf32: bool | None = None
+    #: The target's own options, as given (name -> value; torch-cuda's cuda_graphs and
+    #: allow_tf32): one the target does not declare is refused.
+    target_options: Mapping[str, Any] = field(default_factory=dict)
     #: MetaFlow's graph split: parts of at most this many operators (None: no split).
     split: int | None = None
     executor: str = "process"
@@ -98,24 +94,11 @@ class Settings:
         if self.algorithm not in ALGORITHMS:
             raise GraphsubError(f"unknown algorithm {self.algorithm!r}; use one of "
                                 f"{', '.join(ALGORITHMS)}")
-        search = ALGORITHMS[self.algorithm]
-        hints = typing.get_type_hints(search.options)
-        for name, value in self.options.items():
-            if name in hints and not _is_a(hints[name], value):
-                raise GraphsubError(f"{OPTION_FLAGS.get(name, name)} takes "
-                                    f"{_type_name(hints[name])}, not {value!r}")
-            least = OPTION_LEAST.get(name)
-            if least is not None and value is not None and not value >= least:
-                raise GraphsubError(f"{OPTION_FLAGS.get(name, name)} must be at least "
-                                    f"{least:g} (got {value})")
-        unknown = set(self.options.get("extractors") or ()) - set(EXTRACTORS)
-        if unknown:
-            raise GraphsubError(f"unknown extractor(s) {', '.join(sorted(unknown))}; use "
-                                f"{', '.join(EXTRACTORS)}")
-        if self.options.get("extractors") == ():
-            raise GraphsubError(f"extractors must name at least one of {', '.join(EXTRACTORS)}")
         object.__setattr__(self, "options", types.MappingProxyType(dict(self.options)))
-        object.__setattr__(self, "search_options", search.make_options(**self.options))
+        object.__setattr__(self, "search_options", ALGORITHMS[self.algorithm].make_options(
+            OPTION_FLAGS, **self.options))
+        object.__setattr__(self, "target_options",
+                           types.MappingProxyType(dict(self.target_options)))
         if isinstance(self.cost, str) and self.cost not in COST_MODELS:
             raise GraphsubError(f"unknown cost model {self.cost!r}; use "
                                 f"{' or '.join(COST_MODELS)}")
@@ -134,7 +117,7 @@ class Settings:
                                          ("measure_seconds", self.measure_seconds, 0, float)):
             if value is None:
                 continue
-            if not _is_a(kind, value):
+            if not is_a(kind, value):
                 raise GraphsubError(f"{name} takes {kind.__name__}, not {value!r}")
             if not value >= least:  # NaN included
                 raise GraphsubError(f"{name} must be at least {least} (got {value})")
@@ -152,11 +135,16 @@ class Settings:
         """What the target must have for these settings: its options, vendor operators."""
         caps = self.target.capabilities if isinstance(self.target, Target) else \
             capabilities(self.target_name)
-        for name, flag in (("cuda_graphs", "--cuda-graphs"), ("allow_tf32", "--tf32")):
-            if getattr(self, name) is not None and name not in caps.options:
-                having = _targets_where(lambda c: name in c.options)
-                raise GraphsubError(f"{name} ({flag}) is an option of {having or 'no target'}, "
-                                    f"not of {self.target_name}")
+        declared = {option.name: option for option in caps.options}
+        for name, value in self.target_options.items():
+            if name not in declared:
+                having = _targets_where(lambda c: name in c.option_names)
+                raise GraphsubError(f"{name} is an option of {having or 'no target'}, not of "
+                                    f"{self.target_name} (its options: "
+                                    f"{', '.join(declared) or 'none but threads'})")
+            if value is not None and not is_a(declared[name].kind, value):
+                raise GraphsubError(f"the {self.target_name} target's {name} takes "
+                                    f"{type_name(declared[name].kind)}, not {value!r}")
         if self.ort_fusions:
             if not caps.vendor_operators:
                 having = _targets_where(lambda c: c.vendor_operators)
@@ -171,19 +159,16 @@ class Settings:
             return self.target.name
         return self.target or default_target_name()
 
-    @property
-    def target_options(self) -> dict[str, Any]:
-        """What get_target takes besides the name (None: the target's default)."""
-        return {"threads": self.threads, "cuda_graphs": self.cuda_graphs,
-                "allow_tf32": self.allow_tf32}
-
     @classmethod
     def make(cls, **given: Any) -> Settings:
-        """Settings from keywords: the fields above, and the chosen algorithm's options by
-        name (alpha=1.1, k=3, c=1.4), merged with `options=`. A name that is neither is an
-        error naming both lists."""
+        """Settings from keywords: the fields above, the chosen algorithm's options by name
+        (alpha=1.1, k=3, c=1.4), merged with `options=`, and the targets' (cuda_graphs=False),
+        merged with `target_options=`. A name that is none of these is an error naming
+        them."""
         names = {f.name for f in dataclasses.fields(cls) if f.init}
         options = dict(given.pop("options", None) or {})
+        target_options = dict(given.pop("target_options", None) or {})
+        of_targets = _target_option_names()
         algorithm = given.get("algorithm", "backtracking")
         if algorithm not in ALGORITHMS:
             raise GraphsubError(f"unknown algorithm {algorithm!r}; use one of "
@@ -193,16 +178,20 @@ class Settings:
             value = given.pop(name)
             if value is None:  # not given
                 continue
+            if name in of_targets and name not in known:
+                target_options[name] = value
+                continue
             if name in {o for a in ALGORITHMS.values() for o in a.option_names()} - set(known):
                 raise GraphsubError(f"the {algorithm} search has no setting {name} (its "
                                     f"settings: {', '.join(known) or 'none'})")
             if name not in known:
                 raise GraphsubError(
                     f"unknown setting {name!r}: not an option of the {algorithm} search "
-                    f"({', '.join(known) or 'it has none'}), nor a setting of every run "
+                    f"({', '.join(known) or 'it has none'}), nor an option of a target "
+                    f"({', '.join(sorted(of_targets)) or 'none'}), nor a setting of every run "
                     f"({', '.join(sorted(names))})")
             options[name] = value
-        return cls(**given, options=options)
+        return cls(**given, options=options, target_options=target_options)
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with `changes` (keywords of `make`, validated again). Another algorithm
@@ -222,7 +211,8 @@ class Settings:
                 "budget": self.budget, "budget_unit": ALGORITHMS[self.algorithm].budget_unit,
                 "time_limit": self.time_limit, "measure_limit": self.measure_limit,
                 "cost": cost, "objective": self.objective.describe(), "target": self.target_name,
-                "threads": self.threads, "split": self.split, "executor": self.executor,
+                "threads": self.threads, **dict(self.target_options),
+                "split": self.split, "executor": self.executor,
                 "candidates": self.candidates, "fission": self.fission,
                 "ort_fusions": self.ort_fusions, "peers": self.peers,
                 "external_data": self.external_data,
@@ -233,79 +223,41 @@ class Settings:
 def parse_option(algorithm: str, text: str) -> tuple[str, Any]:
     """A "name=value" of the algorithm's options, the value in the type the option declares
     (int, float, bool, str, a comma-separated tuple, or "none" for an optional one)."""
-    name, eq, raw = text.partition("=")
-    name = name.strip().replace("-", "_")
     if algorithm not in ALGORITHMS:
         raise GraphsubError(f"unknown algorithm {algorithm!r}; use one of {', '.join(ALGORITHMS)}")
-    search = ALGORITHMS[algorithm]
-    if not eq or not name:
-        raise GraphsubError(f"--option {text!r} is not NAME=VALUE (e.g. c=1.4); the "
-                            f"{algorithm} search's options: {', '.join(search.option_names())}")
-    hints = typing.get_type_hints(search.options)
-    if name not in search.option_names():
-        raise GraphsubError(f"the {algorithm} search has no option {name!r}; its options: "
-                            f"{', '.join(search.option_names()) or 'none'}")
+    return ALGORITHMS[algorithm].parse_option(text)
+
+
+def parse_target_option(target: str | None, text: str) -> tuple[str, Any]:
+    """A "name=value" of the target's options (None: this machine's default target), the
+    value in the type the target declares."""
+    name = target or default_target_name()
+    declared = {option.name: option for option in capabilities(name).options}
+    key, eq, raw = text.partition("=")
+    key = key.strip().replace("-", "_")
+    if not eq or not key:
+        raise GraphsubError(f"--target-option {text!r} is not NAME=VALUE (e.g. "
+                            "cuda_graphs=false)")
+    if key not in declared:
+        having = _targets_where(lambda c: key in c.option_names)
+        raise GraphsubError(f"the {name} target has no option {key!r} (its options: "
+                            f"{', '.join(declared) or 'none but --threads'})"
+                            + (f"; {key} is an option of {having}" if having else ""))
     try:
-        return name, _convert(hints[name], raw.strip())
+        return key, convert(declared[key].kind, raw.strip())
     except ValueError:
-        raise GraphsubError(f"--option {text!r}: {raw.strip()!r} is not a value of "
-                            f"{_type_name(hints[name])}") from None
-
-
-def _convert(kind: Any, raw: str) -> Any:
-    """`raw` as a value of the annotated type `kind` (ValueError if it is not one)."""
-    args = typing.get_args(kind)
-    if typing.get_origin(kind) in (typing.Union, types.UnionType):
-        if raw.lower() == "none" and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(inner, raw)
-    if typing.get_origin(kind) is tuple:
-        return tuple(_convert(args[0], part.strip()) for part in raw.split(",") if part.strip())
-    if kind is bool:
-        if raw.lower() in ("true", "yes", "on", "1"):
-            return True
-        if raw.lower() in ("false", "no", "off", "0"):
-            return False
-        raise ValueError(raw)
-    if kind in (int, float, str):
-        return kind(raw)
-    raise ValueError(raw)
-
-
-def _is_a(kind: Any, value: Any) -> bool:
-    """Whether `value` is of the annotated type `kind` (an int is a float; a bool is not a
-    number)."""
-    if typing.get_origin(kind) in (typing.Union, types.UnionType):
-        return any(_is_a(k, value) for k in typing.get_args(kind))
-    if kind is type(None):
-        return value is None
-    if typing.get_origin(kind) is tuple:
-        (inner, *_) = typing.get_args(kind)
-        return isinstance(value, tuple) and all(_is_a(inner, v) for v in value)
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, kind) if isinstance(kind, type) else True
+        raise GraphsubError(f"--target-option {text!r}: {raw.strip()!r} is not a value of "
+                            f"{type_name(declared[key].kind)}") from None
 
 
 def _targets_where(has: Any) -> str:
-    """The registered targets whose capabilities satisfy `has`, by name (a target whose
-    packages are missing here and that declares no capabilities in the registry is left
-    out)."""
-    names = []
-    for name in target_names():
-        try:
-            if has(capabilities(name)):
-                names.append(name)
-        except GraphsubError:
-            continue
-    return ", ".join(names)
+    """The registered targets whose capabilities satisfy `has`, by name."""
+    return ", ".join(name for name in target_names() if has(capabilities(name)))
 
 
-def _type_name(kind: Any) -> str:
-    return getattr(kind, "__name__", None) or str(kind).replace("typing.", "")
+def _target_option_names() -> set[str]:
+    """The options some registered target declares."""
+    return {name for target in target_names() for name in capabilities(target).option_names}
 
 
-__all__ = ["COST_MODELS", "EXECUTORS", "Settings", "parse_option"]
+__all__ = ["COST_MODELS", "EXECUTORS", "Settings", "parse_option", "parse_target_option"]

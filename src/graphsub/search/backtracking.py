@@ -24,7 +24,7 @@ from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match
 from graphsub.search.pricing import price_rewrite
-from graphsub.search.registry import Limits, register
+from graphsub.search.registry import Limits, option, register
 from graphsub.search.result import OptimizeResult, Step
 from graphsub.search.run import SearchRun
 
@@ -34,14 +34,14 @@ BUDGET = 1000
 
 @dataclass(frozen=True, kw_only=True)
 class GreedyOptions:
-    #: Children with more than this many times the input graph's nodes are dropped.
-    max_node_factor: float = 2.0
+    max_node_factor: float = option(2.0, "children with more than this many times the input "
+                                    "graph's operators are dropped", least=1.0)
 
 
 @dataclass(frozen=True, kw_only=True)
 class BacktrackingOptions(GreedyOptions):
-    #: Children costing less than alpha x the best cost so far are queued (1: greedy).
-    alpha: float = 1.05
+    alpha: float = option(1.05, "children costing less than alpha x the best cost so far are "
+                          "queued (1: greedy)", least=1.0)
 
 
 @register("backtracking", BacktrackingOptions, "graphs expanded", BUDGET)

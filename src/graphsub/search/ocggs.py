@@ -33,7 +33,7 @@ from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
 from graphsub.rules.matcher import Match, find_matches
-from graphsub.search.registry import Limits, register
+from graphsub.search.registry import Limits, option, register
 from graphsub.search.result import OptimizeResult, Step
 from graphsub.search.run import SearchRun
 
@@ -172,21 +172,20 @@ class _Search:
 
 @dataclass(frozen=True, kw_only=True)
 class SequenceOptions:
-    #: The longest substitution sequence (OCGGS's K).
-    k: int = 10
+    k: int = option(10, "the longest substitution sequence (OCGGS's K)", least=1)
 
 
 @dataclass(frozen=True, kw_only=True)
 class EnumerationOptions(SequenceOptions):
-    k: int = 3  # the brute force grows as (matches)^k
+    # the brute force grows as (matches)^k
+    k: int = option(3, "the longest substitution sequence (OCGGS's K)", least=1)
 
 
 @dataclass(frozen=True, kw_only=True)
 class SamplingOptions(SequenceOptions):
-    #: The sample size, and the most cost-increasing substitutions in a row (the paper's
-    #: settings: q = 20, eta = 1, k = 10).
-    q: int = 20
-    eta: int = 1
+    # the paper's settings: q = 20, eta = 1, k = 10
+    q: int = option(20, "sequences sampled at each step", least=1)
+    eta: int = option(1, "the most cost-increasing substitutions in a row", least=0)
 
 
 #: What the OCGGS searches' budget counts; they have none by default (k bounds them).

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from graphsub.backends import declared_capabilities
-from graphsub.backends.base import (DeviceInfo, Target, TargetUnavailableError, cold_replicas,
-                                   signature_graph)
+from graphsub.backends.base import DeviceInfo, Target, cold_replicas, signature_graph
+from graphsub.backends.capabilities import TargetUnavailableError
 from graphsub.backends.torch import fusion
 from graphsub.backends.torch.lowering import LowerContext, lower, torch_dtype
 from graphsub.backends.torch.program import (SizedTorchProgram, TorchProgram, TorchRunnable,
