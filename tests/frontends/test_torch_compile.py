@@ -216,8 +216,9 @@ def force_rewrites(monkeypatch, rule_names):
         return OptimizeResult(graph, (), SearchStats(), initial, cost,
                               [Candidate(graph, cost, ())])
 
-    monkeypatch.setitem(registry.ALGORITHMS, "forced", registry.SearchAlgorithm(
-        "forced", forced, NoOptions, "rewrites", None))
+    monkeypatch.setitem(registry.DECLARED, "forced",
+                        registry.Declared(__name__, "named rules forced (a test)"))
+    registry.register("forced", NoOptions, "rewrites", None)(forced)
     return applied
 
 

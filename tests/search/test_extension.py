@@ -118,3 +118,20 @@ def test_a_target_option_from_the_command_line(tmp_path):
     assert "the ort-cpu target has no option 'cuda_graphs'" in r.output
     assert "cuda_graphs is an option of torch-cuda" in r.output
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_the_command_lines_help_reads_the_registries_without_importing_what_they_name():
+    """The help lists every algorithm and target with its options, yet `graphsub --help`
+    imports no search, no target, no cost model, neither onnxruntime nor torch."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[2] / "src"
+    code = ("import sys, graphsub.cli; heavy = [m for m in ('graphsub.search.backtracking', "
+            "'graphsub.egraph.saturation', 'graphsub.backends.base', 'graphsub.cost', "
+            "'onnxruntime', 'torch', 'scipy') if m in sys.modules]; assert not heavy, heavy")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(src)})
+    assert done.returncode == 0, done.stderr
