@@ -8,10 +8,11 @@ an int16 view of the same memory, without rounding anything.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import torch
 
-_BFLOAT16 = np.dtype("bfloat16")
+_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def to_torch(array: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
