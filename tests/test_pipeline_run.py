@@ -5,6 +5,7 @@ Ctrl-C; no stage changes the graph it was handed."""
 from __future__ import annotations
 
 import ast
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,9 @@ import pytest
 from onnx import helper
 
 import graphsub
-from graphsub.budget import Budget, StageClock
+from graphsub.backends import get_target
+from graphsub.budget import PRICING_SHARE, Budget, StageClock
+from graphsub.cost import AnalyticCostModel, MeasuredCostModel
 from graphsub.pipeline import (EXPORT, FISSION, SEARCH, Found, RunContext, Settings, Stage,
                                run_stage, start_run)
 from tests.onnx_io.helpers import init, make_model, vi
@@ -57,7 +60,54 @@ def test_a_pricing_stage_points_the_cost_models_deadline_at_its_clock():
         deadlines.append((ctx.time_model.deadline, clock.deadline))
 
     run_stage(context, Stage("search", priced, prices=True))
-    assert deadlines[0][0] == deadlines[0][1] is not None
+    (timing_until, stage_deadline), = deadlines
+    assert stage_deadline is not None and timing_until < stage_deadline
+
+
+def test_timing_operators_takes_at_most_its_share_of_a_pricing_stage():
+    clock = StageClock("search", start=100.0, end=110.0)
+    assert clock.pricing_deadline() == pytest.approx(100.0 + 10 * PRICING_SHARE)
+    assert StageClock("verify", start=100.0, end=None).pricing_deadline() is None
+
+
+def many_signatures_model():
+    """Ten products of one input with weights of ten widths, each through a ReLU (twenty
+    signatures to time), and two products of it summed (what the search rewrites)."""
+    rng = np.random.default_rng(1)
+    nodes, inits, outputs = [], [], [vi("y", [4, 16])]
+    for i in range(10):
+        nodes += [helper.make_node("MatMul", ["x", f"w{i}"], [f"p{i}"]),
+                  helper.make_node("Relu", [f"p{i}"], [f"r{i}"])]
+        inits.append(init(f"w{i}", rng.standard_normal((16, 8 + i)).astype(np.float32)))
+        outputs.append(vi(f"r{i}", [4, 8 + i]))
+    nodes += [helper.make_node("MatMul", ["x", "a"], ["pa"]),
+              helper.make_node("MatMul", ["x", "b"], ["pb"]),
+              helper.make_node("Add", ["pa", "pb"], ["y"])]
+    inits += [init(n, rng.standard_normal((16, 16)).astype(np.float32)) for n in "ab"]
+    return make_model(nodes, [vi("x", [4, 16])], outputs, inits)
+
+
+def test_a_search_whose_operators_time_slowly_still_searches(monkeypatch):
+    """Timing each operator takes 0.25 s: pricing the input graph alone would take the whole
+    time limit (it did, for a float16 decoder's part on a GPU, whose search then got none).
+    Timing stops at PRICING_SHARE of the stage; the rest is priced in the timed operators'
+    unit, and the search has its time."""
+    target = get_target("ort-cpu", threads=1)
+    analytic = AnalyticCostModel(target.analytic_profile, target.free_views)
+
+    def slowly_timed(sig, cold_weights=False):
+        time.sleep(0.25)
+        return 3.0 * analytic.op_cost(sig)
+
+    monkeypatch.setattr(target, "time_op", slowly_timed)
+    time_model = MeasuredCostModel(target=target, cache=False)
+    context = start_run(graphsub.load(many_signatures_model()),
+                        Settings.make(cost=time_model, target=target),
+                        budget=Budget(3.0, measuring=False))
+    found = run_stage(context, SEARCH)
+    assert time_model.late > 0 and 0 < time_model.measured < 20
+    assert found.result.trace, "the search found nothing"
+    assert found.result.final_cost < found.result.initial_cost
 
 
 def test_after_a_ctrl_c_in_the_search_a_skippable_stage_returns_its_skipped_value():

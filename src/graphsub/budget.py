@@ -24,6 +24,12 @@ FISSION_SHARE, FISSION_MAX_SECONDS = 0.2, 20.0
 #: The share of what is left of the search's window that the peers' optimizers may take
 #: (they run before the search: the time they take is the search's).
 PEERS_SHARE = 0.25
+#: The share of a pricing stage's time in which operators not yet timed (nor cached) are
+#: timed; past it they are priced by the analytic model scaled to those timed, so that the
+#: stage's own work always has the rest, however slowly a cold cache fills (a float16
+#: decoder's part on an H200 once spent its whole time limit timing and compiling operators,
+#: and its search got none).
+PRICING_SHARE = 0.7
 #: The least time a stage that has one is given, however late it starts: a search that cannot
 #: even price its input graph finds nothing, a fission that cannot solve its program neither.
 MIN_SEARCH_SECONDS, MIN_FISSION_SECONDS = 0.05, 0.5
@@ -60,6 +66,13 @@ class StageClock:
     @property
     def deadline(self) -> float | None:
         return None if self.end is None else self.end - self.kept_back
+
+    def pricing_deadline(self) -> float | None:
+        """Until when a cost model pricing for this stage may time operators (PRICING_SHARE
+        of the stage's time)."""
+        deadline = self.deadline
+        return None if deadline is None else \
+            self.start + PRICING_SHARE * max(deadline - self.start, 0.0)
 
     def remaining(self) -> float:
         """Seconds left before the deadline (infinite without one; never negative)."""

@@ -92,7 +92,44 @@ def test_operators_not_timed_by_the_deadline_are_priced_analytically():
     assert model.graph_cost(graph) > 0
     assert model.measured == 0 and model.late == 2
     (note,) = model.notes()
-    assert "time ran out while timing operators" in note and "2 signature(s)" in note
+    assert "the time for timing operators on ort-cpu ran out" in note and "2 signature(s)" in note
     again = MeasuredCostModel(target=get_target("ort-cpu", threads=1))
     again.graph_cost(graph)
     assert again.measured == 2  # nothing analytic was cached as a timing
+
+
+def matmul_relu_model(rows: int) -> bytes:
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 16))
+                                .astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Relu", ["p"], ["y"])],
+        "mm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, 16])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_late_operators_are_priced_in_the_unit_of_the_timed_ones(monkeypatch):
+    """Past the deadline an operator's analytic price is scaled by what timed operators of
+    its kind cost against theirs (of all kinds, where none of its kind was timed): a graph
+    whose new operators came late is compared with the one it replaces in one unit."""
+    import time
+
+    from graphsub.cost import AnalyticCostModel
+
+    target = get_target("ort-cpu", threads=1)
+    analytic = AnalyticCostModel(target.analytic_profile, target.free_views)
+    factor = {"matmul": 4.0, "relu": 9.0}
+    monkeypatch.setattr(target, "time_op",
+                        lambda sig, cold=False: factor[sig.op] * analytic.op_cost(sig))
+    model = MeasuredCostModel(target=target, cache=False)
+    model.graph_cost(graphsub.load(matmul_relu_model(8)))
+    assert model.measured == 2
+    model.deadline = time.perf_counter() - 1.0
+    late = graphsub.load(matmul_relu_model(32))
+    for nid in late.topo_order():
+        sig = node_signature(late, nid)
+        if sig.op in factor:
+            assert model.signature_cost(sig) == pytest.approx(
+                factor[sig.op] * analytic.op_cost(sig))
+    assert model.late == 2
+    assert model.scale("softmax") == pytest.approx(6.5)  # the median of 4 and 9

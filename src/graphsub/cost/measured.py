@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import statistics
 import time
 import warnings
 from pathlib import Path
@@ -124,7 +125,12 @@ class MeasuredCostModel(CostModel):
     operator not yet timed once `deadline` (a time.perf_counter() value) has passed: timing a
     large model's operators for the first time can take minutes (Swin-T on torch-cpu, with
     cold weights: five), and a search's time limit is a promise. Timings made before the
-    deadline are cached, so the next run gets further."""
+    deadline are cached, so the next run gets further. An analytic price stands beside
+    timed ones, so it is scaled to them (`scale`): by the median of timed operators of its
+    kind against their analytic prices (of all timed operators where none of its kind was),
+    as a roofline misses a device's launch costs and real efficiency by a factor that
+    differs per kind of operator; unscaled, a rewrite whose new operators came late was
+    judged by another unit than the graph it replaces."""
 
     name = "measured"
 
@@ -146,6 +152,10 @@ class MeasuredCostModel(CostModel):
         self.deadline: float | None = None
         self.late = 0  # signatures priced analytically because the deadline had passed
         self._fallback = AnalyticCostModel(target.analytic_profile, target.free_views)
+        #: Timed (or cached) signatures not yet compared with their analytic prices.
+        self._timed: list[tuple[OpSignature, float]] = []
+        #: Per operator kind, timed cost over analytic price, of each signature compared.
+        self._ratios: dict[str, list[float]] = {}
 
     def decide_weights(self, graph: Graph) -> None:
         if self.cold_weights is None:
@@ -166,6 +176,7 @@ class MeasuredCostModel(CostModel):
             known = self.cache.get(self._cache_key(sig))
             if known is not None:
                 self._memo[sig] = known
+                self._timed.append((sig, known))
         return known
 
     def _cache_key(self, sig: OpSignature) -> str:
@@ -177,22 +188,24 @@ class MeasuredCostModel(CostModel):
         if self.cache is not None:
             cached = self.cache.get(key)
             if cached is not None:
+                self._timed.append((sig, cached))
                 return cached
         if self.deadline is not None and time.perf_counter() > self.deadline:
             self.late += 1
-            return self._analytic(sig)
+            return self._scaled_analytic(sig)
         try:
             seconds = self.target.time_op(sig, cold)
         except Exception as exc:  # noqa: BLE001 (onnxruntime and torch raise their own types)
             return self._price_untimed(sig, exc)
         self.measured += 1
+        self._timed.append((sig, seconds))
         if self.cache is not None:
             self.cache.put(key, seconds)
         return seconds
 
     def _price_untimed(self, sig: OpSignature, exc: Exception) -> float:
-        """The analytic price of an operator that could not be timed, noted (not cached, so
-        a later run times it again)."""
+        """The scaled analytic price of an operator that could not be timed, noted (not
+        cached, so a later run times it again)."""
         label = sig.op if sig.op != "opaque" else f"opaque {sig.attrs['op_type']}"
         reason = " ".join(str(exc).split())[:300] or type(exc).__name__
         count, first = self.untimed.get(label, (0, reason))
@@ -200,7 +213,23 @@ class MeasuredCostModel(CostModel):
         if count == 0:
             warnings.warn(f"could not time {label} on {self.target.name} ({reason}); priced "
                           "it with the analytic model instead", RuntimeWarning, stacklevel=2)
-        return self._analytic(sig)
+        return self._scaled_analytic(sig)
+
+    def _scaled_analytic(self, sig: OpSignature) -> float:
+        return self._analytic(sig) * self.scale(sig.op)
+
+    def scale(self, op: str) -> float:
+        """What timed operators of kind `op` cost against their analytic prices (the median;
+        of all kinds where none of `op` was timed; 1 where nothing was). Comparisons are made
+        here, when an analytic price is needed, so that a run whose operators are all timed
+        pays nothing for them."""
+        for sig, seconds in self._timed:
+            estimate = self._analytic(sig)
+            if estimate > 0 and seconds > 0:
+                self._ratios.setdefault(sig.op, []).append(seconds / estimate)
+        self._timed.clear()
+        ratios = self._ratios.get(op) or [r for kind in self._ratios.values() for r in kind]
+        return statistics.median(ratios) if ratios else 1.0
 
     def _analytic(self, sig: OpSignature) -> float:
         try:
@@ -211,11 +240,11 @@ class MeasuredCostModel(CostModel):
     def notes(self) -> list[str]:
         """What a report should say about operators that were not timed."""
         notes = [f"{count} signature(s) of {label} could not be timed on {self.target.name} "
-                 f"and were priced by the analytic model ({reason})"
+                 f"and were priced by the analytic model, scaled to the timed ones ({reason})"
                  for label, (count, reason) in self.untimed.items()]
         if self.late:
-            notes.append(f"the search's time ran out while timing operators on "
-                         f"{self.target.name}: {self.late} signature(s) were priced by the "
-                         f"analytic model instead ({self.measured} timed and cached, so a "
-                         "second run gets further; or give a longer --time-limit)")
+            notes.append(f"the time for timing operators on {self.target.name} ran out: "
+                         f"{self.late} signature(s) were priced by the analytic model, scaled "
+                         f"to the timed ones ({self.measured} timed and cached, so a second "
+                         "run gets further; or give a longer --time-limit)")
         return notes

@@ -100,10 +100,11 @@ Made = TypeVar("Made")
 @dataclass(frozen=True)
 class Stage(Generic[Inputs, Made]):
     """One named step of a run: a function of the context, its clock and what earlier
-    stages made. `prices`: the cost model's deadline is this stage's (timing operators
-    counts against its time); `skipped`: for a stage that does not run once a Ctrl-C ended
-    the search (fission: measuring and verifying what was found still do), what it makes
-    instead, from the same inputs."""
+    stages made. `prices`: the cost model times operators for this stage, in the first
+    budget.PRICING_SHARE of its time (timing counts against its time and leaves it the
+    rest); `skipped`: for a stage that does not run once a Ctrl-C ended the search
+    (fission: measuring and verifying what was found still do), what it makes instead,
+    from the same inputs."""
 
     name: str
     function: Callable[Concatenate[RunContext, StageClock, Inputs], Made]
@@ -119,7 +120,7 @@ def run_stage(context: RunContext, stage: Stage[Inputs, Made], *inputs: Inputs.a
         return stage.skipped(*inputs, **named)
     with context.budget.stage(stage.name) as clock:
         if stage.prices:
-            context.time_model.deadline = clock.deadline
+            context.time_model.deadline = clock.pricing_deadline()
         return stage.function(context, clock, *inputs, **named)
 
 
