@@ -242,7 +242,8 @@ def run_graphsub(path: Path, args: argparse.Namespace, shapes: dict[str, str],
     out = path.with_suffix(f".{suffix}.onnx")
     report = path.with_suffix(f".{suffix}.report.json")
     command = [sys.executable, "-m", "graphsub.cli", "optimize", str(path), "-o", str(out),
-               "--time-limit", str(args.time_limit), "--report", str(report), *extra]
+               "--time-limit", str(args.time_limit), "--report", str(report),
+               "--target", "ort-cpu", *extra]  # what the files are timed on, GPU or not
     if args.measure_limit is not None:
         command += ["--measure-limit", str(args.measure_limit)]
     for k, v in shapes.items():
