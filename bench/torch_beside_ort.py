@@ -5,8 +5,7 @@ model run between torch's rounds (as verification or the probe would), then alon
     PYTHONPATH=src python bench/torch_beside_ort.py llama            # a reference session
     PYTHONPATH=src python bench/torch_beside_ort.py llama spinning   # a timed one (spinning)
 """
-import statistics, sys, time
-import numpy as np
+import statistics, sys
 from graphsub import zoo
 from graphsub.backends import get_target
 from graphsub.onnx_io import to_onnx_bytes
