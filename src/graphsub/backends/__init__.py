@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ from graphsub.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from graphsub.backends.base import DeviceInfo, Target
+    from graphsub.ir.graph import Graph
 
 # The registry below needs only the declarations: what a Target is (its base class, which
 # imports the cost models) is imported when first read, so that the command line's help
@@ -141,12 +142,34 @@ def unavailable_reason(name: str) -> str | None:
         return str(exc).split(": ", 1)[-1]
 
 
-def default_target_name() -> str:
-    """The first target of DEFAULT_ORDER this machine has."""
-    for name in DEFAULT_ORDER:
-        if unavailable_reason(name) is None:
-            return name
+def default_target_name(fits: Callable[[Capabilities], bool] = lambda caps: True) -> str:
+    """The first target of DEFAULT_ORDER this machine has and whose capabilities `fits`
+    (what a run's settings ask of its target); the last of DEFAULT_ORDER where none is."""
+    for name in _defaults(fits):
+        return name
     return DEFAULT_ORDER[-1]
+
+
+def automatic_target(graph: Graph, fits: Callable[[Capabilities], bool] = lambda caps: True,
+                     **options: Any) -> tuple[Target, str]:
+    """The target of a run whose user named none: the first of DEFAULT_ORDER this machine
+    has, that `fits` and that can run `graph` (Target.cannot_run), made with `options`;
+    and why the targets before it were passed over ("" where none was). Where none can
+    run the graph, the default, whose error then names the operator."""
+    passed = []
+    for name in _defaults(fits):
+        target = get_target(name, **options)
+        reason = target.cannot_run(graph)
+        if reason is None:
+            return target, "; ".join(passed)
+        passed.append(f"{name}: {reason}")
+    return get_target(default_target_name(fits), **options), ""
+
+
+def _defaults(fits: Callable[[Capabilities], bool]) -> Iterator[str]:
+    """The targets of DEFAULT_ORDER this machine has and that `fits`, in order."""
+    return (name for name in DEFAULT_ORDER
+            if fits(capabilities(name)) and unavailable_reason(name) is None)
 
 
 def get_target(name: str | None = None, **options: Any) -> Target:
@@ -193,6 +216,7 @@ def target_statuses() -> list[TargetStatus]:
 
 __all__ = ["Capabilities", "DeviceInfo", "Target", "TargetOption", "TargetStatus",
            "TargetUnavailableError",
-           "capabilities", "declared_capabilities", "default_target_name", "get_target",
+           "automatic_target", "capabilities", "declared_capabilities", "default_target_name",
+           "get_target",
            "register_target", "target_class", "target_names", "target_statuses",
            "unavailable_reason"]

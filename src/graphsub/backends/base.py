@@ -84,6 +84,13 @@ class Target(ABC):
     def unavailable_reason(cls) -> str | None:
         """None when the target can run here; otherwise why not and what to do."""
 
+    def cannot_run(self, graph: Graph) -> str | None:
+        """Why this target cannot run `graph` (None: it can). Asked where the user named no
+        target, so that the machine's default is passed over for a model it cannot run
+        (a GPU through torch, for an ONNX op graphsub does not model) rather than the run
+        ending in an error."""
+        return None
+
     @abstractmethod
     def device(self) -> DeviceInfo:
         """The device and the software versions its timings depend on."""

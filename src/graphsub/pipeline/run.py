@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from graphsub.backends import Target, get_target
+from graphsub.backends import Target, automatic_target, get_target
 from graphsub.budget import Budget, StageClock
 from graphsub.cost import CostModel, make_cost_model
 from graphsub.fission import stage as fission_stage
@@ -126,14 +126,22 @@ def run_stage(context: RunContext, stage: Stage[Inputs, Made], *inputs: Inputs.a
 
 def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | None = None,
               budget: Budget | None = None, **given: Any) -> RunContext:
-    """A run's context: the target and cost model the settings name (built here, once), the
-    rules (the built-in library by default), and the budget (from now, unless given).
+    """A run's context: the target and cost model the settings name (built here, once;
+    where they name no target, the first of the machine's defaults that can run the graph),
+    the rules (the built-in library by default), and the budget (from now, unless given).
     `given` sets the other fields of RunContext (original, label, say, progress)."""
     budget = budget or Budget(settings.time_limit, settings.measure_limit,
                               fission=settings.fission)
-    target = settings.target if isinstance(settings.target, Target) else \
-        get_target(settings.target_name, threads=settings.threads,
-                   **settings.target_options)
+    passed_over = ""
+    if isinstance(settings.target, Target):
+        target = settings.target
+    elif settings.target is None:
+        target, passed_over = automatic_target(graph, settings.fits, threads=settings.threads,
+                                               **settings.target_options)
+        settings = settings.replace(target=target.name)
+    else:
+        target = get_target(settings.target, threads=settings.threads,
+                            **settings.target_options)
     if isinstance(settings.cost, CostModel):
         cost_model = settings.cost
     else:
@@ -144,8 +152,14 @@ def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | None = N
     profile = complete_profile(settings.shape_profile, graph.meta.get("symbols") or {})
     if profile:
         cost_model.shape_profile = profile
-    return RunContext(settings, budget, target, graph, tuple(rules), cost_model, profile=profile,
-                      **given)
+    context = RunContext(settings, budget, target, graph, tuple(rules), cost_model,
+                         profile=profile, **given)
+    if passed_over:
+        context.notes.append(f"no --target was named and the machine's default cannot run this "
+                             f"model ({passed_over}): optimized for {target.name} instead "
+                             "(--target chooses)")
+        context.say(context.notes[-1])
+    return context
 
 
 def load_rule_files(paths: Sequence[str | Path]) -> list[Rule]:

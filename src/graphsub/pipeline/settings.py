@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphsub.backends import Target, capabilities, default_target_name, target_names
+from graphsub.backends import (Capabilities, Target, capabilities, default_target_name,
+                               target_names)
 from graphsub.backends import ort_fusions as ort_fusions_module
 from graphsub.cost import CostModel
 from graphsub.errors import GraphsubError
@@ -157,7 +158,14 @@ class Settings:
     def target_name(self) -> str:
         if isinstance(self.target, Target):
             return self.target.name
-        return self.target or default_target_name()
+        return self.target or default_target_name(self.fits)
+
+    def fits(self, caps: Capabilities) -> bool:
+        """Whether a target with `caps` takes these settings (the target options given,
+        vendor operators for --ort-fusions): where no target is named, the machine's
+        default is the first that does."""
+        return set(self.target_options) <= set(caps.option_names) and \
+            (caps.vendor_operators or not self.ort_fusions)
 
     @classmethod
     def make(cls, **given: Any) -> Settings:

@@ -29,10 +29,11 @@ from graphsub.backends.torch.program import (SizedTorchProgram, TorchProgram, To
                                              cuda_event, to_tensor)
 from graphsub.backends.torch.symbolic_strides import is_static_value, symbolic_view_strides
 from graphsub.cost.base import OpSignature, costs_nothing, runs_as_view
-from graphsub.errors import GraphsubError
+from graphsub.errors import GraphsubError, NoLoweringError
 from graphsub.ir.binding import is_symbolic_graph
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Node, Value
+from graphsub.ops import get_op
 from graphsub.runtime.ort import ModelData
 from graphsub.runtime.timing import event_timed_calls, median_call_time
 
@@ -88,6 +89,26 @@ class TorchTarget(Target):
                          "lowering per size", type(exc).__name__, exc)
                 return SizedTorchProgram(graph, self.torch_device, self.fused_conv_relu)
         return TorchProgram(graph, self.torch_device, self.fused_conv_relu)
+
+    def cannot_run(self, graph: Graph) -> str | None:
+        """An operator with no torch lowering, or (off the CPU, where onnxruntime cannot
+        run an op for the program) an ONNX op that graphsub does not model and torch does
+        not compute natively: the first such, as the program would fail on it."""
+        device = LowerContext(self.torch_device)
+        folded = graph.weight_only()  # computed once, before the program runs
+        for nid in graph.topo_order():
+            node = graph[nid]
+            if node.op == "input" or nid in folded:
+                continue
+            if node.op != "opaque" or self.device_type == "cpu":
+                if get_op(node.op).torch is None:
+                    return f"graphsub's torch backend cannot run operator {node.op!r}"
+                continue
+            try:
+                lower(device, node.op, node.attrs, graph.input_types(nid), node.outputs)
+            except NoLoweringError as exc:
+                return str(exc).split(". Use --target", 1)[0]
+        return None
 
     def prepare(self, graph: Graph | None, onnx: ModelData | str | None = None,
                 label: str = "") -> TorchRunnable:
@@ -168,7 +189,8 @@ class TorchTarget(Target):
             b.output(b.input("x", (1,)), "y")
             program = self.program(b.build())
             x = torch.zeros(1, device=self.torch_device)
-            self._empty = self.cached("__empty_call__", lambda: self._time_call(program.module, [x]))
+            self._empty = self.cached("__empty_call__",
+                                      lambda: self._time_call(program.module, [x]))
         return self._empty
 
     def calibration(self) -> dict[str, float]:
@@ -218,7 +240,8 @@ class TorchCudaTarget(TorchTarget):
     @classmethod
     def unavailable_reason(cls) -> str | None:
         if not torch.cuda.is_available():
-            build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+            build = "a CPU-only build" if torch.version.cuda is None else \
+                f"CUDA {torch.version.cuda}"
             return (f"torch {torch.__version__} ({build}) sees no CUDA device; run on a machine "
                     "with an NVIDIA GPU and a CUDA build of torch, or use --target torch-cpu")
         return None
