@@ -145,9 +145,7 @@ def unavailable_reason(name: str) -> str | None:
 def default_target_name(fits: Callable[[Capabilities], bool] = lambda caps: True) -> str:
     """The first target of DEFAULT_ORDER this machine has and whose capabilities `fits`
     (what a run's settings ask of its target); the last of DEFAULT_ORDER where none is."""
-    for name in _defaults(fits):
-        return name
-    return DEFAULT_ORDER[-1]
+    return next(_defaults(fits), DEFAULT_ORDER[-1])
 
 
 def automatic_target(graph: Graph, fits: Callable[[Capabilities], bool] = lambda caps: True,
@@ -156,14 +154,15 @@ def automatic_target(graph: Graph, fits: Callable[[Capabilities], bool] = lambda
     has, that `fits` and that can run `graph` (Target.cannot_run), made with `options`;
     and why the targets before it were passed over ("" where none was). Where none can
     run the graph, the default, whose error then names the operator."""
-    passed = []
+    passed, first = [], None
     for name in _defaults(fits):
         target = get_target(name, **options)
         reason = target.cannot_run(graph)
         if reason is None:
             return target, "; ".join(passed)
         passed.append(f"{name}: {reason}")
-    return get_target(default_target_name(fits), **options), ""
+        first = first or target
+    return first or get_target(default_target_name(fits), **options), ""
 
 
 def _defaults(fits: Callable[[Capabilities], bool]) -> Iterator[str]:
