@@ -16,6 +16,7 @@ F = torch.nn.functional
 from graphsub.errors import GraphsubError  # noqa: E402
 from graphsub.fission import stage as fission_stage  # noqa: E402
 from graphsub.frontends import torch_compile  # noqa: E402
+from graphsub.frontends.side_effects import PrivateInputs, Writes  # noqa: E402
 from graphsub.runtime.speedup import Decision, decide  # noqa: E402
 from graphsub.runtime.timing import PairedComparison, Timing  # noqa: E402
 
@@ -349,10 +350,10 @@ def test_the_race_measures_which_of_two_functions_is_faster():
     def fast(x):
         return x
 
-    x = torch.zeros(1)
-    won = torch_compile._speedup(fast, slow, [x], torch.device("cpu"))
+    x = PrivateInputs([torch.zeros(1)], Writes())
+    won = torch_compile._speedup(fast, slow, x, torch.device("cpu"))
     assert won.speedup > 2 and won.decision == Decision.FASTER and won.low > 1
-    lost = torch_compile._speedup(slow, fast, [x], torch.device("cpu"))
+    lost = torch_compile._speedup(slow, fast, x, torch.device("cpu"))
     assert lost.speedup < 0.5 and lost.decision == Decision.NOT_FASTER
 
 

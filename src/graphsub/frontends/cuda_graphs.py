@@ -8,6 +8,10 @@ graph reads them where they are, and a call that hands another tensor in their p
 captured again. Outputs are copies: the captured graph's own output buffers are overwritten by
 the next replay, and a caller may keep what it got (a generation loop keeps every step's).
 
+A program that writes into its inputs (a static key/value cache) has those inputs read and
+written in place, as parameters are, and its warm-up calls run on copies of them: only the
+replay of the caller's own call writes them, once.
+
 Tensors made here are ordinary tensors (no inference mode), so the module works however it is
 called afterwards (inference tensors cannot be written into outside `torch.inference_mode()`,
 which broke CUDA-graph trees captured during the backend's race).
@@ -20,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from graphsub.frontends.side_effects import private_copy
 
 #: Warm-up calls before a capture (cuDNN's autotuner, lazy allocations, first-call paths).
 WARMUP = 3
@@ -37,11 +43,14 @@ class _Captured:
 
 class CudaGraphed:
     """`fn` called through CUDA graphs (see the module's docstring); inputs at `static`
-    positions (parameters, buffers) are read in place."""
+    positions (parameters, buffers) are read in place, and so are those at `written`
+    positions (which the program writes into), never written by a warm-up call."""
 
-    def __init__(self, fn: Callable[..., Any], static: Sequence[int] = ()) -> None:
+    def __init__(self, fn: Callable[..., Any], static: Sequence[int] = (),
+                 written: Sequence[int] = ()) -> None:
         self.fn = fn
-        self.static = frozenset(static)
+        self.written = frozenset(written)
+        self.static = frozenset(static) | self.written
         self._graphs: dict[tuple[Any, ...], _Captured] = {}
 
     def __call__(self, *args: Any) -> Any:
@@ -75,7 +84,8 @@ class CudaGraphed:
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream), torch.no_grad():
             for _ in range(WARMUP):
-                self.fn(*inputs)
+                self.fn(*[private_copy(a) if i in self.written else a
+                          for i, a in enumerate(inputs)])
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.no_grad(), torch.cuda.graph(graph):

@@ -58,9 +58,11 @@ from graphsub.frontends.dynamic_trace import (has_dynamic_sizes, input_symbols, 
 from graphsub.frontends.cuda_graphs import CudaGraphed
 from graphsub.fission import stage as fission_stage
 from graphsub.frontends.fx_fold import fold_constants
-from graphsub.frontends.fx_equivalence import disagreement, restrided, shapes
+from graphsub.frontends.fx_equivalence import compared, disagreement, restrided, shapes
 from graphsub.frontends.fx_import import (ConversionError, convert_graph, symbolic_size,
                                           unsupported_reason)
+from graphsub.frontends.side_effects import (PrivateInputs, Writes, find_writes,
+                                             returning_writes, with_writes, without_writes)
 from graphsub.ir.binding import is_symbolic_graph
 from graphsub.tensors.symbolic import bind_all, evaluate_size
 from graphsub.pipeline import (FISSION, SEARCH, Found, RunContext, Settings, Stage, run_stage,
@@ -189,6 +191,10 @@ class CompileReport:
     #: With dynamic sizes: each size symbol's range, its value in the example (what costs were
     #: measured at) and the other sizes the optimized graph was checked at.
     sizes: dict[str, Any] = field(default_factory=dict)
+    #: The inputs the graph writes into (a key/value cache, a counter), by the names
+    #: torch.compile gave them: the writes stay in torch as the graph's last effect, and every
+    #: run graphsub made while compiling wrote copies of them, never the user's tensors.
+    writes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -272,6 +278,9 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     devices = {t.device.type for t in tensors}
     target_name = opts.target or ("torch-cuda" if "cuda" in devices else "torch-cpu")
     report = CompileReport(target_name, opts.cost_model)
+    # Found before anything runs: every run below that writes gets private copies.
+    writes = find_writes(gm, example_inputs, dynamic)
+    report.writes = list(writes.names)
 
     # inductor's own compilation first: it may ask dynamo to capture the graph again, which
     # is better asked before the search than after it.
@@ -280,8 +289,11 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     if dynamic:
         aten_gm, inputs, hints = trace_dynamic(gm, example_inputs)
     else:
-        aten_gm, inputs = _trace_static(gm, example_inputs), list(example_inputs)
-    constants = _constant_positions(gm, example_inputs)
+        traced = _trace_static(gm, PrivateInputs(example_inputs, writes).fresh())
+        aten_gm, inputs = without_writes(traced, writes), list(example_inputs)
+    # (state the graph writes changes from call to call: never a constant)
+    constants = [i for i in _constant_positions(gm, example_inputs)
+                 if i not in writes.positions]
     placeholders = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
     fold_constants(aten_gm, {placeholders[i]: inputs[i] for i in constants})
     propagate_shapes(aten_gm, inputs)
@@ -373,7 +385,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
         report.chosen = opts.baseline_name
         return baseline, report
     contenders = _contenders(optimized, normal if normal_parts else None, replaced,
-                             normal_parts, example_inputs, constants, opts, target, report)
+                             normal_parts, example_inputs, constants, writes, opts, target,
+                             report)
     # without a race: the search's graph, handed on to inductor where asked
     compiled = next((contenders[name] for name in ("graphsub+inductor", "graphsub",
                                                    "normal form+inductor", "normal form")
@@ -382,7 +395,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
         speedups = {}
         for name, fn in contenders.items():
             try:
-                speedups[name] = _speedup(fn, baseline, inputs, target.torch_device)
+                speedups[name] = _speedup(fn, baseline, PrivateInputs(inputs, writes),
+                                          target.torch_device)
             except Exception as exc:  # noqa: BLE001 - one contender, not the graph
                 _drop(report, name, exc)
         report.race = {name: round(x.speedup, 4) for name, x in speedups.items()}
@@ -395,16 +409,33 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
         for other in race_inputs[1:] if faster else ():
             # not slower at the other sizes either (decided with no margin, as the
             # optimizer's profile shapes are)
-            there = _speedup(contenders[best], baseline, other, target.torch_device,
-                             min_gain=0.0)
+            there = _speedup(contenders[best], baseline, PrivateInputs(other, writes),
+                             target.torch_device, min_gain=0.0)
             report.race[f"{best} at {shapes(other)}"] = round(there.speedup, 4)
             faster = there.decision is not Decision.NOT_FASTER
         if not faster:
             report.chosen = opts.baseline_name
-            compiled = baseline
-        else:
-            report.chosen, compiled = best, contenders[best]
+            return baseline, report
+        report.chosen, compiled = best, contenders[best]
+    if writes:
+        problem = _writes_disagree(gm, compiled, PrivateInputs(inputs, writes), opts.rtol)
+        if problem is not None:
+            warnings.warn(f"graphsub: this graph runs unoptimized: with its writes into its "
+                          f"inputs, the optimized graph disagreed with the original ({problem})",
+                          GraphsubWarning, stacklevel=3)
+            report.fallback = f"end-to-end verification with the graph's writes: {problem}"
+            report.chosen = opts.baseline_name
+            return baseline, report
     return compiled, report
+
+
+def _writes_disagree(original: fx.GraphModule, compiled: Callable, inputs: PrivateInputs,
+                     rtol: float) -> str | None:
+    """Where the module handed back, run as the user will run it (writes included, on
+    private copies), differs from the captured graph in its outputs or in what it leaves in
+    the inputs it writes (None: nowhere)."""
+    return compared(returning_writes(original.forward, inputs.writes),
+                    returning_writes(compiled, inputs.writes), inputs.fresh(), rtol)
 
 
 def _drop(report: CompileReport, name: str, exc: BaseException) -> None:
@@ -419,8 +450,9 @@ def _drop(report: CompileReport, name: str, exc: BaseException) -> None:
 
 def _contenders(optimized: fx.GraphModule, normal: fx.GraphModule | None,
                 replaced: Sequence[tuple[str, PartReport]], normal_parts: Sequence[str],
-                example_inputs: Sequence[Any], constants: Sequence[int], opts: BackendOptions,
-                target: Any, report: CompileReport) -> dict[str, Callable]:
+                example_inputs: Sequence[Any], constants: Sequence[int], writes: Writes,
+                opts: BackendOptions, target: Any, report: CompileReport
+                ) -> dict[str, Callable]:
     """The ways of running the optimized graph that race the baseline: graphsub's module
     with the search's graphs ("graphsub") and with the normal forms' alone ("normal form":
     attention fused, nothing else rewritten, for a compiler whose fusions absorb the other
@@ -430,17 +462,22 @@ def _contenders(optimized: fx.GraphModule, normal: fx.GraphModule | None,
 
     With dynamic sizes inductor traces graphsub's parts over the symbols: only parts that are
     one program for every size can be traced so (a part lowered per size would pin
-    inductor's graph to the example's sizes)."""
+    inductor's graph to the example's sizes).
+
+    The modules take the graph's writes into its inputs back as their last effect
+    (side_effects.with_writes)."""
     cuda = target.torch_device.type == "cuda" and opts.cuda_graphs
 
     def own(module: fx.GraphModule) -> Callable:
-        return CudaGraphed(module, constants) if cuda else module
+        return CudaGraphed(module, constants, writes.positions) if cuda else module
 
     modules: dict[str, tuple[fx.GraphModule, Sequence[str]]] = {}
     if replaced:
-        modules["graphsub"] = (optimized, [name for name, _ in replaced])
+        modules["graphsub"] = (with_writes(optimized, writes) if writes else optimized,
+                               [name for name, _ in replaced])
     if normal is not None:
-        modules["normal form"] = (normal, normal_parts)
+        modules["normal form"] = (with_writes(normal, writes) if writes else normal,
+                                  normal_parts)
     contenders: dict[str, Callable] = {}
     for name, (module, names) in modules.items():
         if opts.inductor and all(getattr(module, n).one_program for n in names):
@@ -765,14 +802,19 @@ RACE = Stage("race", _race_fission, skipped=lambda found: False)
 RACE_SECONDS = 3.0
 
 
-def _speedup(challenger: Callable, incumbent: Callable, inputs: Sequence[Any],
+def _speedup(challenger: Callable, incumbent: Callable, inputs: PrivateInputs,
              device: torch.device, **decide: Any) -> HeadToHead:
     """The challenger against the incumbent on `inputs`, decided as the optimizer decides
     (runtime.speedup: the median round's speedup, above 1 when the challenger is faster, its
     interval, and whether that clears MIN_GAIN), so that a slow spell of this machine hits
-    both alike and a tie is never called a win."""
+    both alike and a tie is never called a win. Each runs on inputs of its own, the tensors
+    it writes put back as they were before every call, outside its time."""
     sync = torch.cuda.synchronize if device.type == "cuda" else None
-    timers = [CallTimer(lambda fn=fn: fn(*inputs), sync) for fn in (incumbent, challenger)]
+    timers = []
+    for fn in (incumbent, challenger):
+        args = inputs.fresh()
+        timers.append(CallTimer(lambda fn=fn, args=args: fn(*args), sync,
+                                setup=inputs.restorer(args)))
     # no_grad, not inference_mode: tensors a first call makes (CUDA-graph trees' static
     # buffers) would be inference tensors, which the user's later calls outside inference
     # mode cannot write into
@@ -790,4 +832,5 @@ def _runs_faster(candidate: Any, incumbent: Any, target: Any, inputs: list[Any])
     part's inputs: per-operator timings can prefer a library kernel (attention) that is slower
     end to end than what it replaces."""
     programs = [target.program(g).module for g in (candidate, incumbent)]
-    return _speedup(*programs, inputs, target.torch_device).decision is Decision.FASTER
+    return _speedup(*programs, PrivateInputs(inputs, Writes()),
+                    target.torch_device).decision is Decision.FASTER

@@ -22,10 +22,14 @@ import numpy as np
 from graphsub.progress import Tracker, step
 
 
-def timed_calls(call: Callable[[], object], n: int) -> list[float]:
-    """Seconds of each of n calls: what a CPU runnable's `timed` measures."""
+def timed_calls(call: Callable[[], object], n: int,
+                setup: Callable[[], object] | None = None) -> list[float]:
+    """Seconds of each of n calls: what a CPU runnable's `timed` measures. `setup` runs
+    before each call, outside its time (state a call writes, put back)."""
     out = []
     for _ in range(n):
+        if setup is not None:
+            setup()
         t0 = time.perf_counter()
         call()
         out.append(time.perf_counter() - t0)
@@ -109,21 +113,24 @@ class Runnable(Timer):
 class CallTimer(Timer):
     """A call whose inputs are already in it (a compiled function and its example tensors),
     timed by the host's clock; `sync` waits for the device's queued work before each call
-    and after it (a GPU runs asynchronously: without it, a call's time is its launch's)."""
+    and after it (a GPU runs asynchronously: without it, a call's time is its launch's);
+    `setup` runs before each call, untimed (a program that writes into its inputs gets them
+    back as they were, so that every call does the same work)."""
 
     def __init__(self, call: Callable[[], object], sync: Callable[[], object] | None = None,
-                 label: str = "") -> None:
-        self.call, self.sync, self.label = call, sync, label
+                 label: str = "", setup: Callable[[], object] | None = None) -> None:
+        self.call, self.sync, self.label, self.setup = call, sync, label, setup
 
     def bind(self, feeds: Mapping[str, np.ndarray]) -> None:
         """Nothing to bind: the inputs are the call's own."""
 
     def timed(self, n: int) -> list[float]:
         if self.sync is None:
-            return timed_calls(self.call, n)
-        sync, call = self.sync, self.call
+            return timed_calls(self.call, n, self.setup)
+        sync, call, setup = self.sync, self.call, self.setup
         sync()
-        return timed_calls(lambda: (call(), sync()), n)
+        return timed_calls(lambda: (call(), sync()), n,
+                           None if setup is None else lambda: (setup(), sync()))
 
 
 @dataclass(frozen=True)
