@@ -1,6 +1,9 @@
 """`torch.compile(model, backend="graphsub")`: graphsub as a torch.compile backend.
 
 For each graph torch.compile captures, the backend
+0. finds the inputs it writes into (a static key/value cache, a counter: side_effects), before
+   running anything: from here on it works on the graph without its writes, which changes
+   nothing it runs on, and what writes runs only on private copies;
 1. traces it to ATen operators (views functionalized, shapes recorded) with the example inputs;
 2. splits it into the parts graphsub can express and the rest (`fx_import.supported`): the
    rest stays as torch code, the parts become graphsub Graphs, parameters and buffers as
@@ -17,7 +20,8 @@ For each graph torch.compile captures, the backend
    read their operands' strides without checking them), and checks the whole assembled graph
    against the original, putting original parts back (the last first) until it agrees;
 6. builds the module that runs the optimized parts with graphsub's torch backend and the
-   rest as before; with `options={"inductor": True}` it hands that module on to inductor;
+   rest as before, the graph's writes put back as its last effect; with
+   `options={"inductor": True}` it hands that module on to inductor;
 7. races it, round by round on the example inputs, against what the user would have had
    without graphsub (the captured graph run eagerly, or compiled by inductor alone) and
    returns the faster: per-part measurements cannot see how inductor fuses across the parts'
