@@ -9,8 +9,9 @@ LlamaModel with grouped-query attention and rotary embeddings, random weights, a
 attention_mask with padding in the first sequence), four ways of running it:
 - eager: the module as it is;
 - inductor: `torch.compile(model, dynamic=True)`;
-- graphsub: `torch.compile(model, backend="graphsub", dynamic=True)` (what the backend
-  returns: graphsub's module, or eager where its race found graphsub's module not faster);
+- graphsub: `torch.compile(model, backend="graphsub", dynamic=True, options={"inductor":
+  False})` (what the backend returns: graphsub's module, or eager where its race found
+  graphsub's module not faster);
 - graphsub+inductor: the same with `options={"inductor": True}` (graphsub's parts traced
   by inductor over the symbols, or inductor alone where the race found that faster).
 Each is compiled on the first sequence length and then called at every length; the number
@@ -94,7 +95,7 @@ def contenders(model: Any, time_limit: float) -> tuple[dict[str, Callable], dict
         "eager": model,
         "inductor": torch.compile(model, backend=counting_inductor, dynamic=True),
         "graphsub": torch.compile(model, backend="graphsub", dynamic=True,
-                                  options={"time_limit": time_limit}),
+                                  options={"time_limit": time_limit, "inductor": False}),
         "graphsub+inductor": torch.compile(model, backend="graphsub", dynamic=True,
                                            options={"time_limit": time_limit,
                                                     "inductor": True}),

@@ -8,7 +8,7 @@ transformers models, run directly from PyTorch.
 Per model, four ways to run it are timed interleaved in one process, round by round (each
 round calls every way `--calls` times, in rotating order): eager PyTorch; `torch.compile`
 (inductor); `torch.compile(backend="graphsub", options={"inductor": True})`, graphsub's
-optimized graph compiled by inductor; and `backend="graphsub"` alone, graphsub's own program
+optimized graph compiled by inductor; and `options={"inductor": False}`, graphsub's own program
 (library kernels, and groups of primitives inductor compiles, chosen by Korch's program).
 Ratios are medians of per-round ratios against inductor (> 1: faster than inductor); every
 compiled output is checked against eager. The races column gives, per captured graph, what the
@@ -117,7 +117,7 @@ def run(name: str, time_limit: float, rounds: int, calls: int, race: bool = True
         ways["inductor"](*inputs)
         compile_s = {"inductor": time.perf_counter() - start}
         for label, options in (("graphsub+inductor", {"inductor": True}),
-                               ("graphsub", {})):
+                               ("graphsub", {"inductor": False})):
             torch._dynamo.reset()
             seen = len(graphsub_backend.reports())
             start = time.perf_counter()

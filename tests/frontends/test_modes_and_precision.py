@@ -41,18 +41,68 @@ def test_modes_are_inductors_and_imply_it():
         opts = tc.BackendOptions.parse({"mode": mode})
         assert opts.inductor and opts.mode == mode
         assert opts.cuda_graphs == (mode in ("reduce-overhead", "max-autotune"))
+        assert tc.BackendOptions.parse(None, mode) == opts  # torch.compile(..., mode=mode)
     with pytest.raises(GraphsubError, match="reduce-overhead"):
         tc.BackendOptions.parse({"mode": "fastest"})
+    with pytest.raises(GraphsubError, match="inductor=False"):
+        tc.BackendOptions.parse({"inductor": False}, "reduce-overhead")
 
 
-def test_a_graph_inductor_compiles_is_priced_as_inductor_compiles_it():
-    assert tc.BackendOptions.parse({}).cost_model == "measured"
+def test_by_default_the_graph_goes_to_inductor_priced_as_inductor_compiles_it():
+    assert tc.BackendOptions.parse({}).inductor
+    assert tc.BackendOptions.parse({}).cost_model == "compiled"
+    assert tc.BackendOptions.parse({"inductor": False}).cost_model == "measured"
     for options in ({"inductor": True}, {"mode": "default"}):
         assert tc.BackendOptions.parse(options).cost_model == "compiled"
     assert tc.BackendOptions.parse({"mode": "default", "cost": "measured"}).cost_model == \
         "measured"
     with pytest.raises(GraphsubError, match="unknown cost model"):
         tc.BackendOptions.parse({"cost": "fastest"})
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(32, 64), torch.nn.Linear(64, 32)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x))) * 2
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_the_mode_as_torch_compile_users_write_it_is_inductors(mode):
+    """`torch.compile(model, backend="graphsub", mode=M)` compiles and races in inductor's
+    mode M, as `options={"mode": M}` does; with no mode, in inductor's default mode: a
+    user who swaps backend="inductor" for backend="graphsub" keeps inductor's fusions."""
+    model = Mlp().eval()
+    x = torch.randn(8, 32)
+    compiled = torch.compile(model, backend="graphsub", mode=mode,
+                             **({} if mode else {"options": {"time_limit": 1,
+                                                             "cost": "analytic"}}))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", tc.GraphsubWarning)
+        torch.testing.assert_close(compiled(x), model(x))
+    report = tc.reports()[-1]
+    assert report.mode == (mode or "default") and not report.fallback
+    assert report.chosen in ("inductor", "graphsub+inductor", "graphsub", "normal form",
+                             "normal form+inductor")
+    assert "graphsub+inductor" in report.race  # raced against inductor alone
+
+
+def test_where_inductor_cannot_compile_graphsub_races_eager_saying_why(monkeypatch):
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("no C++ compiler found")
+
+    monkeypatch.setattr(tc, "_inductor", no_compiler)
+    model = Mlp().eval()
+    x = torch.randn(8, 32)
+    compiled = torch.compile(model, backend="graphsub", options={"time_limit": 1,
+                                                                 "cost": "analytic"})
+    with torch.no_grad(), pytest.warns(tc.GraphsubWarning, match="no C\\+\\+ compiler"):
+        torch.testing.assert_close(compiled(x), model(x))
+    report = tc.reports()[-1]
+    assert "no C++ compiler" in report.dropped["inductor"] and report.mode == ""
+    assert report.chosen in ("eager", "graphsub", "normal form") and not report.fallback
 
 
 @pytest.mark.slow

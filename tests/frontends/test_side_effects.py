@@ -20,7 +20,7 @@ from tests.frontends.stateful_programs import (WRITES, State, StatefulProgram,  
                                                choices, program, state_of)
 
 #: Quick options: the point here is what is written, not how fast the result runs.
-QUICK = {"time_limit": 1, "cost": "analytic"}
+QUICK = {"time_limit": 1, "cost": "analytic", "inductor": False}
 
 
 @pytest.fixture(autouse=True)
@@ -295,7 +295,7 @@ def test_a_program_that_writes_races_inductor_in_its_mode():
     """With inductor the writing module graphsub hands on is compiled by it too (inductor
     keeps the writes), and the race against inductor alone runs both on private copies."""
     reports = check_stateful_program(0, ("index_copy", "running_mean"), calls=4,
-                                     mode="default", race=True)
+                                     inductor=True, mode="default", race=True)
     assert any("graphsub+inductor" in r.race for r in reports)
 
 

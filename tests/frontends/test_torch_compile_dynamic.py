@@ -36,7 +36,7 @@ def test_one_compilation_serves_three_sequence_lengths(kind):
     model = text_module(kind)
     before = len(torch_compile.reports())
     compiled = torch.compile(model, backend="graphsub", dynamic=True,
-                             options={"time_limit": 3, "race": False})
+                             options={"time_limit": 3, "race": False, "inductor": False})
     gen = torch.Generator().manual_seed(1)
     with warnings.catch_warnings():
         warnings.simplefilter("error", torch_compile.GraphsubWarning)
@@ -60,7 +60,8 @@ def test_automatic_dynamic_sizes_compile_once_more_with_symbols():
     model = TransformerBlock().eval()
     before = len(torch_compile.reports())
     compiled = torch.compile(model, backend="graphsub",
-                             options={"time_limit": 1, "race": False, "cost": "analytic"})
+                             options={"time_limit": 1, "race": False, "cost": "analytic",
+                                      "inductor": False})
     with torch.no_grad():
         for seq in (8, 12, 20, 7):
             x = torch.randn(2, seq, 64)
@@ -82,7 +83,7 @@ def test_rewritten_layouts_are_restored_at_every_size(monkeypatch):
     model = TransformerBlock().eval()
     compiled = torch.compile(model, backend="graphsub", dynamic=True,
                              options={"time_limit": 1, "algorithm": "forced",
-                                      "cost": "analytic", "race": False})
+                                      "cost": "analytic", "race": False, "inductor": False})
     with warnings.catch_warnings():
         warnings.simplefilter("error", torch_compile.GraphsubWarning)
         with torch.no_grad():
@@ -117,7 +118,8 @@ def test_parts_checked_at_other_sizes_catch_a_size_specific_error(monkeypatch):
     monkeypatch.setattr(TorchTarget, "program", wrong_elsewhere)
     model = TransformerBlock().eval()
     compiled = torch.compile(model, backend="graphsub", dynamic=True,
-                             options={"time_limit": 1, "cost": "analytic", "race": False})
+                             options={"time_limit": 1, "cost": "analytic", "race": False,
+                                      "inductor": False})
     with pytest.warns(torch_compile.GraphsubWarning, match="kept a part"):
         with torch.no_grad():
             x = torch.randn(2, 16, 64)
@@ -139,7 +141,8 @@ def test_in_place_writes_with_dynamic_sizes_run_unoptimized_with_a_reason():
             return torch.relu(y)
 
     model = Writes().eval()
-    compiled = torch.compile(model, backend="graphsub", dynamic=True, options={"time_limit": 1})
+    compiled = torch.compile(model, backend="graphsub", dynamic=True,
+                             options={"time_limit": 1, "inductor": False})
     with pytest.warns(torch_compile.GraphsubWarning, match="in place"):
         with torch.no_grad():
             x = torch.randn(5, 16)
@@ -183,7 +186,7 @@ def test_transformers_bert_with_dynamic_sizes_is_optimized_not_left_whole():
     model = transformers.BertModel(config).eval()
     before = len(torch_compile.reports())
     compiled = torch.compile(model, backend="graphsub", dynamic=True,
-                             options={"time_limit": 3, "race": False})
+                             options={"time_limit": 3, "race": False, "inductor": False})
     gen = torch.Generator().manual_seed(3)
     with torch.no_grad():
         for batch, seq in [(2, 16), (2, 37), (3, 9)]:

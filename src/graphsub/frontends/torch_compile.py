@@ -48,7 +48,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -102,11 +102,14 @@ class BackendOptions:
     #: "analytic"; by default compiled where inductor compiles the result, else measured.
     cost: str | None = None
     algorithm: str = "backtracking"
-    inductor: bool = False              # hand the optimized graph to inductor
-    #: inductor's mode (INDUCTOR_MODES; implies `inductor`): the optimized graph is compiled,
-    #: and raced against inductor alone, in that mode; graphsub's own module runs in CUDA
-    #: graphs where the mode does (torch.compile refuses `mode=` beside `options=`, so the
-    #: mode is an option of the backend's).
+    #: Hand the optimized graph on to inductor and race it against inductor alone, so that
+    #: `backend="graphsub"` is never slower than `backend="inductor"`; False: graphsub's own
+    #: torch program, raced against the graph run eagerly.
+    inductor: bool = True
+    #: inductor's mode (INDUCTOR_MODES; None is its default mode): the optimized graph is
+    #: compiled, and raced against inductor alone, in that mode; graphsub's own module runs in
+    #: CUDA graphs where the mode does. `torch.compile(..., mode=M)` gives it as
+    #: `options={"mode": M}` does.
     mode: str | None = None
     fission: bool = True                # fission and kernel orchestration after the search
     race: bool = True                   # keep graphsub's module only if it outruns the baseline
@@ -116,8 +119,12 @@ class BackendOptions:
     search: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, options: dict[str, Any] | None) -> BackendOptions:
+    def parse(cls, options: dict[str, Any] | None, mode: str | None = None) -> BackendOptions:
+        """The options as torch.compile passes them: `options=` and `mode=` (which
+        torch.compile hands a backend only when it is not "default")."""
         options = dict(options or {})
+        if mode is not None:
+            options.setdefault("mode", mode)
         known = {f.name for f in fields(cls)} - {"search"}
         search = {k: options.pop(k) for k in sorted(set(options) - known)}
         opts = cls(**options, search=search)
@@ -125,7 +132,9 @@ class BackendOptions:
             if opts.mode not in INDUCTOR_MODES:
                 raise GraphsubError(f"graphsub backend options: mode {opts.mode!r} is not one of "
                                     f"inductor's modes ({', '.join(INDUCTOR_MODES)})")
-            opts.inductor = True
+            if not opts.inductor:
+                raise GraphsubError(f"graphsub backend options: mode {opts.mode!r} is inductor's; "
+                                    f"it cannot be given with inductor=False")
         opts.settings(opts.target or "torch-cpu", opts.time_limit)  # fails here, not per part
         return opts
 
@@ -179,6 +188,9 @@ class CompileReport:
     target: str
     #: The cost model the search priced with (BackendOptions.cost_model).
     cost: str = ""
+    #: inductor's mode the graph was compiled and raced in ("default", "reduce-overhead",
+    #: ...); "" where graphsub's own program raced the graph run eagerly.
+    mode: str = ""
     parts: list[PartReport] = field(default_factory=list)
     left_in_torch: dict[str, int] = field(default_factory=dict)  # unconverted ops, by name
     seconds: float = 0.0
@@ -218,7 +230,7 @@ def reports() -> list[CompileReport]:
 def graphsub_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
                      options: dict[str, Any] | None = None, mode: str | None = None) -> Callable:
     """The torch.compile backend (registered as "graphsub" through torch's entry point)."""
-    opts = BackendOptions.parse(options)
+    opts = BackendOptions.parse(options, mode)
     start = time.perf_counter()
     try:
         with _global_state_kept():
@@ -229,7 +241,7 @@ def graphsub_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
         report = CompileReport(opts.target or "", opts.cost_model, fallback=str(exc) or type(exc).__name__)
         warnings.warn(f"graphsub: this graph runs unoptimized: {report.fallback}", GraphsubWarning,
                       stacklevel=2)
-        compiled = _inductor(gm, example_inputs, opts.mode) if opts.inductor else gm.forward
+        compiled, _ = _baseline(gm, example_inputs, opts, report)
     report.seconds = time.perf_counter() - start
     _REPORTS.append(report)
     log.info("graphsub compiled a graph: %s", report.as_dict())
@@ -257,6 +269,26 @@ def _restart_analysis() -> type[BaseException]:
     from torch._dynamo.exc import RestartAnalysis
 
     return RestartAnalysis
+
+
+def _baseline(gm: fx.GraphModule, example_inputs: Sequence[Any], opts: BackendOptions,
+              report: CompileReport) -> tuple[Callable, BackendOptions]:
+    """What the user would have had without graphsub: the graph compiled by inductor in the
+    options' mode, or run eagerly. Where inductor cannot compile it (no C++ compiler on this
+    machine, an operator it does not lower), the graph runs eagerly, raced against graphsub's
+    own program, with a warning; the options returned say so."""
+    if not opts.inductor:
+        return gm.forward, opts
+    try:
+        return _inductor(gm, example_inputs, opts.mode), opts
+    except _restart_analysis():
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's model must run whatever happened here
+        report.dropped["inductor"] = f"{type(exc).__name__}: {exc}"[:500]
+        warnings.warn(f"graphsub: inductor could not compile this graph ({report.dropped['inductor']}"
+                      f"): graphsub's own program races the graph run eagerly", GraphsubWarning,
+                      stacklevel=3)
+        return gm.forward, replace(opts, inductor=False, mode=None)
 
 
 def _inductor(gm: fx.GraphModule, example_inputs: Sequence[Any],
@@ -288,7 +320,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
 
     # inductor's own compilation first: it may ask dynamo to capture the graph again, which
     # is better asked before the search than after it.
-    baseline = _inductor(gm, example_inputs, opts.mode) if opts.inductor else gm.forward
+    baseline, opts = _baseline(gm, example_inputs, opts, report)
+    report.cost, report.mode = opts.cost_model, (opts.mode or "default") if opts.inductor else ""
     hints: dict[str, int] = {}
     if dynamic:
         aten_gm, inputs, hints = trace_dynamic(gm, example_inputs)
