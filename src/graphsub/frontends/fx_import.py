@@ -224,11 +224,15 @@ def unsupported_reason(node: fx.Node) -> str | None:
 
 
 def _metas(node: fx.Node) -> list[Any]:
-    """The tensor metadata of each of the node's outputs."""
+    """The tensor metadata of each of the node's outputs that something reads (a fused
+    attention kernel also returns random state in uint64, which nothing reads in inference)."""
     meta = tensor_meta(node)
     if meta is None:
         return []
-    return [meta] if isinstance(meta, TensorMetadata) else [m for m in meta if m is not None]
+    if isinstance(meta, TensorMetadata):
+        return [meta]
+    read = {user.args[1] for user in node.users if user.target is operator.getitem}
+    return [m for i, m in enumerate(meta) if m is not None and i in read]
 
 
 def convert_graph(graph: fx.Graph, constants: dict[fx.Node, torch.Tensor],

@@ -22,9 +22,9 @@ import numpy as np
 
 from graphsub.errors import ShapeError
 from graphsub.tensors.types import Attrs, TensorType
-from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, TorchFn,
-                               TorchLowering, Types, aten_importer, broadcasts_to, onnx_importer,
-                               register, is_float)
+from graphsub.ops.base import (AtenBuilder, AtenCall, AtenImportFn, AttrSpec, Category, OpDef,
+                               TorchFn, TorchLowering, Types, aten_importer, broadcasts_to,
+                               onnx_importer, register, is_float)
 
 
 def _check(attrs: Attrs, ins: Types) -> None:
@@ -243,13 +243,31 @@ def _aten_sdpa_check(n: AtenCall) -> str | None:
     return None
 
 
-@aten_importer("_scaled_dot_product_flash_attention_for_cpu.default", check=_aten_sdpa_check)
-def _aten_attention(c: AtenBuilder, n: AtenCall) -> object:
-    """torch's fused attention on the CPU; its second output (the log-sum-exp, for the
-    backward pass) is not modelled."""
-    a = n.args
-    ins = [c.value(a[name]) for name in ("query", "key", "value")]
-    if a.get("attn_mask") is not None:
-        ins.append(c.value(a["attn_mask"]))
-    y = c.op("attention", *ins, scale=a.get("scale"), causal=bool(a.get("is_causal", False)))
-    return (y, None)
+def _aten_sdpa(mask: str | None, outputs: int) -> AtenImportFn:
+    """The importer of one of torch's fused attention kernels: its first output is the
+    attention; the others (the log-sum-exp, random state, sequence bookkeeping for the
+    backward pass) are not modelled. `mask` names the kernel's mask argument (None: the
+    kernel takes none)."""
+    def importer(c: AtenBuilder, n: AtenCall) -> object:
+        a = n.args
+        ins = [c.value(a[name]) for name in ("query", "key", "value")]
+        if mask is not None and a.get(mask) is not None:
+            ins.append(c.value(a[mask]))
+        y = c.op("attention", *ins, scale=a.get("scale"),
+                 causal=bool(a.get("is_causal", False)))
+        return (y,) + (None,) * (outputs - 1)
+
+    return importer
+
+
+#: torch's fused attention kernels as scaled_dot_product_attention dispatches to them (under
+#: torch.compile the traced graph holds the kernel chosen for the example's device, dtype
+#: and shapes): the CPU's flash kernel; on CUDA the flash kernel (no mask), the
+#: memory-efficient one and cuDNN's (a mask as an additive bias). The reference (math) path
+#: traces to products and `_safe_softmax`, which the attention rules read.
+for _overload, _mask, _outputs in (
+        ("_scaled_dot_product_flash_attention_for_cpu.default", "attn_mask", 2),
+        ("_scaled_dot_product_flash_attention.default", None, 9),
+        ("_scaled_dot_product_efficient_attention.default", "attn_bias", 4),
+        ("_scaled_dot_product_cudnn_attention.default", "attn_bias", 9)):
+    aten_importer(_overload, check=_aten_sdpa_check)(_aten_sdpa(_mask, _outputs))

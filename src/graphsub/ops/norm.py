@@ -357,6 +357,22 @@ for _name in _SOFTMAXES:
     aten_importer(f"{_name}.int")(_with_dtype)
 
 
+@aten_importer("_safe_softmax.default")
+def _aten_safe_softmax(c: AtenBuilder, n: AtenCall) -> object:
+    """torch's reference attention path (what scaled_dot_product_attention traces to where no
+    fused kernel takes the inputs): a softmax whose rows of -inf alone give zeros. That is
+    the guarded softmax wherever the scores are numbers (they differ only on a NaN score:
+    NaN there, zero here), and the attention rules read it as attention's."""
+    x = c.value(n.args["self"])
+    dtype = n.args.get("dtype")
+    if dtype is not None:
+        name = c.dtype_name(dtype)
+        if name is None:
+            raise ConversionError(f"_safe_softmax in {dtype}")
+        x = c.op("cast", x, to=name)
+    return c.op("guarded_softmax", x, axis=n.args["dim"])
+
+
 def _filled(c: AtenBuilder, shape: Sequence[int], fill: float, like: object) -> object:
     return c.weight(np.full(tuple(shape), fill, dtype=c.dtype(like)))
 
