@@ -338,7 +338,12 @@ def _aten_along_axis(ours: str) -> tuple[AtenImportFn, AtenImportFn]:
             x = c.op("cast", x, to="float32")
         return c.op(ours, x, axis=n.args["dim"])
 
-    def with_dtype(c: AtenBuilder, n: AtenCall) -> object:
+    return direct, _with_dtype(ours)
+
+
+def _with_dtype(ours: str) -> AtenImportFn:
+    """The importer of an ATen softmax taking a `dtype` to compute in (a cast first)."""
+    def importer(c: AtenBuilder, n: AtenCall) -> object:
         x = c.value(n.args["self"])
         dtype = n.args.get("dtype")
         if dtype is not None:
@@ -348,29 +353,19 @@ def _aten_along_axis(ours: str) -> tuple[AtenImportFn, AtenImportFn]:
             x = c.op("cast", x, to=name)
         return c.op(ours, x, axis=n.args["dim"])
 
-    return direct, with_dtype
+    return importer
 
 
 for _name in _SOFTMAXES:
-    _direct, _with_dtype = _aten_along_axis(_name)
+    _direct, _with = _aten_along_axis(_name)
     aten_importer(f"_{_name}.default")(_direct)
-    aten_importer(f"{_name}.int")(_with_dtype)
+    aten_importer(f"{_name}.int")(_with)
 
-
-@aten_importer("_safe_softmax.default")
-def _aten_safe_softmax(c: AtenBuilder, n: AtenCall) -> object:
-    """torch's reference attention path (what scaled_dot_product_attention traces to where no
-    fused kernel takes the inputs): a softmax whose rows of -inf alone give zeros. That is
-    the guarded softmax wherever the scores are numbers (they differ only on a NaN score:
-    NaN there, zero here), and the attention rules read it as attention's."""
-    x = c.value(n.args["self"])
-    dtype = n.args.get("dtype")
-    if dtype is not None:
-        name = c.dtype_name(dtype)
-        if name is None:
-            raise ConversionError(f"_safe_softmax in {dtype}")
-        x = c.op("cast", x, to=name)
-    return c.op("guarded_softmax", x, axis=n.args["dim"])
+#: torch's reference attention path (what scaled_dot_product_attention traces to where no
+#: fused kernel takes the inputs): a softmax whose rows of -inf alone give zeros. That is the
+#: guarded softmax wherever the scores are numbers (they differ only on a NaN score: NaN
+#: there, zero here), and the attention rules read it as attention's.
+aten_importer("_safe_softmax.default")(_with_dtype("guarded_softmax"))
 
 
 def _filled(c: AtenBuilder, shape: Sequence[int], fill: float, like: object) -> object:
