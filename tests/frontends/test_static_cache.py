@@ -120,3 +120,43 @@ def test_a_decoder_compiled_with_no_options_decodes_as_eager_does(family, paddin
 def test_a_decoder_in_reduce_overhead_mode_decodes_as_eager_does_on_the_gpu(grad_mode):
     decode_loop("llama", padding=True, grad_mode=grad_mode,
                 options={"mode": "reduce-overhead", "time_limit": 4}, device="cuda")
+
+
+def greedy(model, ids, mask, **kwargs):
+    return model.generate(ids, attention_mask=mask, max_new_tokens=STEPS, do_sample=False,
+                          cache_implementation="static", pad_token_id=0, **kwargs)
+
+
+def causal_lm():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # logits with clear margins: no near-tie decides a token
+        model.lm_head.weight.mul_(10)
+    return model
+
+
+@pytest.mark.parametrize("options", [
+    pytest.param({"mode": None, "options": {**QUICK, "time_limit": 2}}, id="own-program"),
+    pytest.param({}, id="as-transformers-configures-it", marks=pytest.mark.slow)])
+def test_greedy_generation_with_a_static_cache_gives_eagers_tokens(options):
+    """transformers' generate() compiles the decode step itself when the cache is static
+    (`CompileConfig`: by default `mode="reduce-overhead"`; on the CPU only when asked); with
+    graphsub as the backend it must give the tokens eager generation gives."""
+    model = causal_lm()
+    gen = torch.Generator().manual_seed(5)
+    ids = torch.randint(1, 100, (2, PREFILL), generator=gen)
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding
+    want = greedy(model, ids, mask, disable_compile=True)
+    config = transformers.CompileConfig(backend="graphsub", **options)
+    config._compile_all_devices = True  # transformers compiles on GPUs unless told
+    before = len(torch_compile.reports())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch_compile.GraphsubWarning)
+        got = greedy(model, ids, mask, compile_config=config)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    reports = torch_compile.reports()[before:]
+    assert reports and all(r.writes and not r.fallback for r in reports)
