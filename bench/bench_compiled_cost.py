@@ -40,7 +40,7 @@ def captured_graph(kind: str, hidden: int, layers: int, seq: int) -> Any:
     tc.convert_graph = keep
     try:
         torch.manual_seed(0)
-        model = build_model(kind, hidden, layers)
+        model = build_model(kind, hidden, layers, "eager")
         x = make_input(kind, 1, seq, torch.float32, "cpu")
         fast = torch.compile(model, backend="graphsub",
                              options={"time_limit": 1, "cost": "analytic", "race": False,
