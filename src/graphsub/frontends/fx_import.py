@@ -22,7 +22,8 @@ from graphsub.backends.torch.arrays import to_numpy
 from graphsub.errors import ConversionError
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
-from graphsub.tensors.symbolic import Dim, SymbolRange, ceildiv, dim, floordiv, size_symbol
+from graphsub.tensors.symbolic import (Dim, SymbolRange, ceildiv, dim, floordiv, size_symbol,
+                                       symbols_in)
 from graphsub.ops import aten_importers
 from graphsub.ops.base import AtenCheckFn, AtenImportFn
 
@@ -243,12 +244,14 @@ def convert_graph(graph: fx.Graph, constants: dict[fx.Node, torch.Tensor],
     it cannot convert."""
     c = Converter()
     inputs: list[fx.Node] = []
+    sizes: list[fx.Node] = []
     for node in graph.nodes:
         if node.op == "placeholder":
             if node in constants:
                 c.env[node] = c.b.weight(to_numpy(constants[node]))
             elif _sym_value(node) is not None:
-                continue  # a size: its readers see its expression (AtenNode)
+                sizes.append(node)  # its readers see its expression (AtenNode)
+                continue
             else:
                 meta = tensor_meta(node)
                 if meta is None or meta.dtype not in _DTYPES:
@@ -275,11 +278,35 @@ def convert_graph(graph: fx.Graph, constants: dict[fx.Node, torch.Tensor],
                 c.b.output(c.value(o), f"out{i}")
         else:
             raise ConversionError(f"{node.op} node {node.name}")
+    inputs += _size_carriers(c, inputs, sizes)
     out = c.b.build().cse()
     ranges = _symbol_ranges(graph)
     if ranges:
         out.meta["symbols"] = ranges
     return out, inputs
+
+
+#: The element type of a size carrier (SIZE_CARRIER_DTYPE[(n,)]: see `_size_carriers`).
+SIZE_CARRIER_DTYPE = "uint8"
+
+
+def _size_carriers(c: Converter, inputs: list[fx.Node], sizes: list[fx.Node]) -> list[fx.Node]:
+    """A graph input for each size argument whose symbol no tensor input has as a dimension
+    (a part slicing a constant table by the sequence length reads the length from nothing
+    else): a tensor of SIZE_CARRIER_DTYPE whose one dimension is the size, which nothing
+    reads but its shape, so that a program reads every symbol from its inputs' shapes. The
+    caller hands it in as an empty tensor of that length; the FX nodes are returned in
+    order."""
+    carried = set().union(set(), *(symbols_in(c.b.type_of(c.env[n]).shape) for n in inputs))
+    out = []
+    for node in sizes:
+        size = symbolic_size(_sym_value(node))
+        if isinstance(size, int) or not size.is_Symbol or size.name in carried:
+            continue
+        c.b.input(f"{node.name}_size", (size,), SIZE_CARRIER_DTYPE)
+        carried.add(size.name)
+        out.append(node)
+    return out
 
 
 def _symbol_ranges(graph: fx.Graph) -> dict[str, SymbolRange]:

@@ -402,9 +402,15 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
                     and arg.name in known:
                 part_constants[ph] = known[arg.name]
         budget = opts.time_limit * sizes[part.target] / total
-        outcome = _optimize_part(
-            _Part(sub, [c[part.target] for c in captured], part_constants, sub_placeholders),
-            target, rules, opts.settings(target, budget), opts, profile)
+        try:
+            outcome = _optimize_part(
+                _Part(sub, [c[part.target] for c in captured], part_constants,
+                      sub_placeholders), target, rules, opts.settings(target, budget), opts,
+                profile)
+        except _restart_analysis():
+            raise
+        except Exception as exc:  # noqa: BLE001 - one part stays as captured, not the graph
+            outcome = _part_failed(exc)
         report.parts.append(outcome.report)
         if outcome.module is not None:
             setattr(optimized, part.target, outcome.module)
@@ -655,6 +661,15 @@ def _capture_part_inputs(parent: fx.GraphModule, example_inputs: Sequence[torch.
     return captured
 
 
+def program_inputs(args: Sequence[Any], positions: Sequence[int],
+                   device: torch.device) -> list[Any]:
+    """The arguments of a part that its graphsub program takes, in its inputs' order: the
+    tensors as they are, a size (an int, or a SymInt while torch traces) as the empty tensor
+    of that length that carries it (fx_import._size_carriers)."""
+    return [args[i] if isinstance(args[i], torch.Tensor) else
+            torch.empty(args[i], dtype=torch.uint8, device=device) for i in positions]
+
+
 class GraphsubPart(torch.nn.Module):
     """An optimized part: takes the part's arguments, feeds the non-constant ones to the
     graphsub program (parameters are baked into it), returns what the part returned, laid out
@@ -667,12 +682,14 @@ class GraphsubPart(torch.nn.Module):
     contiguous instead of failing.
 
     With dynamic sizes the original's strides are expressions over the size symbols,
-    computed once for each binding the part meets."""
+    computed once for each binding the part meets; a size argument the program reads as a
+    carrier (fx_import.SIZE_CARRIER_DTYPE) is handed in as an empty tensor of that length."""
 
     def __init__(self, program: Any, positions: Sequence[int], single: bool,
-                 strides: Sequence[tuple[Any, ...] | None]) -> None:
+                 strides: Sequence[tuple[Any, ...] | None], device: torch.device) -> None:
         super().__init__()
         self.program = program.module
+        self.device = device
         self._sizes = program if program.sources else None  # reads the symbols' values
         self.positions = list(positions)
         self.single = single
@@ -686,7 +703,7 @@ class GraphsubPart(torch.nn.Module):
         return not isinstance(self._sizes, SizedTorchProgram)
 
     def forward(self, *args: Any) -> Any:
-        inputs = [args[i] for i in self.positions]
+        inputs = program_inputs(args, self.positions, self.device)
         strides = self.strides
         if self._sizes is not None:
             sizes = symbol_values(self._sizes.sources, inputs)
@@ -778,7 +795,8 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
     context = start_run(graph, settings, rules,
                         Budget(settings.time_limit, fission=settings.fission, measuring=False),
                         generate_kernels=not opts.inductor,
-                        example_inputs=[example[i] for i in positions], warning=GraphsubWarning)
+                        example_inputs=program_inputs(example, positions, target.torch_device),
+                        warning=GraphsubWarning)
     found = run_stage(context, SEARCH)
     fission_won = False
     if settings.fission:
@@ -800,7 +818,7 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
 
     def module_of(g: Any) -> GraphsubPart:
         program = target.program(g, reference=profile[0] if profile else None)
-        return GraphsubPart(program, positions, single, strides)
+        return GraphsubPart(program, positions, single, strides, target.torch_device)
 
     normal_module = None
     if steps and normal.structural_hash() != best.structural_hash():
@@ -815,6 +833,17 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
                       stacklevel=3)
         return _PartOutcome(None, normal_module, report)
     return _PartOutcome(module, normal_module, report)
+
+
+def _part_failed(exc: BaseException) -> _PartOutcome:
+    """A part whose optimization failed anywhere (conversion, search, building its program)
+    stays in torch as captured, with the reason in its report and a warning; the graph's
+    other parts are optimized as if it had been left in torch from the start."""
+    reason = f"{type(exc).__name__}: {exc}"[:500]
+    log.info("a part stays as captured: %s", reason, exc_info=exc)
+    warnings.warn(f"graphsub: kept a part of the graph as it was: optimizing it failed "
+                  f"({reason})", GraphsubWarning, stacklevel=3)
+    return _PartOutcome(None, None, PartReport(0, {}, 0.0, 0.0, 0.0, kept=f"failed: {reason}"))
 
 
 def _race_fission(context: RunContext, clock: StageClock, found: Found) -> bool:
