@@ -105,3 +105,52 @@ def test_a_part_that_fails_stays_in_torch_alone(monkeypatch):
     kept = [p.kept for p in report.parts if p.kept]
     assert len(kept) == 1 and "a lowering that fails" in kept[0]
     assert any(p.nodes and not p.kept for p in report.parts)
+
+
+def test_graphsubs_own_kernel_compilations_leave_dynamos_shape_environment_alone():
+    """A group of primitives compiled by inductor for graphsub's cost model or program, while
+    the torch.compile backend runs: inductor made its fake tensors in dynamo's shape
+    environment and left guards over symbols of its own there, on which dynamo failed when
+    it built the graph's guards (an IndexError ending the user's call on the recompile after
+    a size changed)."""
+    import numpy as np
+
+    from graphsub.backends.torch.lowering import LowerContext
+    from graphsub.tensors.types import TensorType
+    from torch._guards import TracingContext
+
+    seen = []
+
+    def backend(gm, example_inputs):
+        env = TracingContext.get().fake_mode.shape_env
+        before = list(env.guards)
+        ctx = LowerContext(torch.device("cpu"))
+        kernel = ctx.generated(lambda x: (torch.relu(x).reshape(8, -1).sum(0) * 2,),
+                               (TensorType((4, 8)),), (TensorType((4,)),))
+        out = kernel(torch.ones(4, 8))[0]
+        seen.append((env.guards == before, float(out.sum())))
+        return gm.forward
+
+    fn = torch.compile(lambda x: x + 1, backend=backend)
+    with torch.no_grad():
+        fn(torch.randn(3))
+        fn(torch.randn(5))  # the recompile with a dynamic size
+    assert seen and all(unchanged for unchanged, _ in seen)
+    assert all(np.isclose(total, 64.0) for _, total in seen)
+
+
+@pytest.mark.slow
+def test_a_recompile_after_a_size_changed_runs_with_graphsubs_defaults():
+    """transformers' BERT compiled with no options (inductor, the compiled cost model), called
+    at batch 1 and then 16: the second call recompiles over a batch symbol and must run."""
+    model = encoder_or_decoder("bert").eval()
+    compiled = torch.compile(model, backend="graphsub", options={"time_limit": 4})
+    before = len(torch_compile.reports())
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch_compile.GraphsubWarning)
+        for batch in (1, 16):
+            ids = torch.randint(0, 100, (batch, 32))
+            torch.testing.assert_close(compiled(ids).last_hidden_state,
+                                       model(ids).last_hidden_state, rtol=1e-4, atol=1e-4)
+    reports = torch_compile.reports()[before:]
+    assert len(reports) == 2 and reports[1].sizes and not any(r.fallback for r in reports)

@@ -233,7 +233,7 @@ def graphsub_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
     opts = BackendOptions.parse(options, mode)
     start = time.perf_counter()
     try:
-        with _global_state_kept():
+        with _global_state_kept(), _shape_guards_kept(gm, example_inputs):
             compiled, report = _compile(gm, list(example_inputs), opts)
     except _restart_analysis():
         raise  # dynamo asks to capture the graph again (and calls the backend again)
@@ -261,6 +261,45 @@ def _global_state_kept() -> Iterator[None]:
         torch.set_num_threads(threads)
         (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
          torch.backends.cudnn.allow_tf32) = flags
+
+
+@contextlib.contextmanager
+def _shape_guards_kept(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Iterator[None]:
+    """dynamo's shape environment without the guards graphsub's work left on symbols no input
+    of the graph has as a size. Tracing and compiling the contenders over dynamo's symbols
+    adds guards to its environment; one over a symbol made on the way (a contender's own, not
+    an input's) has no source, and dynamo fails building the graph's guards on it ("list index
+    out of range"), which ended the user's call. Such guards cannot be checked when the graph
+    is called anyway; the ones over the inputs' sizes stay."""
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    env = getattr(getattr(context, "fake_mode", None), "shape_env", None)
+    before = len(env.guards) if env is not None else 0
+    try:
+        yield
+    finally:
+        if env is not None and len(env.guards) > before:
+            sized = _input_symbols(gm, example_inputs)
+            kept = [g for g in env.guards[before:] if g.expr.free_symbols <= sized]
+            if len(kept) < len(env.guards) - before:
+                log.info("dropped %d guard(s) over symbols no input has as a size: %s",
+                         len(env.guards) - before - len(kept),
+                         [str(g.expr) for g in env.guards[before:] if g not in kept][:5])
+                env.guards[before:] = kept
+
+
+def _input_symbols(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> set[Any]:
+    """The symbols of dynamo's graph inputs' sizes (and of its size inputs)."""
+    out: set[Any] = set()
+    values = [n.meta.get("example_value") for n in gm.graph.find_nodes(op="placeholder")]
+    for value in list(values) + list(example_inputs):
+        sizes = [value] if isinstance(value, torch.SymInt) else \
+            list(value.shape) + list(value.stride()) if isinstance(value, torch.Tensor) else []
+        for size in sizes:
+            if isinstance(size, torch.SymInt):
+                out |= size.node.expr.free_symbols
+    return out
 
 
 def _restart_analysis() -> type[BaseException]:
@@ -454,7 +493,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
             # optimizer's profile shapes are)
             there = _speedup(contenders[best], baseline, PrivateInputs(other, writes),
                              target.torch_device, min_gain=0.0)
-            report.race[f"{best} at {shapes(other)}"] = round(there.speedup, 4)
+            varied = [other[i] for i in _varied([other], constants)]
+            report.race[f"{best} at {shapes(varied)}"] = round(there.speedup, 4)
             faster = there.decision is not Decision.NOT_FASTER
         if not faster:
             report.chosen = opts.baseline_name

@@ -73,14 +73,20 @@ class LowerContext:
         Triton on CUDA), once per body and input types: inductor's cache keeps it across
         runs. Inputs are made contiguous first, the layout it was compiled for; the program
         calls the kernel without tracing into it. Where inductor cannot compile here (no C++
-        compiler, an operator it lacks), `fn` runs as it is."""
+        compiler, an operator it lacks), `fn` runs as it is.
+
+        The compilation is graphsub's own, outside any torch.compile under way: inside the
+        torch.compile backend, inductor would otherwise make its fake tensors in dynamo's
+        shape environment and leave guards there over symbols of its own, which no input of
+        the user's graph has (dynamo then fails building the graph's guards)."""
         examples = [torch.zeros(t.shape, dtype=torch_dtype(t.dtype), device=self.device)
                     for t in ins]
         try:
+            from torch._guards import tracing
             from torch._inductor.compile_fx import compile_fx
             from torch.fx.experimental.proxy_tensor import make_fx
 
-            with torch.no_grad():
+            with torch.no_grad(), tracing(None):
                 compiled = compile_fx(make_fx(fn)(*examples), examples)
         except Exception as exc:  # inductor's failures have no common type
             warnings.warn(f"graphsub: a generated kernel runs uncompiled: inductor failed "
