@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import graphsub.ops  # noqa: F401  (registers the ops whose ONNX importers are listed below)
-from graphsub.fuzz.classes import CLASSES, model_class, with_class
+from graphsub.fuzz.classes import CLASSES, OLD_OPSETS, model_class, with_class
 from graphsub.fuzz.classes import random_model as random_model_in_class
 from graphsub.fuzz.differential import DEFAULT_STAGES, Reference, check_model
 from graphsub.fuzz.minimize import minimize, minimize_rules
@@ -134,6 +134,12 @@ def test_each_class_people_deploy_is_generated_valid(name: str) -> None:
         ops = {n.op_type for n in model.graph.node}
         if name == "control-flow":
             assert ops == {"If"} and captured_names(model.graph.node[0])
+        elif name == "opaque-values":
+            assert {"SplitToSequence", "ConcatFromSequence", "Optional", "Equal"} <= ops
+            assert any(i.type.tensor_type.elem_type == TensorProto.STRING
+                       for i in model.graph.input)
+        elif name == "old-opset":
+            assert model.opset_import[0].version in OLD_OPSETS
         elif name in CLASS_OPS:
             assert CLASS_OPS[name] <= ops
         else:
@@ -313,3 +319,22 @@ def test_a_model_onnxruntimes_optimizer_cannot_load_is_not_generated() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
     with pytest.raises(InvalidModel, match="onnxruntime's optimizer"):
         validate(model)
+
+
+@pytest.mark.parametrize("name", ["opaque-values", "old-opset"])
+def test_models_with_opaque_values_and_old_opsets_survive_every_stage(name: str) -> None:
+    """Sequences, optionals and words around a random model, and models written for opsets
+    7-12 (kept at their opset where onnx's converter would change their meaning): import,
+    search, export and graphsub's own evaluator agree with onnxruntime on the original."""
+    found, checked = [], 0
+    for seed in range(8):
+        try:
+            model = with_class(random_model(seed), name, np.random.default_rng(seed))
+        except InvalidModel:
+            continue
+        checked += 1
+        report = check_model(model, seed=seed, time_limit=1, algorithms=["greedy"],
+                             stages=("roundtrip", "search", "numpy"))
+        found += [f"seed {seed} {o.stage} {o.status}: {o.message}" for o in report.outcomes
+                  if o.status in FAILING]
+    assert checked >= 4 and not found, "\n".join(found)

@@ -22,7 +22,7 @@ from graphsub.fuzz.models import GenStats, InvalidModel, fuzz_sizes, generate as
 from graphsub.fuzz.models import random_inputs, validate
 
 CLASSES: tuple[str, ...] = ("control-flow", "float16", "mixed-precision", "qdq", "dynamic",
-                            "qoperator")
+                            "qoperator", "opaque-values", "old-opset")
 #: Where a model records its class (a metadata property), for the campaign's tables.
 CLASS_KEY = "fuzz_class"
 
@@ -63,11 +63,170 @@ def with_class(model: onnx.ModelProto, name: str, rng: np.random.Generator) -> o
     InvalidModel when the class cannot be made from it."""
     made = {"control-flow": _control_flow, "float16": _float16,
             "mixed-precision": _mixed_precision, "qdq": _qdq, "dynamic": _dynamic,
-            "qoperator": _qoperator}[name](model, rng)
+            "qoperator": _qoperator, "opaque-values": _opaque_values,
+            "old-opset": _old_opset}[name](model, rng)
     prop = made.metadata_props.add()
     prop.key, prop.value = CLASS_KEY, name
     validate(made)
     return made
+
+
+def _opaque_values(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelProto:
+    """ONNX values that are not tensors of numbers around the model's computation: its first
+    input split into a sequence and joined back (SplitToSequence, ConcatFromSequence), the
+    first output passed through an optional (Optional, OptionalGetElement), and a new input
+    of words whose matches with constant words (Equal over strings) scale the first output
+    by 1 or 2. graphsub carries them as opaque values and optimizes the rest."""
+    g = model.graph
+    if not g.input or not g.output or g.input[0].type.tensor_type.elem_type != TensorProto.FLOAT:
+        raise InvalidModel("opaque-values: the first input is not a float tensor")
+    made = onnx.ModelProto()
+    made.CopyFrom(model)
+    g = made.graph
+    first, out = g.input[0].name, g.output[0].name
+    joined, raw = first + "_joined", out + "_raw"
+    for node in g.node:
+        node.input[:] = [joined if i == first else i for i in node.input]
+        node.output[:] = [raw if o == out else o for o in node.output]
+    words = np.array(["graphsub", "Monday", "tensor"], dtype=object)[
+        : int(rng.integers(1, 4))]
+    g.initializer.append(helper.make_tensor("known_words", TensorProto.STRING, [len(words)],
+                                            [w.encode() for w in words]))
+    g.input.append(helper.make_tensor_value_info("words", TensorProto.STRING, [len(words)]))
+    g.node.extend([
+        helper.make_node("SplitToSequence", [first], [first + "_seq"], axis=0, keepdims=1),
+        helper.make_node("ConcatFromSequence", [first + "_seq"], [joined], axis=0),
+        helper.make_node("Optional", [raw], [out + "_opt"]),
+        helper.make_node("OptionalGetElement", [out + "_opt"], [out + "_got"]),
+        helper.make_node("Cast", ["hits"], ["hits_f"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceMax", ["hits_f"], ["any_hit"], keepdims=0),
+        helper.make_node("Add", ["any_hit", "fuzz_one"], ["scale"]),
+        helper.make_node("Mul", [out + "_got", "scale"], [out])])
+    g.initializer.append(helper.make_tensor("fuzz_one", TensorProto.FLOAT, [], [1.0]))
+    opsets = [o for o in made.opset_import if o.domain in ("", "ai.onnx")]
+    if opsets and opsets[0].version >= 19:  # Equal over strings
+        g.node.append(helper.make_node("Equal", ["words", "known_words"], ["hits"]))
+    else:  # before: whether the words joined are as many as expected (always: a scale of 1)
+        g.node.extend([
+            helper.make_node("Concat", ["words", "known_words"], ["all_words"], axis=0),
+            helper.make_node("Size", ["all_words"], ["count"]),
+            helper.make_node("Equal", ["count", "expected_count"], ["hits"])])
+        g.initializer.append(helper.make_tensor("expected_count", TensorProto.INT64, [], [0]))
+    _sort_nodes(g)
+    return made
+
+
+#: The opsets the old-opset class writes models for.
+OLD_OPSETS = (7, 8, 9, 10, 11, 12)
+
+
+def _old_opset(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelProto:
+    """A model as an exporter of opsets 7-12 writes it, in the forms whose meaning or layout
+    changed since (attributes that became inputs: Squeeze, Unsqueeze, ReduceSum, Split, Pad,
+    Slice, Clip; Softmax's 2-D coercion; Upsample; batch norm's `spatial`): blocks on an NCHW
+    image drawn from the seed. graphsub upgrades it where onnx's converter keeps its meaning
+    (checked), and keeps its opset otherwise. (`model` only lends its seed's randomness.)"""
+    opset = int(rng.choice(OLD_OPSETS))
+    c = 4
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    counter = iter(range(10**6))
+
+    def fresh(hint: str) -> str:
+        return f"{hint}{next(counter)}"
+
+    def weight(shape: tuple[int, ...], scale: float = 0.5) -> str:
+        name = fresh("w")
+        inits.append(onnx.numpy_helper.from_array(
+            (rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def ints(values: list[int]) -> str:
+        name = fresh("i")
+        inits.append(onnx.numpy_helper.from_array(np.array(values, np.int64), name))
+        return name
+
+    x, h = "image", 8
+    for _ in range(int(rng.integers(3, 7))):
+        kind = str(rng.choice(["conv_bn", "prelu", "pad_pool", "slice", "clip", "reduce",
+                               "softmax", "split", "upsample"]))
+        y = fresh(kind)
+        if kind == "conv_bn":
+            conv = fresh("conv")
+            nodes.append(helper.make_node("Conv", [x, weight((c, c, 3, 3), 0.2), weight((c,))],
+                                          [conv], pads=[1, 1, 1, 1]))
+            bn_attrs = {"spatial": 1} if opset < 9 else {}
+            nodes.append(helper.make_node(
+                "BatchNormalization", [conv, weight((c,)), weight((c,)), weight((c,)),
+                                       _positive(inits, fresh("var"), c, rng)], [y],
+                epsilon=1e-5, **bn_attrs))
+        elif kind == "prelu":
+            nodes.append(helper.make_node("PRelu", [x, weight((c, 1, 1))], [y]))
+        elif kind == "pad_pool":
+            padded = fresh("pad")
+            if opset < 11:
+                nodes.append(helper.make_node("Pad", [x], [padded], pads=[0, 0, 1, 1, 0, 0, 1, 1]))
+            else:
+                nodes.append(helper.make_node("Pad", [x, ints([0, 0, 1, 1, 0, 0, 1, 1])],
+                                              [padded]))
+            nodes.append(helper.make_node("MaxPool", [padded], [y], kernel_shape=[3, 3]))
+        elif kind == "slice" and h > 4:
+            if opset < 10:
+                nodes.append(helper.make_node("Slice", [x], [y], axes=[2, 3], starts=[1, 0],
+                                              ends=[h, h - 1]))
+            else:
+                nodes.append(helper.make_node("Slice", [x, ints([1, 0]), ints([h, h - 1]),
+                                                        ints([2, 3])], [y]))
+            h -= 1
+        elif kind == "clip":
+            if opset < 11:
+                nodes.append(helper.make_node("Clip", [x], [y], min=-1.0, max=1.5))
+            else:
+                low, high = fresh("low"), fresh("high")
+                inits += [onnx.numpy_helper.from_array(np.float32(-1.0), low),
+                          onnx.numpy_helper.from_array(np.float32(1.5), high)]
+                nodes.append(helper.make_node("Clip", [x, low, high], [y]))
+        elif kind == "reduce":
+            r, u = fresh("reduced"), fresh("squeezed")
+            nodes.append(helper.make_node("ReduceMean", [x], [r], axes=[1], keepdims=0))
+            nodes.append(helper.make_node("Unsqueeze", [r], [u], axes=[1]))
+            nodes.append(helper.make_node("Add", [x, u], [y]))
+        elif kind == "softmax":  # before opset 13: the input coerced to 2-D at the axis
+            flat = fresh("flat")
+            nodes.append(helper.make_node("Softmax", [x], [flat], axis=2))
+            nodes.append(helper.make_node("Mul", [flat, weight((1,), 1.0)], [y]))
+        elif kind == "split":
+            a, b = fresh("a"), fresh("b")
+            nodes.append(helper.make_node("Split", [x], [a, b], axis=1, split=[1, c - 1]))
+            nodes.append(helper.make_node("Concat", [b, a], [y], axis=1))
+        elif kind == "upsample" and opset <= 9 and h <= 8:
+            scales = [1.0, 1.0, 2.0, 2.0]
+            if opset < 9:
+                nodes.append(helper.make_node("Upsample", [x], [y], scales=scales))
+            else:
+                name = fresh("scales")
+                inits.append(onnx.numpy_helper.from_array(np.array(scales, np.float32), name))
+                nodes.append(helper.make_node("Upsample", [x, name], [y]))
+            h *= 2
+        else:
+            nodes.append(helper.make_node("Relu", [x], [y]))
+        x = y
+    nodes.append(helper.make_node("Identity", [x], ["out"]))
+    graph = helper.make_graph(nodes, "old", [helper.make_tensor_value_info(
+        "image", TensorProto.FLOAT, [1, c, 8, 8])], [helper.make_tensor_value_info(
+            "out", TensorProto.FLOAT, None)], initializer=inits)
+    made = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    made.ir_version = 6
+    inferred = onnx.shape_inference.infer_shapes(made)
+    del made.graph.output[:]
+    made.graph.output.extend(inferred.graph.output)
+    return made
+
+
+def _positive(inits: list[onnx.TensorProto], name: str, c: int,
+              rng: np.random.Generator) -> str:
+    inits.append(onnx.numpy_helper.from_array(rng.uniform(0.5, 2.0, c).astype(np.float32), name))
+    return name
 
 
 def _renamed_graph(graph: onnx.GraphProto, suffix: str, keep: set[str]) -> onnx.GraphProto:

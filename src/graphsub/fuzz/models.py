@@ -39,6 +39,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from graphsub.tensors.onnx_types import made_up_value, opaque_type
+
 #: The opsets models are written for, and how often (graphsub reads 13 to 23; Gelu needs 20,
 #: RMSNormalization 23).
 OPSETS: tuple[int, ...] = (13, 17, 18, 20, 23)
@@ -120,6 +122,10 @@ def random_inputs(model: onnx.ModelProto, seed: int,
     feeds = {}
     for inp in model.graph.input:
         if inp.name in inits:
+            continue
+        opaque = opaque_type(inp.type)
+        if opaque is not None:  # words, a sequence: a made-up value of its type
+            feeds[inp.name] = made_up_value(opaque, rng)
             continue
         shape = [sizes[d.dim_param] if d.dim_param else d.dim_value
                  for d in inp.type.tensor_type.shape.dim]

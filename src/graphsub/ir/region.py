@@ -51,7 +51,7 @@ def cut_out(graph: Graph, ops: Iterable[int], outputs: Sequence[Value], prefix: 
                     t = graph.type_of(v)
                     nodes[fresh] = make_node("input", (), (), {
                         "name": f"{prefix}_input_{len(boundary) - 1}", "shape": t.shape,
-                        "dtype": t.dtype})
+                        "dtype": t.dtype, "onnx_type": t.onnx_type})
                     fresh += 1
                 ins.append(Value(boundary[v], 0))
         nodes[nid] = Node(node.op, node.attrs, tuple(ins), node.outputs, node.name)

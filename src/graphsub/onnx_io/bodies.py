@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper
 
 from graphsub.errors import GraphsubError, ModelLoadError
 from graphsub.tensors.symbolic import Dim, dim_text, size_symbol
+from graphsub.tensors.onnx_types import value_info as typed_value_info
 from graphsub.tensors.types import TensorType
 from graphsub.ops.control_flow import captured_names
 
@@ -103,8 +104,7 @@ def standalone_model(body: onnx.GraphProto, formal: Sequence[TensorType],
     """The body as a model: formal inputs, then the captured values it reads (those in
     `inside`, outer weights, as initializers instead)."""
     def value_info(name: str, t: TensorType) -> onnx.ValueInfoProto:
-        return helper.make_tensor_value_info(
-            name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), sizes.dims(t))
+        return typed_value_info(name, t, None if t.is_opaque else sizes.dims(t))
 
     reads = set(body_reads(body))
     inputs = [value_info(i.name, t) for i, t in zip(body.input, formal)]

@@ -24,10 +24,12 @@ from graphsub.ir.binding import defined_ranges
 from graphsub.ir.graph import Graph, Value, make_node
 from graphsub.tensors.symbolic import (Dim, SymbolRange, bind_all, floordiv, renamed, size_symbol,
                                   symbols_in)
+from graphsub.tensors.onnx_types import (array_type, made_up_value, modelled, opaque_type,
+                                         value_info)
 from graphsub.tensors.types import Constant, TensorType
 from graphsub.onnx_io import bodies, external, sizes
 from graphsub.onnx_io.exporter import MAX_OPSET, MIN_OPSET
-from graphsub.ops import importer_for
+from graphsub.ops import get_op, importer_for
 from graphsub.progress import Tracker, step
 from graphsub.ops.control_flow import captured_names, has_subgraphs
 from graphsub.runtime.ort import ORT_ERRORS, DetachedModel, ModelData, make_model
@@ -108,25 +110,61 @@ def _check_looks_like_onnx(model: onnx.ModelProto, where: str) -> onnx.ModelProt
 
 
 def _default_opset(model: onnx.ModelProto) -> int:
+    """The model's opset of ONNX's default domain (MAX_OPSET for a model without one: an
+    ai.onnx.ml pipeline uses none of its operators)."""
     for o in model.opset_import:
         if o.domain in DEFAULT_DOMAINS:
             return o.version
-    return 1
+    return MAX_OPSET
 
 
-def _convert_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+def _convert_opset(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+    """The model at an opset graphsub reads (MIN_OPSET-MAX_OPSET), and, where it could not be
+    brought there with its meaning kept, the original with the reason it is kept at its own
+    opset. ONNX's version converter changes meaning at times (an opset-6 PRelu's
+    per-channel slope, an opset-8 Scan's batch axis), so a converted model is run beside the
+    original in onnxruntime on made-up inputs, and kept only where both run and agree."""
     from onnx import version_converter
 
     version = _default_opset(model)
     if MIN_OPSET <= version <= MAX_OPSET:
-        return model
+        return model, ""
     target = MIN_OPSET if version < MIN_OPSET else MAX_OPSET
     try:
-        return version_converter.convert_version(model, target)
+        converted = version_converter.convert_version(model, target)
     except Exception as exc:  # the converter raises bare RuntimeErrors of many kinds
-        raise ModelLoadError(f"the model uses opset {version}; graphsub reads opsets "
-                             f"{MIN_OPSET}-{MAX_OPSET} and could not convert it to {target}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return model, f"ONNX's version converter cannot bring it to opset {target} ({first[:160]})"
+    problem = _meaning_changed(model, converted)
+    if problem:
+        return model, f"converted to opset {target}, it computes something else ({problem})"
+    return converted, ""
+
+
+def _meaning_changed(original: onnx.ModelProto, converted: onnx.ModelProto) -> str:
+    """How the converted model differs from the original on made-up inputs ("" where it does
+    not; the reason where either does not run, which is not knowing it is the same)."""
+    from graphsub.runtime.equivalence import SAME_FUNCTION, compare_outputs
+    from graphsub.runtime.ort import make_session, quiet_run
+
+    rng = np.random.default_rng(0)
+    inits = {i.name for i in original.graph.initializer}
+    feeds = {}
+    for vi in original.graph.input:
+        if vi.name not in inits:
+            feeds[vi.name] = made_up_value(TensorType.opaque(vi.type.SerializeToString()), rng)
+    try:
+        outs = []
+        for model in (original, converted):
+            session = make_session(model.SerializeToString(), threads=1, optimize=False,
+                                   quiet=True)
+            names = [o.name for o in session.get_outputs()]
+            outs.append(dict(zip(names, session.run(names, feeds, quiet_run()))))
+    except Exception as exc:  # noqa: BLE001 - a model that does not run cannot be compared
+        return f"not run in onnxruntime: {str(exc).splitlines()[0][:120] if str(exc) else exc}"
+    diffs, problems = compare_outputs(outs[0], outs[1], SAME_FUNCTION)
+    wrong = problems + [d.describe() for d in diffs if not d.ok]
+    return wrong[0] if wrong else ""
 
 
 def _tensor_type(type_proto: onnx.TypeProto) -> tuple[list[int | str | None], str] | None:
@@ -218,9 +256,16 @@ class ImportContext:
         self.inferred: dict[str, TensorType] = {}
         #: the types the model itself declares for its values (value_info and outputs)
         self.declared: dict[str, TensorType] = {}
+        #: the values it declares of a type graphsub does not model (sequences, strings)
+        self.opaque_declared: set[str] = set()
         #: Opaque nodes whose symbolic types a run confirmed, by what decides their outputs
         #: (_check_key): each layer of a deep model repeats the same few.
         self.checked: set[Any] = set()
+        #: Every operator kept as it is (an opset graphsub does not read: onnx_io.importer.
+        #: _convert_opset).
+        self.all_opaque = False
+        #: Outputs of nodes over constants that onnxruntime does not run here.
+        self.unrunnable: set[str] = set()
         self.renamed: dict[str, Dim] = {}  # onnxruntime's fresh size names -> graphsub's
 
     def is_used(self, name: str) -> bool:
@@ -273,7 +318,9 @@ class ImportContext:
 
     def value(self, name: str) -> Value:
         if name not in self.values:
-            if name in self.constants:
+            if name in self.constants and not _modelled_array(self.constants[name]):
+                self.values[name] = _opaque_constant(self, name, self.constants[name])
+            elif name in self.constants:
                 self.values[name] = self.weight(self.constants[name], name)
             elif name in self.folder.values:
                 self.values[name] = sizes.materialize(self, self.folder.values[name],
@@ -315,6 +362,39 @@ class ImportContext:
         return Value(nid, 0)
 
 
+def _modelled_array(array: np.ndarray) -> bool:
+    """Whether graphsub holds a constant as a weight (a numeric or boolean tensor), rather
+    than as an opaque Constant node (strings, an element type it has no arithmetic for)."""
+    return not array_type(array).is_opaque
+
+
+def _opaque_constant(ctx: ImportContext, name: str, array: np.ndarray) -> Value:
+    """A constant graphsub does not model, as the Constant node that makes it."""
+    node = helper.make_node("Constant", [], [name], value=numpy_helper.from_array(array, name))
+    (value,) = ctx.add("opaque", [], onnx_node=node.SerializeToString(),
+                       opsets=(("", ctx.opset),), output_types=(array_type(array),),
+                       input_slots=(), captures=(), op_type="Constant")
+    return value
+
+
+def _makes_opaque(node: onnx.NodeProto, ctx: ImportContext) -> bool:
+    """Whether the node makes a value graphsub does not model, as ONNX's schema or the
+    model's declarations tell before anything runs: a Cast to strings, an op whose outputs
+    are sequences or optionals (SplitToSequence, SequenceEmpty, Optional)."""
+    if node.op_type in _MAKES_OPAQUE:
+        return True
+    if node.op_type == "Cast":
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        return to is not None and not modelled(helper.make_tensor_type_proto(to, None))
+    return any(o in ctx.opaque_declared for o in node.output)
+
+
+#: ONNX ops whose outputs are sequences, optionals or maps whatever their inputs.
+_MAKES_OPAQUE = frozenset({"SequenceEmpty", "SequenceConstruct", "SequenceInsert",
+                           "SequenceErase", "SplitToSequence", "Optional", "SequenceMap",
+                           "ZipMap", "CastMap"})
+
+
 def _domain_opsets(model: onnx.ModelProto) -> dict[str, int]:
     return {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
 
@@ -328,29 +408,73 @@ def _single_node_model(node: onnx.NodeProto, ctx: ImportContext,
             inits.append(numpy_helper.from_array(ctx.constants[name], name))
         else:
             t = in_types[name]
-            inputs.append(helper.make_tensor_value_info(
-                name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), list(t.shape)))
+            inputs.append(value_info(name, t))
     outs = [o for o in node.output if o]
     if outputs_typed:
-        out_vi = [helper.make_tensor_value_info(
-            o, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), list(t.shape))
-            for o, t in zip(outs, out_types)]
+        out_vi = [value_info(o, t) for o, t in zip(outs, out_types)]
     else:
         out_vi = [helper.make_empty_tensor_value_info(o) for o in outs]
     graph = helper.make_graph([node], "single", inputs, out_vi, initializer=inits)
     return make_model(graph, list(ctx.domain_opsets.items()))
 
 
-def _run_single(node: onnx.NodeProto, ctx: ImportContext,
-                in_types: dict[str, TensorType]) -> list[np.ndarray]:
+def _run_single(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, TensorType],
+                seed: int = 0, spread: int = 1) -> list[np.ndarray]:
+    """The node run once in onnxruntime on made-up inputs: floats standard-normal, integers
+    from 0 to `spread` (1: valid indices into any axis), opaque values of their type."""
     from graphsub.runtime.inputs import random_array
-    from graphsub.runtime.ort import make_session, quiet_run
+    from graphsub.runtime.ort import (bfloat16_through_float32, make_session, quiet_run,
+                                      with_bfloat16)
 
     model = _single_node_model(node, ctx, in_types)
+    bf16_in, bf16_out = bfloat16_through_float32(model.graph)
     sess = make_session(model.SerializeToString(), threads=1, optimize=False, quiet=True)
-    rng = np.random.default_rng(0)
-    feeds = {i.name: random_array(in_types[i.name], rng) for i in sess.get_inputs()}
-    return sess.run(None, feeds, quiet_run())
+    rng = np.random.default_rng(seed)
+
+    def made_up(t: TensorType) -> Any:
+        if t.is_opaque:
+            return made_up_value(t, rng)
+        if spread > 1 and t.dtype.startswith(("int", "uint")):
+            return np.asarray(rng.integers(0, spread + 1, t.shape).astype(t.dtype))
+        return random_array(t, rng)
+
+    feeds = {n: made_up(in_types[n]) for n in (i.name.removesuffix("__f32")
+                                               for i in sess.get_inputs())}
+    names = [o.name for o in sess.get_outputs()]
+    return with_bfloat16(lambda ns, fs: sess.run(ns, fs, quiet_run()), names, feeds, bf16_in,
+                         bf16_out)
+
+
+def _shapes_follow_data(node: onnx.NodeProto, ctx: ImportContext,
+                        in_types: dict[str, TensorType], results: Sequence[Any]) -> bool:
+    """Whether the node's output shapes depend on the values of an input the model computes
+    (a Pad whose amounts come from an input, a NonZero): runs on other made-up values, of
+    wider ranges, give other shapes, or fail (which is no evidence they would not). A run's
+    shapes are then no type: a Shape read of them, folded, would be wrong at every other
+    input (the ONNX test corpus's CenterCropPad, expanded)."""
+    if all(n in ctx.constants for n in node.input if n):
+        return False
+    shapes = [np.shape(r) for r in results]
+    for seed, spread in ((1, 7), (2, 40)):
+        try:
+            other = _run_single(node, ctx, in_types, seed, spread)
+        except Exception:  # noqa: BLE001 - made-up values out of the node's domain
+            return True
+        if [np.shape(r) for r in other] != shapes:
+            return True
+    return False
+
+
+def _shape_unknown(name: str, result: Any, ctx: ImportContext) -> TensorType:
+    """The type of a tensor whose shape only its inputs' values decide: the model's
+    declaration where it has one, else carried as an opaque tensor of its element type."""
+    if name in ctx.declared:
+        return ctx.declared[name]
+    if not isinstance(result, np.ndarray):
+        return array_type(result)
+    proto = helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(result.dtype),
+                                          [None] * result.ndim)
+    return TensorType.opaque(proto.SerializeToString())
 
 
 def _infer_output_types(node: onnx.NodeProto, ctx: ImportContext,
@@ -361,11 +485,24 @@ def _infer_output_types(node: onnx.NodeProto, ctx: ImportContext,
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
         by_name = {vi.name: _tensor_type(vi.type) for vi in inferred.graph.output}
+        opaque = {vi.name: opaque_type(vi.type) for vi in inferred.graph.output
+                  if vi.type.WhichOneof("value") and opaque_type(vi.type) is not None}
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
-        by_name = {}  # inference cannot tell: the node is run below instead
+        by_name, opaque = {}, {}  # inference cannot tell: the node is run below instead
+    protos = {vi.name: vi.type for vi in inferred.graph.output} if by_name else {}
+    reads_opaque = any(t.is_opaque for t in in_types.values())
     types = []
     for o in (o for o in node.output if o):
+        if o in opaque:  # a sequence, an optional, strings: carried as inference types it
+            types.append(opaque[o])
+            continue
         tt = by_name.get(o)
+        if reads_opaque and (tt is None or tt[0] is None
+                             or any(not isinstance(d, int) for d in tt[0])):
+            # made from a sequence (how many elements, what sizes): not a shape a run on a
+            # made-up value could tell, so the tensor is carried as it is, like its source
+            types.append(_carried_tensor(node, o, protos.get(o), ctx))
+            continue
         if tt is None or tt[0] is None or any(not isinstance(d, int) for d in tt[0]):
             try:
                 results = _run_single(node, ctx, in_types)
@@ -374,9 +511,24 @@ def _infer_output_types(node: onnx.NodeProto, ctx: ImportContext,
                 if declared is not None:
                     return declared
                 raise ModelLoadError(_untyped_message(node, exc)) from None
-            return [TensorType(tuple(r.shape), str(r.dtype)) for r in results]
+            if _shapes_follow_data(node, ctx, in_types, results):
+                outs = [o for o in node.output if o]
+                return [_shape_unknown(o, r, ctx) for o, r in zip(outs, results)]
+            return [array_type(r) for r in results]
         types.append(TensorType(tuple(tt[0]), tt[1]))  # type: ignore[arg-type]
     return types
+
+
+def _carried_tensor(node: onnx.NodeProto, name: str, proto: onnx.TypeProto | None,
+                    ctx: ImportContext) -> TensorType:
+    """The type of a tensor whose shape only the values of an opaque input decide: the model's
+    declaration where it has one, else an opaque type of the element type inference gives."""
+    if name in ctx.declared:
+        return ctx.declared[name]
+    if proto is not None and proto.HasField("tensor_type") and proto.tensor_type.elem_type:
+        return TensorType.opaque(proto.SerializeToString())
+    raise ModelLoadError(_untyped_message(node, ValueError(
+        "its output is made from a sequence or optional whose contents decide its type")))
 
 
 def _declared_types(node: onnx.NodeProto, ctx: ImportContext) -> list[TensorType] | None:
@@ -431,7 +583,11 @@ def _fold(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, TensorTy
             probe = _infer_output_types(node, ctx, in_types)
             if any(t.dtype.startswith(("float", "bfloat")) for t in probe):
                 return False
-    results = _run_single(node, ctx, in_types)
+    try:
+        results = _run_single(node, ctx, in_types)
+    except ORT_ERRORS:
+        ctx.unrunnable.update(node.output)  # stays a node, never folded: see _import_opaque
+        return False
     for name, r in zip((o for o in node.output if o), results):
         ctx.constants[name] = np.asarray(r)
     return True
@@ -444,11 +600,13 @@ def _runtime_types(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str,
     last window onnxruntime drops when it starts in the padding, is a row shorter), and a
     wrong type would mislead every op graphsub builds after it (found by the fuzzer). Where
     the node cannot run on made-up inputs, inference's types stay."""
+    if any(t.is_opaque for t in (*inferred, *in_types.values())):
+        return inferred  # what a run on made-up sequences shows says less than inference
     try:
         results = _run_single(node, ctx, in_types)
     except ORT_ERRORS:
         return inferred
-    ran = [TensorType(tuple(r.shape), str(r.dtype)) for r in results]
+    ran = [array_type(r) for r in results]
     return ran if len(ran) == len(inferred) else inferred
 
 
@@ -460,6 +618,8 @@ def _import_opaque(node: onnx.NodeProto, ctx: ImportContext,
         has_subgraphs(node) else None
     if flow_types is not None:
         out_types = flow_types
+    elif any(t.is_opaque for t in in_types.values()):
+        out_types = _infer_output_types(node, ctx, in_types)  # what a sequence gives: carried
     elif any(n in ctx.folder.values for n in (*node.input, *captures)) or not all(
             t.is_static for t in in_types.values()):
         out_types = _symbolic_types(node, ctx, in_types)
@@ -471,10 +631,15 @@ def _import_opaque(node: onnx.NodeProto, ctx: ImportContext,
     opsets = tuple(sorted({("", ctx.opset), (domain, ctx.domain_opsets.get(domain, 1))}))
     if has_subgraphs(node):  # a body may use any domain of the model
         opsets = tuple(sorted({*opsets, *((d, v) for d, v in ctx.domain_opsets.items() if d)}))
-    return ctx.add("opaque", [*ctx.inputs(node), *(ctx.value(n) for n in captures)],
+    inputs = [*ctx.inputs(node), *(ctx.value(n) for n in captures)]
+    read = [ctx.type_of(v) for v in inputs]
+    return ctx.add("opaque", inputs,
                    onnx_node=node.SerializeToString(), opsets=opsets,
                    output_types=tuple(out_types), input_slots=slots, captures=captures,
-                   op_type=node.op_type if not domain else f"{domain}.{node.op_type}")
+                   op_type=node.op_type if not domain else f"{domain}.{node.op_type}",
+                   opaque_inputs=tuple(t.onnx_type for t in read)
+                   if any(t.is_opaque for t in read) else (),
+                   foldable=not any(o in ctx.unrunnable for o in node.output))
 
 
 def _trusted(types: Sequence[TensorType | None], ctx: ImportContext) -> bool:
@@ -668,6 +833,8 @@ def _probed_types(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, 
     confirmed at far ones. None where the node does not run on made-up inputs or a dimension
     is no such function (a data-dependent count, a product of sizes); the written model is
     verified at many sizes anyway, where a wrong fit would be caught."""
+    if any(t.is_opaque for t in in_types.values()):
+        return None  # a made-up sequence's sizes are not the model's
     names = sorted(_node_symbols(node, ctx, list(in_types.values())))
     values = range(_PROBE_BASE, _PROBE_BASE + 2 * max(_PROBE_DIVISORS) + 1)
     if not names or not set(names) <= set(ctx.symbol_ranges) or any(
@@ -680,7 +847,9 @@ def _probed_types(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, 
             results = _run_at(node, ctx, in_types, binding)
         except ValueError:  # a negative size: the model is not defined there
             return None
-        return None if results is None else [r.shape for r in results]
+        if results is None or not all(isinstance(r, np.ndarray) for r in results):
+            return None  # a sequence out: its sizes are not a fit of the inputs'
+        return [r.shape for r in results]
 
     base = {n: _PROBE_BASE for n in names}
     first = shapes_at(base)
@@ -719,18 +888,22 @@ def _import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto],
             tracker.advance()
         read = [n for n in (*node.input, *captured_names(node)) if n]
         in_types = {n: ctx.type_of(ctx.values[n]) for n in read if n in ctx.values}
-        in_types.update({n: TensorType(tuple(ctx.constants[n].shape), str(ctx.constants[n].dtype))
-                         for n in read if n in ctx.constants})
-        if node.domain in DEFAULT_DOMAINS and (ctx.folder.fold(node, in_types)
-                                               or _fold(node, ctx, in_types)
-                                               or _inline_if(node, ctx)):
+        in_types.update({n: array_type(ctx.constants[n]) for n in read if n in ctx.constants})
+        carried = ctx.all_opaque or any(t.is_opaque for t in in_types.values()) \
+            or _makes_opaque(node, ctx)
+        if node.domain in DEFAULT_DOMAINS and not carried and (
+                ctx.folder.fold(node, in_types) or _fold(node, ctx, in_types)
+                or _inline_if(node, ctx)):
             continue
+        if carried and node.op_type == "Constant" and node.domain in DEFAULT_DOMAINS \
+                and _fold(node, ctx, in_types):
+            continue  # a constant of strings: kept as one (an opaque Constant where read)
         outputs = None
-        importer = importer_for(node.op_type, node.domain)
+        importer = importer_for(node.op_type, node.domain) if not carried else None
         if importer is not None:
             try:
                 outputs = importer(ctx, node)
-            except GraphsubError:
+            except (GraphsubError, ValueError):
                 outputs = None  # outside what graphsub models: keep it as an opaque node
         if outputs is None:
             outputs = _import_opaque(node, ctx, in_types)
@@ -783,15 +956,20 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
 def _graph_of(original: onnx.ModelProto, mapped: Mapping[str, np.ndarray],
               input_shapes: Mapping[str, Sequence[int]] | None) -> Graph:
     source_opset = _default_opset(original)
-    model = _convert_opset(original)
+    model, kept_because = _convert_opset(original)
     g = model.graph
     opset = _default_opset(model)
     ctx = ImportContext(opset, _domain_opsets(model))
+    # At an opset graphsub does not read, every operator is kept as it is (opaque), and the
+    # model is written back at its own opset.
+    ctx.all_opaque = bool(kept_because)
 
     for vi in (*g.value_info, *g.output):
         declared = sizes.declared_type(vi.type)
         if declared is not None:
             ctx.declared[vi.name] = declared
+        elif vi.type.WhichOneof("value") and opaque_type(vi.type) is not None:
+            ctx.opaque_declared.add(vi.name)
     for init in g.initializer:
         ctx.constants[init.name] = (mapped[init.name] if init.name in mapped
                                     else numpy_helper.to_array(init))
@@ -802,7 +980,8 @@ def _graph_of(original: onnx.ModelProto, mapped: Mapping[str, np.ndarray],
         ctx.inferred = sizes.inferred_types(external.without_external_data(model))
     input_ids = []
     for name, t in inputs:
-        node = make_node("input", (), (), {"name": name, "shape": t.shape, "dtype": t.dtype})
+        node = make_node("input", (), (), {"name": name, "shape": t.shape, "dtype": t.dtype,
+                                           "onnx_type": t.onnx_type})
         nid = len(ctx.nodes)
         ctx.nodes[nid] = node
         ctx.values[name] = Value(nid, 0)
@@ -825,6 +1004,8 @@ def _graph_of(original: onnx.ModelProto, mapped: Mapping[str, np.ndarray],
             raise ModelLoadError(f"graph output {o.name!r} is not computed by any node")
         out_names.append(o.name)
     meta = {"opset": opset, "source_opset": source_opset, "producer": model.producer_name,
+            **({"opset_kept": f"opset {source_opset} kept: {kept_because}"}
+               if kept_because else {}),
             "external_data": bool(mapped),
             "domain_opsets": {d: v for d, v in ctx.domain_opsets.items() if d}}
     if input_shapes:
@@ -835,10 +1016,37 @@ def _graph_of(original: onnx.ModelProto, mapped: Mapping[str, np.ndarray],
     if ctx.symbol_ranges:
         meta["symbols"] = dict(ctx.symbol_ranges)
         meta["output_dims"] = {o.name: sizes.declared_dims(o.type) for o in g.output}
+    _unfoldable_marked(ctx, input_ids, out_values)
     graph = _softmax_guards(Graph(ctx.nodes, input_ids, out_values, out_names, meta).dce())
     if ctx.symbol_ranges:
         graph.meta["symbols"] = defined_ranges(graph, ctx.symbol_ranges)
     return graph
+
+
+def _unfoldable_marked(ctx: ImportContext, input_ids: Sequence[int],
+                       outputs: Sequence[Value]) -> None:
+    """Opaque nodes over weights alone that onnxruntime cannot run here (an Equal over
+    bfloat16) are marked not foldable, so that the exporter writes them as nodes rather than
+    computing them into initializers. Their inputs are computed (graphsub's operators over
+    weights, by the numpy reference), then each is run once."""
+    from graphsub.runtime.reference import evaluate
+
+    draft = Graph(ctx.nodes, input_ids, outputs, [f"o{i}" for i in range(len(outputs))],
+                  check=False)
+    weight_only = draft.weight_only()
+    suspects = [nid for nid in draft.topo_order() if nid in weight_only
+                and ctx.nodes[nid].op == "opaque" and ctx.nodes[nid].inputs]
+    for nid in suspects:
+        node = ctx.nodes[nid]
+        probe = Graph(ctx.nodes, (), list(node.inputs), [f"i{k}" for k in range(len(node.inputs))],
+                      check=False).dce()
+        try:
+            args = list(evaluate(probe, {}).values())
+            get_op("opaque").evaluate(node.attrs, args)
+        except ORT_ERRORS:
+            ctx.nodes[nid] = make_node("opaque", node.inputs,
+                                       [ctx.type_of(v) for v in node.inputs],
+                                       {**dict(node.attrs), "foldable": False}, node.name)
 
 
 def _softmax_guards(graph: Graph) -> Graph:

@@ -28,6 +28,7 @@ from onnx import helper, numpy_helper
 from graphsub.errors import MissingInputShapeError, ModelLoadError
 from graphsub.tensors.symbolic import (Dim, SymbolRange, dim, equal, floordiv, is_negative,
                                   is_symbolic, parse_dim, size_symbol, symbol_name, symbols_in)
+from graphsub.tensors.onnx_types import opaque_type, value_info
 from graphsub.tensors.types import TensorType
 
 if TYPE_CHECKING:
@@ -65,9 +66,15 @@ def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
                              f"are: {', '.join(repr(i.name) for i in real)}")
     result = []
     for inp in real:
-        if not inp.type.HasField("tensor_type") or not inp.type.tensor_type.elem_type:
-            raise ModelLoadError(f"input {inp.name!r} is not a tensor; graphsub handles tensor "
-                                 "inputs only")
+        opaque = opaque_type(inp.type)
+        if opaque is not None:  # a sequence, map, optional or strings: carried as it is
+            if inp.name in shapes:
+                raise ModelLoadError(f"input {inp.name!r} is {opaque}, not a tensor: it takes "
+                                     f"no shape")
+            result.append((inp.name, opaque))
+            continue
+        if not inp.type.tensor_type.elem_type:
+            raise ModelLoadError(f"input {inp.name!r} declares no element type")
         tt = inp.type.tensor_type
         dtype = str(helper.tensor_dtype_to_np_dtype(tt.elem_type))
         if inp.name in shapes:
@@ -147,8 +154,7 @@ def node_types(node: onnx.NodeProto, in_types: Mapping[str, TensorType],
         return [d if type(d) is int else placeholders.setdefault(d, f"gsdim{len(placeholders)}")
                 for d in t.shape]
 
-    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)),
-                                            written(t))
+    inputs = [value_info(n, t, None if t.is_opaque else written(t))
               for n, t in in_types.items() if n not in constants]
     inits = [numpy_helper.from_array(np.asarray(constants[n]), n) for n in in_types
              if n in constants]

@@ -17,6 +17,8 @@ def is_foldable(node) -> bool:
     """Whether a node over weights alone may be computed once into a weight: deterministic,
     and not a dequantization, whose folding would store quantized weights as floats (four
     times the file) and hide them from onnxruntime's fusions of quantized operators."""
+    if node.op == "opaque" and not opaque.is_foldable(node.attrs):
+        return False
     return is_deterministic(node) and not is_dequantization(node)
 
 

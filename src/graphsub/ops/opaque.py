@@ -91,6 +91,13 @@ def is_quantization(attrs: Attrs) -> bool:
     return attrs["op_type"] in QUANTIZATIONS
 
 
+def is_foldable(attrs: Attrs) -> bool:
+    """Whether the node over constants may be computed once at export: not where onnxruntime
+    has no kernel for it here (an Equal over bfloat16), which only the model's runtime can
+    run."""
+    return bool(attrs.get("foldable", True)) and is_deterministic(attrs)
+
+
 def is_deterministic(attrs: Attrs) -> bool:
     node = node_proto(attrs["onnx_node"])
     return not node.op_type.startswith("Random") and node.op_type not in ("Bernoulli",)
@@ -145,6 +152,11 @@ def _native(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn 
 def _torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
     """onnxruntime on the host, called outside the traced program, unless the op is one
     `_native` writes in torch."""
+    if any(x.is_opaque for x in (*ins, *outs)):
+        raise NoLoweringError(
+            f"graphsub's torch backend cannot run the ONNX op {attrs['op_type']!r}: it reads or "
+            f"makes a value torch has no tensor for (a sequence, map, optional or strings). "
+            f"Use --target ort-cpu or ort-cuda for this model")
     native = _native(t, attrs, ins, outs)
     if native is not None:
         return native
@@ -171,7 +183,10 @@ register(OpDef(
     name="opaque", inputs=(0, None), torch=_torch, category=Category.OPAQUE,
     attrs=(AttrSpec("onnx_node", convert=bytes), AttrSpec("opsets", convert=tuple),
            AttrSpec("output_types", convert=tuple), AttrSpec("input_slots", convert=tuple),
-           AttrSpec("op_type", convert=str), AttrSpec("captures", (), convert=tuple)),
+           AttrSpec("op_type", convert=str), AttrSpec("captures", (), convert=tuple),
+           AttrSpec("opaque_inputs", (), convert=tuple), AttrSpec("foldable", True, bool)),
     infer=_infer, evaluate=_eval, export=_export,
-    doc="An ONNX op graphsub does not model; kept, evaluated and exported as it was.",
+    doc="An ONNX op graphsub does not model; kept, evaluated and exported as it was. "
+        "opaque_inputs: for each input, the ONNX type of an opaque value it reads (a "
+        "sequence, an optional, strings), empty for a tensor.",
 ))

@@ -37,10 +37,11 @@ def _zero_bytes(attrs: Attrs, ins: Types, outs: Types) -> int:
 register(OpDef(
     name="input", inputs=(0, 0), category=Category.SOURCE,
     attrs=(AttrSpec("name", convert=str), AttrSpec("shape", convert=size_dims),
-           AttrSpec("dtype", "float32", str)),
-    infer=lambda attrs, ins: (TensorType(attrs["shape"], attrs["dtype"]),),
+           AttrSpec("dtype", "float32", str), AttrSpec("onnx_type", b"", bytes)),
+    infer=lambda attrs, ins: (TensorType(attrs["shape"], attrs["dtype"], attrs["onnx_type"]),),
     evaluate=_no_eval, export=_no_export, bytes=_zero_bytes,
-    doc="A named graph input; its dimensions may be size symbols.",
+    doc="A named graph input; its dimensions may be size symbols. An opaque value (an ONNX "
+        "sequence, map or optional, strings) keeps its ONNX type in onnx_type.",
 ))
 
 register(OpDef(

@@ -132,19 +132,61 @@ def compare_outputs(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.
     outputs missing or of another shape. Integer outputs must be equal: a quantized model's
     uint8 result one step off is a different answer, whatever its float tolerance."""
     diffs, problems = [], []
-    for name, e in expected.items():
+    for name, e_all in expected.items():
         if name not in actual:
             problems.append(f"output {name!r} is missing")
             continue
-        a = actual[name]
-        if np.shape(a) != np.shape(e):
-            problems.append(f"output {name!r} has shape {np.shape(a)}, expected {np.shape(e)}")
+        pairs, problem = _leaf_pairs(name, e_all, actual[name])
+        if problem is not None:
+            problems.append(problem)
             continue
-        if np.asarray(e).dtype.kind in "iub":  # integers (quantized values, indices, masks)
-            diffs.append(diff_arrays(name, e, a, 0.0, 0.0))  # are equal or they are not
-        else:
-            diffs.append(diff_arrays(name, e, a, tolerance.rtol, tolerance.atol_for(e)))
+        for leaf, e, a in pairs:
+            diff, problem = _compare_leaf(leaf, e, a, tolerance)
+            if problem is not None:
+                problems.append(problem)
+            elif diff is not None:
+                diffs.append(diff)
     return diffs, problems
+
+
+def _leaf_pairs(name: str, e: Any, a: Any) -> tuple[list[tuple[str, Any, Any]], str | None]:
+    """An output's tensors side by side (a sequence's elements, a map's values, an optional's
+    contents), or the way the two differ in structure."""
+    if isinstance(e, (list, tuple)):
+        if not isinstance(a, (list, tuple)) or len(a) != len(e):
+            return [], f"output {name!r} is not a sequence of {len(e)} like the original's"
+        pairs: list[tuple[str, Any, Any]] = []
+        for i, (x, y) in enumerate(zip(e, a)):
+            more, problem = _leaf_pairs(f"{name}[{i}]", x, y)
+            if problem is not None:
+                return [], problem
+            pairs += more
+        return pairs, None
+    if isinstance(e, dict):
+        if not isinstance(a, dict) or set(a) != set(e):
+            return [], f"output {name!r} is not a map with the original's keys"
+        return [(f"{name}[{k!r}]", e[k], a[k]) for k in e], None
+    if (e is None) != (a is None):
+        return [], f"output {name!r} is {'empty' if a is None else 'not empty'}, unlike the " \
+                   f"original's"
+    return [(name, e, a)], None
+
+
+def _compare_leaf(name: str, e: Any, a: Any, tolerance: Tolerance
+                  ) -> tuple[OutputDiff | None, str | None]:
+    """One tensor of an output against the original's: strings equal, integers equal, floats
+    within the tolerance."""
+    if e is None:
+        return None, None
+    if np.shape(a) != np.shape(e):
+        return None, f"output {name!r} has shape {np.shape(a)}, expected {np.shape(e)}"
+    kind = np.asarray(e).dtype.kind
+    if kind in "OSU":  # strings are equal or they are not
+        same = [str(x) == str(y) for x, y in zip(np.asarray(e).flat, np.asarray(a).flat)]
+        return None, None if all(same) else f"output {name!r} differs in its strings"
+    if kind in "iub":  # integers (quantized values, indices, masks) are equal or not
+        return diff_arrays(name, e, a, 0.0, 0.0), None
+    return diff_arrays(name, e, a, tolerance.rtol, tolerance.atol_for(e)), None
 
 
 #: Runs a model: named inputs to named outputs.

@@ -10,6 +10,7 @@ import numpy as np
 
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
+from graphsub.tensors.onnx_types import made_up_value
 from graphsub.tensors.types import TensorType
 
 InputSpec = tuple[str, TensorType]
@@ -37,7 +38,7 @@ def graph_input_specs(graph: Graph, binding: Mapping[str, int] | None = None
         name, t = graph[i].attrs["name"], graph[i].type
         if name in given:
             value = np.asarray(given[name])
-            specs.append((name, GivenInput(value.shape, str(value.dtype), value)))
+            specs.append((name, GivenInput(value.shape, str(value.dtype), value=value)))
         else:
             specs.append((name, t.bound(binding) if binding else t))
     return specs
@@ -73,6 +74,8 @@ def random_array(t: TensorType, rng: np.random.Generator) -> np.ndarray:
     non-empty axis of size >= 2); random booleans."""
     if isinstance(t, GivenInput):
         return t.value.copy()
+    if t.is_opaque:  # a sequence, map, optional or strings: a made-up value of its type
+        return made_up_value(t, rng)
     # np.asarray: a scalar input is a 0-d array, which onnxruntime takes (numpy scalars not).
     if t.dtype.startswith(("float", "bfloat")):
         return np.asarray(rng.standard_normal(t.shape).astype(t.dtype))

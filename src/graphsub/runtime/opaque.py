@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
-import numpy as np
 from onnx import helper
 
-from graphsub.tensors.symbolic import dim_text
+from graphsub.tensors.onnx_types import array_type, value_info
 from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops import opaque
-from graphsub.runtime.ort import make_model, make_session
+from graphsub.runtime.ort import (bfloat16_through_float32, make_model, make_session,
+                                  with_bfloat16)
 
 
 @lru_cache(maxsize=256)
@@ -32,23 +33,25 @@ def _session(node_bytes: bytes, domain_opsets: tuple[tuple[str, int], ...],
     del node.output[:]
     node.output.extend(out_names)
 
-    def vi(name: str, t: TensorType):  # a size expression as a dim_param (`2*seq`)
-        return helper.make_tensor_value_info(
-            name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)),
-            [d if type(d) is int else dim_text(d) for d in t.shape])
-
     outs = [n for n in out_names if n]
-    graph = helper.make_graph([node], "opaque", [vi(n, t) for n, t in zip(in_names, in_types)],
-                              [vi(n, t) for n, t in zip(outs, out_types)])
+    graph = helper.make_graph([node], "opaque",
+                              [value_info(n, t) for n, t in zip(in_names, in_types)],
+                              [value_info(n, t) for n, t in zip(outs, out_types)])
+    bridged = bfloat16_through_float32(graph)
     model = make_model(graph, domain_opsets)
-    return make_session(model.SerializeToString(), threads=1, optimize=False), in_names
+    return (make_session(model.SerializeToString(), threads=1, optimize=False), in_names, outs,
+            bridged)
 
 
-def evaluate_opaque(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
-    in_types = tuple(TensorType(x.shape, str(x.dtype)) for x in xs)
-    sess, names = _session(attrs["onnx_node"], attrs["opsets"], in_types,
-                           attrs["output_types"], attrs["input_slots"], attrs["captures"])
-    return tuple(sess.run(None, dict(zip(names, xs))))
+def evaluate_opaque(attrs: Attrs, xs: Sequence[Any]) -> tuple[Any, ...]:
+    """The node run by onnxruntime on these inputs: arrays, and for the opaque values it
+    reads (sequences as lists, optionals, maps, strings) values of the types it declares."""
+    declared = attrs["opaque_inputs"] or (b"",) * len(xs)
+    in_types = tuple(TensorType.opaque(t) if t else array_type(x) for x, t in zip(xs, declared))
+    sess, names, outs, (bf16_in, bf16_out) = _session(
+        attrs["onnx_node"], attrs["opsets"], in_types, attrs["output_types"],
+        attrs["input_slots"], attrs["captures"])
+    return tuple(with_bfloat16(sess.run, outs, dict(zip(names, xs)), bf16_in, bf16_out))
 
 
 opaque.set_evaluator(evaluate_opaque)

@@ -216,8 +216,57 @@ def run(model: Any, feeds: Mapping[str, np.ndarray], threads: int | None = None,
         optimize: bool = True) -> dict[str, np.ndarray]:
     sess = model if hasattr(model, "run") else make_session(model, threads, optimize)
     names = [o.name for o in sess.get_outputs()]
-    arrays = {k: np.asarray(v) for k, v in feeds.items()}
-    return dict(zip(names, sess.run(names, arrays)))
+    return dict(zip(names, sess.run(names, {k: as_feed(v) for k, v in feeds.items()})))
+
+
+def bfloat16_through_float32(graph: Any) -> tuple[frozenset[str], frozenset[str]]:
+    """Rewrite a GraphProto (in place) so that its bfloat16 inputs and outputs cross as
+    float32, cast inside: onnxruntime's Python API takes and gives no bfloat16 array. Both
+    casts are exact. Returns the names of the inputs and outputs so changed, for
+    `with_bfloat16`."""
+    from onnx import TensorProto, helper
+
+    bf16 = TensorProto.BFLOAT16
+    ins = frozenset(v.name for v in graph.input if v.type.tensor_type.elem_type == bf16)
+    outs = frozenset(v.name for v in graph.output if v.type.tensor_type.elem_type == bf16)
+    if not ins and not outs:
+        return ins, outs
+    casts_in = [helper.make_node("Cast", [f"{n}__f32"], [n], to=bf16) for n in ins]
+    casts_out = [helper.make_node("Cast", [f"{n}__bf16"], [n], to=TensorProto.FLOAT)
+                 for n in outs]
+    for node in graph.node:
+        for i, name in enumerate(node.output):
+            if name in outs:
+                node.output[i] = f"{name}__bf16"
+    for v in (*graph.input, *graph.output):
+        if v.name in ins | outs:
+            v.type.tensor_type.elem_type = TensorProto.FLOAT
+    for v in graph.input:
+        if v.name in ins:
+            v.name = f"{v.name}__f32"
+    nodes = casts_in + list(graph.node) + casts_out
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return ins, outs
+
+
+def with_bfloat16(run: Any, names: Any, feeds: Mapping[str, Any], ins: frozenset[str],
+                  outs: frozenset[str]) -> list[Any]:
+    """`run(names, feeds)` on a graph `bfloat16_through_float32` rewrote: bfloat16 feeds go
+    in as float32, and the outputs it casts come back as bfloat16."""
+    import ml_dtypes
+
+    fed = {(f"{k}__f32" if k in ins else k): (np.asarray(v, np.float32) if k in ins else v)
+           for k, v in feeds.items()}
+    results = run(names, fed)
+    return [np.asarray(r).astype(ml_dtypes.bfloat16) if n in outs else r
+            for n, r in zip(names, results)]
+
+
+def as_feed(value: Any) -> Any:
+    """A value as onnxruntime takes it: an array (a 0-d one for a scalar), or a sequence (a
+    list of arrays), a map (a dict) or an absent optional (None) as it is."""
+    return value if isinstance(value, (list, tuple, dict)) or value is None else np.asarray(value)
 
 
 class OrtRunnable(Runnable):
@@ -234,7 +283,7 @@ class OrtRunnable(Runnable):
         return run(self.session, feeds)
 
     def bind(self, feeds: Mapping[str, np.ndarray]) -> None:
-        self._feeds = {k: np.asarray(v) for k, v in feeds.items()}
+        self._feeds = {k: as_feed(v) for k, v in feeds.items()}
 
     def timed(self, n: int) -> list[float]:
         return timed_calls(lambda: self.session.run(None, self._feeds), n)

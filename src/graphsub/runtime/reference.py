@@ -25,14 +25,17 @@ def evaluate(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndar
     if missing:
         raise GraphsubError(f"no value given for graph input(s): {', '.join(missing)}")
     if is_symbolic_graph(graph):
-        graph = bind_graph(graph, binding_of(graph, {n: np.shape(feeds[n])
-                                                     for n in graph.input_names}))
+        graph = bind_graph(graph, binding_of(graph, {
+            graph[i].attrs["name"]: np.shape(feeds[graph[i].attrs["name"]])
+            for i in graph.inputs if not graph[i].type.is_opaque}))
     remaining: dict[int, int] = {nid: len(users) for nid, users in graph.users().items()}
     for v in graph.outputs:
         remaining[v.node] = remaining.get(v.node, 0) + 1
     for nid in graph.topo_order():
         node = graph[nid]
-        if node.op == "input":
+        if node.op == "input" and node.type.is_opaque:
+            outs = (feeds[node.attrs["name"]],)  # a sequence, optional or strings: as given
+        elif node.op == "input":
             arr = np.asarray(feeds[node.attrs["name"]])
             if arr.shape != node.type.shape or str(arr.dtype) != node.type.dtype:
                 raise GraphsubError(f"input {node.attrs['name']!r}: expected {node.type}, got "

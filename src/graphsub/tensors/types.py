@@ -23,6 +23,9 @@ SUPPORTED_DTYPES = frozenset(
     {"float32", "float16", "float64", "bfloat16", "int8", "int16", "int32", "int64",
      "uint8", "uint16", "uint32", "uint64", "bool"}
 )
+#: The dtype of a value graphsub carries without modelling it: an ONNX sequence, map or
+#: optional, or a tensor of strings (`TensorType.opaque`).
+OPAQUE = "opaque"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +34,16 @@ class TensorType:
 
     A dimension is an int, or a sympy expression over named sizes where the model leaves it
     open (`batch`, `seq + 1`: graphsub.tensors.symbolic); `is_static` says there is none.
+
+    An opaque value (dtype OPAQUE: an ONNX sequence, map or optional, a tensor of strings)
+    has no shape here; `onnx_type` holds its ONNX TypeProto, serialized, which is written back
+    where the value is an input or output of a model. Only opaque nodes (run by onnxruntime)
+    read or make one, so no rule and no cost of graphsub's ever looks into it.
     """
 
     shape: tuple[Dim, ...]
     dtype: str = "float32"
+    onnx_type: bytes = b""
 
     def __post_init__(self) -> None:
         shape = self.shape
@@ -48,8 +57,20 @@ class TensorType:
         if any(type(d) is int and d < 0 for d in shape):
             raise ValueError(f"tensor shape must be non-negative integers or size "
                              f"expressions, got {self.shape}")
-        if self.dtype not in SUPPORTED_DTYPES:
+        if self.dtype == OPAQUE:
+            if shape or not self.onnx_type:
+                raise ValueError("an opaque value has no shape and keeps its ONNX type")
+        elif self.dtype not in SUPPORTED_DTYPES:
             raise ValueError(f"unsupported dtype {self.dtype!r}")
+
+    @classmethod
+    def opaque(cls, onnx_type: bytes) -> TensorType:
+        """The type of a value graphsub carries as it is (see the class docstring)."""
+        return cls((), OPAQUE, onnx_type)
+
+    @property
+    def is_opaque(self) -> bool:
+        return self.dtype == OPAQUE
 
     @property
     def rank(self) -> int:
@@ -66,7 +87,9 @@ class TensorType:
 
     @property
     def itemsize(self) -> int:
-        return np.dtype(self.dtype).itemsize
+        """Bytes per element (none for an opaque value, which graphsub never prices by its
+        size)."""
+        return 0 if self.dtype == OPAQUE else np.dtype(self.dtype).itemsize
 
     @property
     def nbytes(self) -> Dim:
@@ -77,9 +100,44 @@ class TensorType:
         return self if self.is_static else TensorType(bind_all(self.shape, binding), self.dtype)
 
     def __str__(self) -> str:
+        if self.dtype == OPAQUE:
+            return f"opaque({onnx_type_text(self.onnx_type)})"
         dims = "x".join(str(d) if isinstance(d, int) else f"({d})" if len(str(d)) > 1
                         and not str(d).isidentifier() else str(d) for d in self.shape)
         return f"{self.dtype}[{dims or 'scalar'}]"
+
+
+def onnx_type_text(onnx_type: bytes) -> str:
+    """An ONNX TypeProto, serialized, in a few words: `seq(float)`, `optional(seq(int64))`,
+    `map(string, float)`, `string[3x?]`."""
+    import onnx
+
+    proto = onnx.TypeProto()
+    proto.ParseFromString(onnx_type)
+    return _type_text(proto)
+
+
+def _type_text(proto: Any) -> str:
+    from onnx import helper
+
+    kind = proto.WhichOneof("value")
+    if kind == "tensor_type":
+        elem = helper.tensor_dtype_to_string(proto.tensor_type.elem_type).removeprefix(
+            "TensorProto.").lower()
+        if not proto.tensor_type.HasField("shape"):
+            return elem
+        dims = "x".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+                        for d in proto.tensor_type.shape.dim)
+        return f"{elem}[{dims or 'scalar'}]"
+    if kind == "sequence_type":
+        return f"seq({_type_text(proto.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({_type_text(proto.optional_type.elem_type)})"
+    if kind == "map_type":
+        key = helper.tensor_dtype_to_string(proto.map_type.key_type).removeprefix(
+            "TensorProto.").lower()
+        return f"map({key}, {_type_text(proto.map_type.value_type)})"
+    return kind or "unknown"
 
 
 class Constant:

@@ -109,6 +109,11 @@ class ComputedType:
     def numel(self) -> Any:
         return math.prod(self.shape, start=1)
 
+    @property
+    def is_opaque(self) -> bool:
+        """Never: a program over size symbols computes only tensors."""
+        return False
+
 
 def _computed_type(t: TensorType, sizes: Mapping[str, Any]) -> TensorType | ComputedType:
     if t.is_static:

@@ -98,6 +98,11 @@ class TorchTarget(Target):
         folded = graph.weight_only()  # computed once, before the program runs
         for nid in graph.topo_order():
             node = graph[nid]
+            opaque = next((t for t in node.outputs if t.is_opaque), None)
+            if opaque is not None:
+                what = node.attrs.get("name") or node.attrs.get("op_type") or node.op
+                return (f"graphsub's torch backend has no tensor for {what}'s value of type "
+                        f"{opaque} (a sequence, map, optional or strings)")
             if node.op == "input" or nid in folded:
                 continue
             if node.op != "opaque" or self.device_type == "cpu":
