@@ -36,3 +36,47 @@ def test_a_measure_limit_is_measurings_own_whatever_the_search_did():
     budget = Budget(time_limit=5.0, measure_limit=30.0)
     budget.interrupted()
     assert budget.clock("measure").remaining() == pytest.approx(30.0, abs=1.0)
+
+
+def test_a_large_models_writing_comes_out_of_the_search_not_after_the_limit():
+    """Writing a candidate of half a GiB of weights takes seconds (VGG-19: 7.8 s): the search
+    leaves that time before measuring, and measuring still ends at the limit."""
+    from graphsub.budget import WRITE_ALWAYS_BYTES, writing_seconds
+
+    assert writing_seconds(WRITE_ALWAYS_BYTES) == 0.0
+    writing = writing_seconds(575 << 20)
+    assert writing > 5.0
+    budget = Budget(time_limit=60.0, writing=writing)
+    assert budget.clock("search").deadline == pytest.approx(
+        budget.started + 60.0 - measure_reserve(60.0) - writing, abs=0.5)
+    assert budget.clock("measure").deadline == pytest.approx(budget.started + 60.0)
+
+
+def test_the_limit_is_spent_for_the_search_once_the_run_has_taken_it():
+    budget = Budget(time_limit=5.0, started=time.perf_counter() - 6.0)
+    assert budget.spent("search") and budget.spent("export")
+    given = Budget(time_limit=5.0, measure_limit=30.0, started=time.perf_counter() - 6.0)
+    assert given.spent("search") and not given.spent("export")  # measuring's own time
+    assert not Budget(time_limit=5.0).spent("search")
+
+
+def test_a_run_whose_loading_spent_the_limit_keeps_the_original_as_read(tmp_path):
+    """Loading counts: where it took the whole limit, nothing is searched, written or timed,
+    each said in a note, and the original's bytes are what is handed back, at once."""
+    import onnx
+
+    import graphsub
+    from graphsub import zoo
+    from graphsub.onnx_io import to_onnx_bytes
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(to_onnx_bytes(zoo.build("squeezenet")))
+    model = graphsub.open_model(path)
+    start = time.perf_counter()
+    data, report = graphsub.optimize_model(model, target="ort-cpu", time_limit=5,
+                                           started=time.perf_counter() - 6.0)
+    assert time.perf_counter() - start < 5.0
+    assert bytes(data) == path.read_bytes()
+    skipped = [n for n in report.notes if "did not run: the time limit" in n]
+    assert {n.split()[0] for n in skipped} >= {"search", "fission", "export"}
+    assert onnx.load_from_string(bytes(data)).graph.node

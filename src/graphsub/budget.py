@@ -35,6 +35,17 @@ PRICING_SHARE = 0.7
 MIN_SEARCH_SECONDS, MIN_FISSION_SECONDS = 0.05, 0.5
 
 
+#: How fast a candidate is written as ONNX and checked, in bytes of weights a second (VGG-19's
+#: 575 MB took 7.8 s on a 2-core VM), and the weights below which writing always fits.
+WRITE_BYTES_PER_SECOND, WRITE_ALWAYS_BYTES = 70e6, 64 << 20
+
+
+def writing_seconds(weight_bytes: int) -> float:
+    """About how long writing a candidate with this many bytes of weights takes (nothing for
+    a model whose writing always fits)."""
+    return 0.0 if weight_bytes <= WRITE_ALWAYS_BYTES else weight_bytes / WRITE_BYTES_PER_SECOND
+
+
 def measure_reserve(time_limit: float) -> float:
     """The part of a time limit kept for timing and verifying candidates when no measuring
     limit is given: a quarter, at least 2 s, at most half of the limit and 60 s."""
@@ -107,6 +118,9 @@ class Budget:
     fission: bool = False
     measuring: bool = True
     started: float = field(default_factory=time.perf_counter)
+    #: Seconds kept before measuring for writing the candidates as ONNX (a large model's
+    #: weights take seconds to write and check: pipeline.export_stages.writing_seconds).
+    writing: float = 0.0
     #: Seconds per stage, in the order the stages ran (a stage run twice adds up).
     seconds: dict[str, float] = field(default_factory=dict)
     _window_end: float | None = field(default=None, repr=False)
@@ -117,7 +131,8 @@ class Budget:
     def search_window_end(self) -> float:
         """When the search and fission must be done."""
         if self._window_end is None:
-            reserve = (measure_reserve(self.time_limit)
+            reserve = (measure_reserve(self.time_limit) + min(self.writing,
+                                                              0.5 * self.time_limit)
                        if self.measuring and self.measure_limit is None else 0.0)
             self._window_end = self.started + self.time_limit - reserve
         return self._window_end
@@ -141,7 +156,8 @@ class Budget:
         if stage == "measure":
             end = (now + self.measure_limit if self.measure_limit is not None
                    else min(self.started + self.time_limit,
-                            self.search_window_end() + measure_reserve(self.time_limit)))
+                            self.search_window_end() + measure_reserve(self.time_limit)
+                            + min(self.writing, 0.5 * self.time_limit)))
             return StageClock(stage, now, end)
         return StageClock(stage, now, None)
 
@@ -169,6 +185,15 @@ class Budget:
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
+
+    def spent(self, stage: str) -> bool:
+        """Whether the time limit is spent for `stage` to start: the run has taken it all (a
+        large model's loading can), or, for the stages of the search, its window is over
+        by more than what it has left to measure (fission and the candidates' export are
+        measuring's when a measuring limit is given: the user asked for that time)."""
+        if self.measure_limit is not None and stage not in ("peers", "search"):
+            return False
+        return self.elapsed() >= self.time_limit
 
     def as_dict(self) -> dict[str, float | None]:
         """Seconds per stage, loading (what came before the first stage), the total and the

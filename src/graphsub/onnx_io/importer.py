@@ -118,45 +118,141 @@ def _default_opset(model: onnx.ModelProto) -> int:
     return MAX_OPSET
 
 
-def _convert_opset(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
-    """The model at an opset graphsub reads (MIN_OPSET-MAX_OPSET), and, where it could not be
-    brought there with its meaning kept, the original with the reason it is kept at its own
-    opset. ONNX's version converter changes meaning at times (an opset-6 PRelu's
-    per-channel slope, an opset-8 Scan's batch axis), so a converted model is run beside the
-    original in onnxruntime on made-up inputs, and kept only where both run and agree."""
+def _convert_opset(model: onnx.ModelProto, mapped: Mapping[str, np.ndarray]
+                   ) -> tuple[onnx.ModelProto, dict[str, np.ndarray], str]:
+    """The model at an opset graphsub reads (MIN_OPSET-MAX_OPSET) with the arrays of the
+    weights it holds apart (`mapped`, as external data), and, where it could not be brought
+    there with its meaning kept, the original with the reason it is kept at its own opset.
+    ONNX's version converter changes meaning at times (an opset-6 PRelu's per-channel slope,
+    an opset-8 Scan's batch axis), so a converted model is run beside the original in
+    onnxruntime on made-up inputs (where small, or holding an operator of
+    CONVERSION_HAZARDS), and kept only where both run and agree. The converter reads the
+    model without its large weights (stubs in their place: it copied the whole model twice,
+    9 s for VGG-19), which come along as arrays instead."""
     from onnx import version_converter
 
     version = _default_opset(model)
     if MIN_OPSET <= version <= MAX_OPSET:
-        return model, ""
+        return model, dict(mapped), ""
     target = MIN_OPSET if version < MIN_OPSET else MAX_OPSET
+    light, arrays = _large_weights_apart(model)
     try:
-        converted = version_converter.convert_version(model, target)
+        converted = version_converter.convert_version(light, target)
     except Exception as exc:  # the converter raises bare RuntimeErrors of many kinds
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return model, f"ONNX's version converter cannot bring it to opset {target} ({first[:160]})"
-    problem = _meaning_changed(model, converted)
-    if problem:
-        return model, f"converted to opset {target}, it computes something else ({problem})"
-    return converted, ""
+        return model, dict(mapped), (f"ONNX's version converter cannot bring it to opset "
+                                     f"{target} ({first[:160]})")
+    weights = {**mapped, **arrays}
+    if _weight_bytes(model, mapped) <= CONVERSION_CHECK_BYTES or _hazards(light):
+        problem = _meaning_changed(DetachedModel(model.SerializeToString() if not mapped
+                                                 else light.SerializeToString(), weights)
+                                   if mapped else model, DetachedModel(
+                                       converted.SerializeToString(), weights), model)
+        if problem:
+            return model, dict(mapped), (f"converted to opset {target}, it computes something "
+                                         f"else ({problem})")
+    return converted, weights, ""
 
 
-def _meaning_changed(original: onnx.ModelProto, converted: onnx.ModelProto) -> str:
-    """How the converted model differs from the original on made-up inputs ("" where it does
+#: A converted model is run beside its original (`_meaning_changed`) where its weights are
+#: at most this many bytes, or where it holds an operator of CONVERSION_HAZARDS; a larger
+#: one of other operators is trusted to the converter (two sessions of VGG-19's 575 MB took
+#: 12 s), and checked anyway, as every model graphsub writes is, against the original.
+CONVERSION_CHECK_BYTES = 64 << 20
+#: Operators whose meaning changed between opsets in ways onnx's converter has been seen to
+#: lose or could: a PRelu's per-channel slope (opset 7 broadcasts it over the last axis),
+#: Scan's batch axis (opset 9), Upsample and Resize's modes, batch norm's `spatial` (opset
+#: 9); the softmaxes' 2-D coercion (opset 13) where their input has more than two axes and
+#: they do not normalize the last.
+CONVERSION_HAZARDS = frozenset({"PRelu", "Scan", "Upsample", "Resize"})
+_SOFTMAXES = frozenset({"Softmax", "LogSoftmax", "Hardmax"})
+#: Initializers larger than this are held apart from the model the version converter reads.
+_LARGE_WEIGHT = 1 << 16
+
+
+def _weight_bytes(model: onnx.ModelProto, mapped: Mapping[str, np.ndarray]) -> int:
+    return sum(len(t.raw_data) for t in model.graph.initializer) + sum(
+        int(a.nbytes) for a in mapped.values())
+
+
+def _hazards(model: onnx.ModelProto) -> bool:
+    """Whether the model holds an operator whose conversion may change its meaning (see
+    CONVERSION_HAZARDS); a softmax counts where inference gives its input more than two
+    axes and it does not normalize the last."""
+    ops = {n.op_type for n in model.graph.node}
+    if ops & CONVERSION_HAZARDS or any(
+            n.op_type == "BatchNormalization" and any(a.name == "spatial" and a.i == 0
+                                                      for a in n.attribute)
+            for n in model.graph.node):
+        return True
+    if not ops & _SOFTMAXES:
+        return False
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - an old model inference cannot type: assume the worst
+        return True
+    ranks = {vi.name: len(vi.type.tensor_type.shape.dim)
+             for vi in (*inferred.graph.value_info, *inferred.graph.input)
+             if vi.type.tensor_type.HasField("shape")}
+    for node in model.graph.node:
+        if node.op_type in _SOFTMAXES:
+            rank = ranks.get(node.input[0])
+            axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+            if rank is None or (rank > 2 and axis not in (-1, rank - 1)):
+                return True
+    return False
+
+
+def _large_weights_apart(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The model with each large initializer a stub (its name, type and shape, its data
+    marked external) and the arrays of those initializers."""
+    light = onnx.ModelProto()
+    for field in ("ir_version", "producer_name", "producer_version", "domain",
+                  "model_version", "doc_string"):
+        setattr(light, field, getattr(model, field))
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    light.metadata_props.extend(model.metadata_props)
+    g, h = model.graph, light.graph
+    h.name = g.name
+    h.node.extend(g.node)
+    h.input.extend(g.input)
+    h.output.extend(g.output)
+    h.value_info.extend(g.value_info)
+    h.sparse_initializer.extend(g.sparse_initializer)
+    arrays = {}
+    for t in g.initializer:
+        if len(t.raw_data) > _LARGE_WEIGHT and not external.is_external(t):
+            stub = h.initializer.add()
+            stub.name, stub.data_type = t.name, t.data_type
+            stub.dims.extend(t.dims)
+            stub.data_location = onnx.TensorProto.EXTERNAL
+            entry = stub.external_data.add()
+            entry.key, entry.value = "location", "graphsub-held-apart"
+            arrays[t.name] = numpy_helper.to_array(t)
+        else:
+            h.initializer.append(t)
+    return light, arrays
+
+
+def _meaning_changed(original: Any, converted: Any, proto: onnx.ModelProto) -> str:
+    """How the converted model differs from the original (each an ONNX model as onnxruntime
+    takes it; `proto` the original's, for its inputs) on made-up inputs ("" where it does
     not; the reason where either does not run, which is not knowing it is the same)."""
     from graphsub.runtime.equivalence import SAME_FUNCTION, compare_outputs
     from graphsub.runtime.ort import make_session, quiet_run
 
     rng = np.random.default_rng(0)
-    inits = {i.name for i in original.graph.initializer}
+    inits = {i.name for i in proto.graph.initializer}
     feeds = {}
-    for vi in original.graph.input:
+    for vi in proto.graph.input:
         if vi.name not in inits:
             feeds[vi.name] = made_up_value(TensorType.opaque(vi.type.SerializeToString()), rng)
     try:
         outs = []
         for model in (original, converted):
-            session = make_session(model.SerializeToString(), threads=1, optimize=False,
+            session = make_session(model if isinstance(model, DetachedModel)
+                                   else model.SerializeToString(), threads=1, optimize=False,
                                    quiet=True)
             names = [o.name for o in session.get_outputs()]
             outs.append(dict(zip(names, session.run(names, feeds, quiet_run()))))
@@ -956,7 +1052,8 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
 def _graph_of(original: onnx.ModelProto, mapped: Mapping[str, np.ndarray],
               input_shapes: Mapping[str, Sequence[int]] | None) -> Graph:
     source_opset = _default_opset(original)
-    model, kept_because = _convert_opset(original)
+    external_data = bool(mapped)
+    model, mapped, kept_because = _convert_opset(original, mapped)
     g = model.graph
     opset = _default_opset(model)
     ctx = ImportContext(opset, _domain_opsets(model))
@@ -1006,7 +1103,7 @@ def _graph_of(original: onnx.ModelProto, mapped: Mapping[str, np.ndarray],
     meta = {"opset": opset, "source_opset": source_opset, "producer": model.producer_name,
             **({"opset_kept": f"opset {source_opset} kept: {kept_because}"}
                if kept_because else {}),
-            "external_data": bool(mapped),
+            "external_data": external_data,
             "domain_opsets": {d: v for d, v in ctx.domain_opsets.items() if d}}
     if input_shapes:
         # what the model declared where the user fixed sizes (graphsub.pipeline.probe_stage:

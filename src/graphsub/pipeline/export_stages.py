@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from graphsub.backends import ort_fusions as ort_fusions_module
 from graphsub.backends.peers import apply_peer, installed_peers, operator_domains
-from graphsub.budget import StageClock
+from graphsub.budget import StageClock, writing_seconds
 from graphsub.errors import GraphsubError
 from graphsub.onnx_io.exporter import to_model_data
 from graphsub.ops.control_flow import all_graphs
@@ -36,6 +36,8 @@ def export(context: RunContext, clock: StageClock, found: Found,
     gets one candidate, the search's best: each one timed is a session holding a copy of
     the weights."""
     out: list[Exported] = []
+    if context.target.capabilities.runs == "onnx" and not _export_fits(context):
+        return out
     seen = {context.graph.structural_hash()}
     limit = 1 if context.large else context.settings.candidates
     external_data = context.settings.external_data
@@ -117,6 +119,25 @@ def ort_fusions(context: RunContext, clock: StageClock, found: Found,
     return [*exported, *fused_candidates]
 
 
+def _export_fits(context: RunContext) -> bool:
+    """Whether writing a candidate (and so measuring it) fits in what is left of the time
+    limit; where it does not, a note says so and the original is kept. A measuring limit
+    given on the command line is the user's time for it."""
+    budget = context.budget
+    weights = context.graph.weight_bytes()
+    needed = writing_seconds(weights)
+    if budget.measure_limit is not None or not needed:
+        return True
+    left = budget.time_limit - budget.elapsed()
+    if needed <= left:
+        return True
+    context.notes.append(f"no candidate was written: writing one ({weights / 2**20:.0f} MB of "
+                         f"weights, about {needed:.0f} s) does not fit in the {max(left, 0):.1f} s "
+                         f"left of the time limit (--measure-limit SECONDS gives measuring its "
+                         f"own time)")
+    return False
+
+
 def peer_candidates(context: RunContext, clock: StageClock) -> list[Exported]:
     """What the optimizers a user would otherwise run (graphsub.backends.peers) make of the
     original, as candidates the export stage keeps beside graphsub's: graphsub then never
@@ -167,8 +188,10 @@ def _op_counts(model: ModelData) -> Counter[str]:
     return Counter(n.op_type for g in all_graphs(proto.graph) for n in g.node)
 
 
-EXPORT = Stage("export", export)
-ORT_FUSIONS = Stage("ort-fusions", ort_fusions)
-PEERS = Stage("peers", peer_candidates)
+#: With the time limit spent, no candidate is written (the original is kept, as read).
+EXPORT = Stage("export", export, out_of_time=lambda context, found, peers=(): [])
+ORT_FUSIONS = Stage("ort-fusions", ort_fusions,
+                    out_of_time=lambda context, found, exported: exported)
+PEERS = Stage("peers", peer_candidates, out_of_time=lambda context: [])
 
 __all__ = ["EXPORT", "Exported", "ORT_FUSIONS", "PEERS"]

@@ -27,7 +27,8 @@ def report(context: RunContext, clock: StageClock, found: Found, exported: Seque
            verified: Verified) -> OptimizeReport:
     """The report: the outcome and its figures, the search's statistics and progress, the
     candidates, the verification, and (with `settings.evidence`) what the HTML page draws.
-    The seconds per stage are filled in by whoever ends the run."""
+    The seconds per stage are filled in by whoever ends the run. Its prices time nothing
+    more (run_stage: only pricing stages time operators)."""
     result, selection, chosen = found.result, verified.selection, verified.chosen
     graph, settings = context.graph, context.settings
 

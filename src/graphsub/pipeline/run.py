@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from graphsub.backends import Target, automatic_target, get_target
-from graphsub.budget import Budget, StageClock
+from graphsub.budget import Budget, StageClock, writing_seconds
 from graphsub.cost import CostModel, make_cost_model
 from graphsub.fission import stage as fission_stage
 from graphsub.ir.graph import Graph
@@ -104,23 +105,35 @@ class Stage(Generic[Inputs, Made]):
     budget.PRICING_SHARE of its time (timing counts against its time and leaves it the
     rest); `skipped`: for a stage that does not run once a Ctrl-C ended the search
     (fission: measuring and verifying what was found still do), what it makes instead,
-    from the same inputs."""
+    from the same inputs; `out_of_time`: for a stage that does not start once the run's
+    time limit is spent (the search, fission, the candidates' export: loading a large model
+    can take it all), what it makes instead, from the context and the same inputs."""
 
     name: str
     function: Callable[Concatenate[RunContext, StageClock, Inputs], Made]
     prices: bool = False
     skipped: Callable[Inputs, Made] | None = None
+    out_of_time: Callable[Concatenate[RunContext, Inputs], Made] | None = None
 
 
 def run_stage(context: RunContext, stage: Stage[Inputs, Made], *inputs: Inputs.args,
               **named: Inputs.kwargs) -> Made:
     """What the stage makes of `inputs`, run on its clock from the run's budget (or its
-    `skipped` value, after a Ctrl-C in the search)."""
+    `skipped` value, after a Ctrl-C in the search; its `out_of_time` value, noted, once the
+    time limit is spent)."""
     if context.budget.was_interrupted and stage.skipped is not None:
         return stage.skipped(*inputs, **named)
+    if stage.out_of_time is not None and context.budget.spent(stage.name):
+        context.notes.append(f"{stage.name} did not run: the time limit "
+                             f"({context.budget.time_limit:g} s) was spent "
+                             f"{context.budget.elapsed():.1f} s into the run")
+        return stage.out_of_time(context, *inputs, **named)
     with context.budget.stage(stage.name) as clock:
-        if stage.prices:
-            context.time_model.deadline = clock.pricing_deadline()
+        # Only a pricing stage times operators; any other prices what was not timed by the
+        # analytic model, scaled (the report's figures once timed every operator of a
+        # VGG-19 whose loading had spent the time limit: 103 s)
+        context.time_model.deadline = clock.pricing_deadline() if stage.prices else \
+            time.perf_counter()
         return stage.function(context, clock, *inputs, **named)
 
 
@@ -152,6 +165,8 @@ def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | None = N
     profile = complete_profile(settings.shape_profile, graph.meta.get("symbols") or {})
     if profile:
         cost_model.shape_profile = profile
+    if target.capabilities.runs == "onnx" and budget.measuring:
+        budget.writing = writing_seconds(graph.weight_bytes())
     context = RunContext(settings, budget, target, graph, tuple(rules), cost_model,
                          profile=profile, **given)
     if passed_over:

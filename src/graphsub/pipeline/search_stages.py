@@ -252,8 +252,11 @@ def fission(context: RunContext, clock: StageClock, found: Found) -> Found:
     return replace(found, result=replace(found.result, candidates=candidates), fission=outcome)
 
 
-SEARCH = Stage("search", search, prices=True)
+#: With the time limit spent (loading took it), the input graph is the only candidate.
+SEARCH = Stage("search", search, prices=True,
+               out_of_time=lambda context, peers=(): Found.unsearched(context))
 #: After a Ctrl-C, what was found goes on as it is: measured and verified, not split.
-FISSION = Stage("fission", fission, prices=True, skipped=lambda found: found)
+FISSION = Stage("fission", fission, prices=True, skipped=lambda found: found,
+                out_of_time=lambda context, found: found)
 
 __all__ = ["FISSION", "Found", "ProgressRecorder", "SEARCH"]
