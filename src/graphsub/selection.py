@@ -91,6 +91,24 @@ def _timed_run(runnable: Runnable, feeds: Mapping[str, np.ndarray]
     return out, time.perf_counter() - t0
 
 
+def run_original(device: Target, graph: Graph, original: ModelData,
+                 feeds: Mapping[str, np.ndarray]
+                 ) -> tuple[Runnable, dict[str, np.ndarray], float]:
+    """The original prepared on the target and run once: the runnable, its outputs and the
+    run's seconds. A model the target cannot run is refused here, in one line saying why
+    and what to do (graphsub.pipeline.measure_stages runs this whether or not there is a
+    candidate: one policy for every model the target cannot run)."""
+    try:
+        runnable = device.prepare(graph, original, "original")
+        outputs, seconds = _timed_run(runnable, feeds)
+    except GraphsubError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (a target's libraries raise their own types)
+        raise GraphsubError(f"{device.name} cannot run the original model: "
+                            f"{_first_line(exc)}{_unknown_op_hint(exc, graph)}") from None
+    return runnable, outputs, seconds
+
+
 def time_once(runnable: Runnable, feeds: Mapping[str, np.ndarray]) -> float:
     """Seconds one run takes (the first, untimed by the rounds: what sizes them)."""
     return _timed_run(runnable, feeds)[1]
@@ -199,15 +217,8 @@ def measure_and_choose(device: Target, graph: Graph, original: ModelData,
         return Selection("no-cheaper-graph")
     say(f"timing the original and {len(candidates)} candidate(s) on {device.name}")
     t0 = time.perf_counter()
-    try:
-        original_run = device.prepare(graph, original, "original")
-        prepare_s = time.perf_counter() - t0
-        reference, original_s = _timed_run(original_run, feeds)
-    except GraphsubError:
-        raise
-    except Exception as exc:  # noqa: BLE001 (a target's libraries raise their own types)
-        raise GraphsubError(f"{device.name} cannot run the original model: "
-                            f"{_first_line(exc)}{_unknown_op_hint(exc, graph)}") from None
+    original_run, reference, original_s = run_original(device, graph, original, feeds)
+    prepare_s = time.perf_counter() - t0 - original_s
     selection = Selection("not-run", candidates=reports, original_run_s=original_s)
     clock.keep_back(verification_seconds(prepare_s, original_s))
     ready: list[tuple[int, Runnable, float]] = []

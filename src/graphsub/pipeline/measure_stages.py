@@ -26,7 +26,8 @@ from graphsub.runtime.ort import ModelData
 from graphsub.runtime.speedup import Decision, describe, sequential
 from graphsub.runtime.timing import Runnable
 from graphsub.search.result import Candidate
-from graphsub.selection import Selection, measure_and_choose, time_once, timing_options
+from graphsub.selection import (Selection, measure_and_choose, run_original, time_once,
+                                timing_options)
 
 #: Sets of random inputs each verification tries.
 VERIFY_TRIALS = 2
@@ -62,6 +63,8 @@ def measure(context: RunContext, clock: StageClock, exported: Sequence[Exported]
         clock.name, clock.start, time.perf_counter() + MAIN_SHAPE_SHARE * clock.remaining())
     candidates = [(_bound(c, main), data) for c, data in exported]
     graph = context.graph
+    if not candidates:
+        _original_runs(context, main)
     try:
         selection = measure_and_choose(context.target, bind_graph(graph, main),
                                        context.original_model, candidates,
@@ -89,6 +92,24 @@ def measure(context: RunContext, clock: StageClock, exported: Sequence[Exported]
         report.predicted_ms = context.time_model.graph_cost(candidate.graph) * 1e3
     context.notes.extend(selection.notes)
     return selection
+
+
+def _original_runs(context: RunContext, binding: dict[str, int]) -> None:
+    """With no candidate to measure, the original is still run once on a target that runs
+    the ONNX file, so that a model the target cannot run is refused whether or not the
+    search found something (one policy: exit 2, one line, nothing written); unless the
+    time limit is spent, which a note then says."""
+    if context.original_model is None or context.target.capabilities.runs != "onnx":
+        return
+    if context.budget.elapsed() >= context.budget.time_limit and \
+            context.budget.measure_limit is None:
+        context.notes.append(f"the original was not run on {context.target.name}: the time "
+                             f"limit was spent before it could be")
+        return
+    graph = bind_graph(context.graph, binding)
+    runnable, _, _ = run_original(context.target, graph, context.original_model,
+                                  random_feeds(graph_input_specs(context.graph, binding)))
+    runnable.close()
 
 
 #: The share of the measuring time the profile's heaviest shape gets when there are others.

@@ -69,10 +69,12 @@ def _as_bytes(model: Any) -> bytes | str:
 
 def make_model(graph: onnx.GraphProto, opsets: Sequence[tuple[str, int]]) -> onnx.ModelProto:
     """A ModelProto with the lowest IR version these opsets allow, so that onnxruntime builds
-    older than the onnx package still read it."""
+    older than the onnx package still read it; 4 at least, where initializers need not be
+    listed among the graph's inputs (an opset-6 model graphsub keeps at its opset writes
+    them as constants, not inputs)."""
     ids = [helper.make_opsetid(d, v) for d, v in opsets]
     model = helper.make_model(graph, opset_imports=ids, producer_name="graphsub")
-    model.ir_version = helper.find_min_ir_version_for(ids, ignore_unknown=True)
+    model.ir_version = max(4, helper.find_min_ir_version_for(ids, ignore_unknown=True))
     return model
 
 
