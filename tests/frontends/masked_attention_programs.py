@@ -50,7 +50,7 @@ class Choices:
     heads_by_view: bool
     kv_groups: int  # 1: as many key/value heads as query heads
     float32_softmax: bool
-    positions: str  # "none", "arange" or "cumsum"
+    positions: str  # "none", "arange", "cumsum" or "table" (a buffer sliced by the length)
     layers: int
 
     def text(self) -> str:
@@ -68,7 +68,7 @@ def choices(seed: int, mask: str | None = None) -> Choices:
                    scale_at=str(rng.choice(["query", "scores", "divide"])),
                    fused_qkv=bool(rng.random() < 0.5), heads_by_view=bool(rng.random() < 0.5),
                    kv_groups=int(rng.choice([1, 2])), float32_softmax=bool(rng.random() < 0.5),
-                   positions=str(rng.choice(["none", "arange", "cumsum"])),
+                   positions=str(rng.choice(["none", "arange", "cumsum", "table"])),
                    layers=int(rng.choice([1, 2])))
 
 
@@ -145,6 +145,10 @@ class MaskedAttentionProgram(nn.Module):
         super().__init__()
         self.c = c
         self.positions = nn.Embedding(max_positions, hidden)
+        # BERT's position ids: a table of every position, sliced by the sequence's length
+        # (a slice by a size no tensor input of the part that reads it carries, issue 51)
+        self.register_buffer("position_table", torch.arange(max_positions)[None, :],
+                             persistent=False)
         self.layers = nn.ModuleList(Attention(c, hidden) for _ in range(c.layers))
         self.norm = nn.LayerNorm(hidden)
 
@@ -180,7 +184,9 @@ class MaskedAttentionProgram(nn.Module):
         if self.c.positions == "cumsum":  # left padding: positions count the real tokens
             ids = attention_mask.long().cumsum(-1) - 1
             return ids.masked_fill(attention_mask == 0, 1)
-        s = attention_mask.shape[1]
+        b, s = attention_mask.shape
+        if self.c.positions == "table":
+            return self.position_table[:, :s].expand(b, s)
         return torch.arange(s, device=attention_mask.device).unsqueeze(0).expand_as(
             attention_mask)
 

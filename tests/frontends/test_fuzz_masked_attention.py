@@ -62,4 +62,4 @@ def test_the_fuzzed_programs_cover_every_mask_and_padding_side():
     assert {c.mask for c in drawn} | {"bert_extended", "causal_index", "sdpa_bool"} == set(MASKS)
     assert {c.left_padding for c in drawn} == {True, False}
     assert {c.kv_groups for c in drawn} == {1, 2}
-    assert {c.positions for c in drawn} == {"none", "arange", "cumsum"}
+    assert {c.positions for c in drawn} == {"none", "arange", "cumsum", "table"}
