@@ -80,3 +80,21 @@ def test_a_run_whose_loading_spent_the_limit_keeps_the_original_as_read(tmp_path
     skipped = [n for n in report.notes if "did not run: the time limit" in n]
     assert {n.split()[0] for n in skipped} >= {"search", "fission", "export"}
     assert onnx.load_from_string(bytes(data)).graph.node
+
+
+def test_a_small_model_the_target_cannot_run_is_refused_even_after_the_limit(tmp_path):
+    """A first run's rule checks can spend a short limit: a small model is still run once on
+    the target, so one onnxruntime's CPU provider cannot run (bfloat16) is refused, not
+    handed back as if it had been confirmed."""
+    import pytest
+
+    import graphsub
+    from graphsub.errors import GraphsubError
+    from tests.test_bfloat16 import bf16_model
+
+    path = tmp_path / "bf16.onnx"
+    path.write_bytes(bf16_model().SerializeToString())
+    model = graphsub.open_model(path)
+    with pytest.raises(GraphsubError, match="cannot run the original model"):
+        graphsub.optimize_model(model, target="ort-cpu", time_limit=5,
+                                started=time.perf_counter() - 6.0)

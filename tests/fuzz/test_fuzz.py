@@ -285,8 +285,10 @@ def test_a_half_precision_output_is_judged_by_its_own_rounding() -> None:
     from graphsub.onnx_io import to_onnx_bytes
     from graphsub.rules import apply_match, builtin_rules, find_matches
 
-    model = random_model_in_class(100130, CLASSES_SHARE, symbolic=SYMBOLIC)
-    assert model_class(model) == "mixed-precision"
+    model, _ = generate(100130, symbolic=SYMBOLIC)
+    pick = np.random.default_rng([100130, 1])  # the class's stream, as classes.generate draws
+    pick.random(), pick.integers(len(CLASSES))  # it (the class itself is named here)
+    model = with_class(model, "mixed-precision", pick)
     reference = Reference.of(model, seed=100130)
     assert reference.truth and reference.noise
     graph = graphsub.load(model)

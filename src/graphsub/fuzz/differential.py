@@ -24,7 +24,8 @@ Stages, each giving one `Outcome` per path:
 Statuses: `equal`; `wrong` (values beyond the optimizer's tolerances, or a different shape,
 dtype, input or output); `error` (an exception); `timeout`; `refused` (a GraphsubError while
 loading a model onnxruntime runs: graphsub imports unknown ops as opaque nodes, so this is
-normally a bug); `caught`; `skipped` (the stage cannot run here, e.g. no torch).
+normally a bug); `caught`; `skipped` (the stage cannot run here: no torch, or torch has no
+tensor for one of the model's values, a sequence or strings).
 """
 
 from __future__ import annotations
@@ -603,6 +604,9 @@ def _torch_cpu(subject: _Subject) -> Outcome:
         target = get_target("torch-cpu", threads=1)
     except TargetUnavailableError as exc:
         return Outcome("torch-cpu", "skipped", str(exc))
+    if any(t.is_opaque for node in subject.graph.nodes.values() for t in node.outputs):
+        # refused up front by optimize too; any other refusal stays a finding
+        return Outcome("torch-cpu", "skipped", target.cannot_run(subject.graph) or "")
 
     def runner(graph: Graph) -> ModelFn:
         # over size symbols, one program for every size the inputs have (TorchTarget.program)
