@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -12,6 +12,9 @@ from rich.table import Table
 
 from graphsub.cli_common import JsonOpt, app, emit_json, err, handle_errors, out
 from graphsub.errors import GraphsubError
+
+if TYPE_CHECKING:
+    from graphsub.proofs.prover import Verdict
 
 axioms_app = typer.Typer(help="The operator properties (axioms) the verifier proves rules from.",
                          no_args_is_help=True)
@@ -108,17 +111,20 @@ def generate(max_ops: Annotated[int, typer.Option("--max-ops", "-n", min=1, max=
 
 @app.command()
 @handle_errors
-def verify(rule_file: Annotated[Path, typer.Argument(help="graphsub .rules file or TASO .pb file.")],
+def verify(rule_file: Annotated[Optional[Path], typer.Argument(help="graphsub .rules file or TASO .pb file (default: the built-in library).")] = None,
            timeout_ms: TimeoutOpt = 10_000, executor: ExecutorOpt = "process",
            workers: WorkersOpt = None, scheduler: SchedulerOpt = None,
            as_json: JsonOpt = False) -> None:
-    """Prove every rule of a file from the operator axioms with Z3; a rule that fails on
-    random inputs is refuted. Exit status 1 when any rule is refuted."""
+    """Verify every rule of a file (or of the built-in library): proven by Z3 from the operator
+    axioms, else tested exactly at random points; a rule that fails on random inputs is
+    refuted. Exit status 1 when any rule is refuted."""
     from graphsub.executors import make_executor
-    from graphsub.rules import load_rules
     from graphsub.proofs.batch import verify_rules
+    from graphsub.rules import library_files, load_rules
 
-    rules = load_rules([rule_file], check=False)
+    files = [rule_file] if rule_file is not None else library_files()
+    title = rule_file.name if rule_file is not None else "the built-in library"
+    rules = load_rules(files, check=False)
     ex = make_executor(executor, workers, scheduler)
     stages = _StageBar()
     try:
@@ -126,34 +132,50 @@ def verify(rule_file: Annotated[Path, typer.Argument(help="graphsub .rules file 
             verdicts = verify_rules(rules, timeout_ms, ex, progress=stages)
     finally:
         ex.close()
-    counts = {s: sum(v.status == s for v in verdicts) for s in ("proven", "refuted", "unknown")}
+    counts = {s: sum(v.status == s for v in verdicts) for s in VERDICTS}
     if as_json:
-        emit_json({"file": str(rule_file), "total": len(verdicts), **counts,
-                   "rules": [{"name": v.rule, "status": v.status, "seconds": round(v.seconds, 3),
+        emit_json({"file": str(rule_file) if rule_file is not None else "built-in library",
+                   "total": len(verdicts), **counts,
+                   "rules": [{"name": v.rule, "status": v.status, "evidence": v.evidence,
+                              "error_bound": v.error_bound, "seconds": round(v.seconds, 3),
                               "reason": v.reason, "scope": v.scope,
                               "checked_ranks": v.checked_ranks} for v in verdicts]})
     else:
-        # rules not proven for one reason share a row: a caveat is said once, not per rule
-        table = Table(title=f"{rule_file.name}: rules not proven")
-        for col in ("status", "why", "rules"):
-            table.add_column(col)
-        groups: dict[tuple[str, str], list[str]] = {}
-        for v in verdicts:
-            if v.status != "proven":
-                groups.setdefault((v.status, v.reason), []).append(v.rule)
-        for (status, reason), names in groups.items():
-            table.add_row(status, reason, f"{len(names)}: {', '.join(names)}")
-        if table.row_count:
-            out.print(table)
-        out.print(f"{len(verdicts)} rules: [green]{counts['proven']} proven[/], "
-                  f"[red]{counts['refuted']} refuted[/], {counts['unknown']} unknown "
-                  f"(Z3 limit {timeout_ms} ms per rule)")
-        scopes = sorted({v.scope for v in verdicts if v.scope})
-        if scopes:
-            out.print("[dim]The axioms model no shapes: a proof holds for "
-                      + " | ".join(escape(s) for s in scopes) + " (--json: per rule).[/]")
+        _print_verdicts(title, verdicts, counts, timeout_ms)
     if counts["refuted"]:
         raise typer.Exit(1)
+
+
+#: A verdict's statuses, strongest evidence first (proofs.prover.Verdict).
+VERDICTS = ("proven", "tested", "refuted", "unknown")
+
+
+def _print_verdicts(title: str, verdicts: list[Verdict], counts: dict[str, int], timeout_ms: int) -> None:
+    """Rules not proven by Z3, grouped by why (a caveat is said once, not per rule), then the
+    counts. Rules tested exactly share one row, with the largest chance of a false pass."""
+    table = Table(title=f"{title}: rules not proven by Z3")
+    for col in ("status", "why", "rules"):
+        table.add_column(col)
+    groups: dict[tuple[str, str], list[str]] = {}
+    tested = [v for v in verdicts if v.status == "tested"]
+    for v in verdicts:
+        if v.status not in ("proven", "tested"):
+            groups.setdefault((v.status, v.reason), []).append(v.rule)
+    if tested:
+        worst = max(v.error_bound or 0.0 for v in tested)
+        groups[("tested", "exact identity test at random integer points (each at most "
+                f"{worst:.0e} likely to pass a wrong rule)")] = [v.rule for v in tested]
+    for (status, reason), names in groups.items():
+        table.add_row(status, reason, f"{len(names)}: {', '.join(names)}")
+    if table.row_count:
+        out.print(table)
+    out.print(f"{len(verdicts)} rules: [green]{counts['proven']} proven[/] by Z3, "
+              f"[green]{counts['tested']} tested[/] exactly, [red]{counts['refuted']} refuted[/], "
+              f"{counts['unknown']} unknown (Z3 limit {timeout_ms} ms per rule)")
+    scopes = sorted({v.scope for v in verdicts if v.scope and v.status == "proven"})
+    if scopes:
+        out.print("[dim]The axioms model no shapes: a proof holds for "
+                  + " | ".join(escape(s) for s in scopes) + " (--json: per rule).[/]")
 
 
 @axioms_app.command("check")

@@ -96,7 +96,7 @@ def test_cli_generate_then_verify(tmp_path):
                             "--timeout-ms", "2000"])
     assert r.exit_code == 0, r.output
     v = json.loads(r.stdout)
-    assert v["total"] == data["rules"] == v["proven"] + v["unknown"] + v["refuted"]
+    assert v["total"] == data["rules"] == v["proven"] + v["tested"] + v["unknown"] + v["refuted"]
     assert v["refuted"] == 0 and v["proven"] >= data["verification"]["proven"]
 
 

@@ -4,8 +4,9 @@ A rule is translated into terms over the axioms' signature (tensor variables bec
 constants, attribute variables integer constants; shape-valued attributes such as split sizes
 are abstracted away, as TASO does). Z3 then checks that the axioms together with the negated
 equalities are unsatisfiable: `proven`. A rule whose sides differ on random inputs is `refuted`
-(the numerical check is a counterexample); anything else (a timeout, or the axioms not
-entailing it) is `unknown`.
+(the numerical check is a counterexample). A rule the axioms cannot express or Z3 cannot
+decide is then tested exactly at random points (`graphsub.proofs.identity`): `tested`, with
+the chance of a false pass; anything else is `unknown`.
 
 Each output equality is proven on its own (their conjunction is what the rule claims), in two
 stages. First E-matching alone, with Z3's model-based instantiation off and each axiom's two
@@ -36,6 +37,7 @@ from graphsub.proofs.axioms import (
     signature,
 )
 from graphsub.proofs.entailment import entails_all
+from graphsub.proofs.identity import identity_test
 from graphsub.proofs.lemmas import proven_lemmas
 
 
@@ -46,7 +48,9 @@ class Untranslatable(Exception):
 @dataclass(frozen=True)
 class Verdict:
     rule: str
-    status: str  # proven | refuted | unknown
+    #: proven (by Z3 from the axioms) | tested (by the exact identity test) | refuted (its
+    #: sides differ on random inputs) | unknown
+    status: str
     seconds: float
     reason: str = ""
     #: The shapes a proof speaks for: the axioms do not model shapes, so a proof holds where
@@ -54,6 +58,16 @@ class Verdict:
     scope: str = ""
     #: Combinations of operand ranks the numerical check ran the rule on.
     checked_ranks: int = 0
+    #: For `tested`: the chance that a rule whose sides differ passed the exact test.
+    error_bound: float | None = None
+
+    @property
+    def evidence(self) -> str:
+        """What the verdict rests on, in words."""
+        return {"proven": "proof by Z3 from the operator axioms",
+                "tested": f"exact identity test (false pass at most {self.error_bound:.0e})"
+                if self.error_bound is not None else "exact identity test",
+                "refuted": "counterexample on random inputs"}.get(self.status, "none")
 
 
 #: What the axioms assume of each operator's operands (they model no shapes, as in TASO).
@@ -228,7 +242,11 @@ def prove(rule: Rule, timeout_ms: int = 10_000, use_lemmas: bool = True) -> tupl
     return entails(eqs, timeout_ms, use_lemmas)
 
 
-def verify_rule(rule: Rule, timeout_ms: int = 10_000, numeric: bool = True) -> Verdict:
+def verify_rule(rule: Rule, timeout_ms: int = 10_000, numeric: bool = True,
+                exact: bool = True) -> Verdict:
+    """Refuted by the numerical check (with `numeric`), else proven by Z3 from the axioms,
+    else (with `exact`) tested by the exact identity test (`graphsub.proofs.identity`),
+    else unknown, with the reasons."""
     start = time.perf_counter()
     ranks = 0
     if numeric:
@@ -239,5 +257,13 @@ def verify_rule(rule: Rule, timeout_ms: int = 10_000, numeric: bool = True) -> V
                 return Verdict(rule.name, "refuted", time.perf_counter() - start,
                                str(exc).splitlines()[0])
     ok, reason = prove(rule, timeout_ms)
-    return Verdict(rule.name, "proven" if ok else "unknown", time.perf_counter() - start, reason,
-                   proof_scope(rule) if ok else "", ranks)
+    if ok:
+        return Verdict(rule.name, "proven", time.perf_counter() - start, reason,
+                       proof_scope(rule), ranks)
+    if exact:
+        tested = identity_test(rule)
+        if tested.status == "passed":
+            return Verdict(rule.name, "tested", time.perf_counter() - start, tested.describe(),
+                           "the shapes of its random instances", ranks, tested.error_bound)
+        reason = f"{reason}; exact test: {tested.describe()}"
+    return Verdict(rule.name, "unknown", time.perf_counter() - start, reason, "", ranks)

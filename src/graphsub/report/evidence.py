@@ -219,24 +219,40 @@ def rewrite_evidence(graph: Graph, candidate: Candidate, rules: Sequence[Rule],
 
 
 def proof_status(rule: Rule, timeout_ms: int = PROOF_MS) -> str:
-    """'proven' when Z3 derives the rule from the axioms, else why not (every built-in rule
-    is also checked on random inputs when it is loaded)."""
+    """'proven' when Z3 derives the rule from the axioms, else 'tested: ...' when it passes
+    the exact identity test (graphsub.proofs.identity, with its chance of a false pass), else
+    why neither (every built-in rule is also checked on random inputs when it is loaded).
+    Kept per process and, across runs, in the cache folder (graphsub.proofs.stored)."""
+    from graphsub.proofs.identity import identity_test
     from graphsub.proofs.prover import prove
+
+    from graphsub.proofs import stored
 
     key = (print_rule(rule), timeout_ms)
     if key in _PROOFS:
         _PROOFS.move_to_end(key)
         return _PROOFS[key]
-    try:
-        ok, why = prove(rule, timeout_ms=timeout_ms)
-    except Exception as exc:  # noqa: BLE001 (a rule the prover cannot read is unproven)
-        ok, why = False, f"the prover could not read it ({exc})"
-    _PROOFS[key] = "proven" if ok else (why or "not proven")
+    kept_key = stored.key(*key)
+    known = stored.stored(kept_key)
+    if known is None:
+        try:
+            ok, why = prove(rule, timeout_ms=timeout_ms)
+            if not ok:
+                tested = identity_test(rule)
+                why = f"{TESTED}{tested.describe()}" if tested.status == "passed" else \
+                    f"{why}; exact test: {tested.describe()}"
+            known = "proven" if ok else (why or "not proven")
+            stored.store(kept_key, known)  # a timeout is kept too: the report is no proof run
+        except Exception as exc:  # noqa: BLE001 (a rule the prover cannot read is unproven)
+            known = f"the prover could not read it ({exc})"
+    _PROOFS[key] = known
     if len(_PROOFS) > PROOFS_KEPT:
         _PROOFS.popitem(last=False)
     return _PROOFS[key]
 
 
+#: How proof_status begins for a rule that passed the exact identity test.
+TESTED = "tested: "
 #: Proof outcomes by rule text, once per process (a notebook renders many reports), the
 #: least recently used dropped past PROOFS_KEPT: five times the built-in rules and TASO's
 #: together (199), so that a process showing generated rule sets one after another does not

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from graphsub.report import plots
+from graphsub.report.evidence import TESTED
 from graphsub.report.words import stopped
 from graphsub.runtime.speedup import describe
 
@@ -256,13 +257,19 @@ def _rewrites(r: Mapping[str, Any]) -> list[str]:
     for n, (rule, steps) in enumerate(groups.items()):
         info = ev["rules"].get(rule, {})
         proof = info.get("proof", "")
+        tested = proof.startswith(TESTED)
         badge = ('<span class="badge proven">Z3-proven</span>' if proof == "proven" else
-                 f'<span class="badge unproven" title="{esc(proof)}">not proven by Z3'
+                 f'<span class="badge proven" title="{esc(proof)}">tested exactly</span>'
+                 if tested else
+                 f'<span class="badge unproven" title="{esc(proof)}">not proven'
                  "</span>" if proof else "")
         times = f"applied {len(steps)} time{'s' if len(steps) > 1 else ''}"
         out.append(f'<h3 id="rule-{n}"><code>{esc(rule)}</code>{badge} '
                    f'<span class="muted">{times}</span></h3>')
-        if proof and proof != "proven":
+        if tested:
+            out.append(f'<p class="muted">Not proven by Z3 (the axioms do not cover it); '
+                       f"{esc(proof[len(TESTED):])}.</p>")
+        elif proof and proof != "proven":
             out.append(f'<p class="muted">Z3: {esc(proof)}. Every rule is also checked on '
                        "random inputs when it is loaded.</p>")
         if info.get("text"):

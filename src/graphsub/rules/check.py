@@ -307,6 +307,21 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
         return None  # this draw of shapes and attributes does not fit the source: try another
 
 
+def rewritten_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] | None = None,
+                      square: bool = False) -> tuple[_Example, Graph] | None:
+    """A random instance of the rule's source (as _build_example draws it) and the graph the
+    rule rewrites it into, matched at the whole source; None when the draw does not fit."""
+    ex = _build_example(rule, rng, ranks, square)
+    if ex is None:
+        return None
+    matches = [m for m in find_matches(ex.graph, rule)
+               if set(m.roots) == set(ex.graph.outputs)]
+    if not matches:
+        return None
+    after = apply_match(ex.graph, matches[0])
+    return None if isinstance(after, Rejection) else (ex, after)
+
+
 @dataclass(frozen=True)
 class RuleCheck:
     rule: str
@@ -361,16 +376,10 @@ def check_rule(rule: Rule, examples: int = 3, attempts: int = 1000, rtol: float 
 
     def try_example(ranks: dict[str, int] | None, square: bool = False) -> bool:
         nonlocal done, worst
-        ex = _build_example(rule, rng, ranks, square)
-        if ex is None:
+        drawn = rewritten_example(rule, rng, ranks, square)
+        if drawn is None:
             return False
-        matches = [m for m in find_matches(ex.graph, rule)
-                   if set(m.roots) == set(ex.graph.outputs)]
-        if not matches:
-            return False
-        after = apply_match(ex.graph, matches[0])
-        if isinstance(after, Rejection):
-            return False
+        ex, after = drawn
         before_out = evaluate(ex.graph, ex.feeds)
         after_out = evaluate(after, ex.feeds)
         for name in before_out:

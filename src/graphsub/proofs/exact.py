@@ -1,0 +1,423 @@
+"""Graphs evaluated exactly: rational arithmetic, -inf as a value, random functions for what
+rational arithmetic cannot compute. The evaluator of `graphsub.proofs.identity`'s tests.
+
+Values are numpy object arrays of `Fraction` (and NEG_INF, what masks hold). Arithmetic is
+exact in every type, as the axioms take it. What it cannot compute (tanh, erf, a square root,
+softmax over a row, rounding to a type that does not hold the value) is a random function of
+its exact argument: a keyed hash, the same function wherever the same operation occurs, so a
+rule that holds here holds whatever those functions are, the real ones among them. Where a
+function has a property every rule of a kind relies on, the property is built in and stated
+here: softmax gives a masked (-inf) position zero; rounding an integer in the type's range
+to that type leaves it; a cast to a type that holds the value is the identity. Fused
+operators (attention, GELU, batch normalization) are their definitions (axioms), each checked
+against its numpy reference by the tests (tests/proofs/test_identity.py).
+
+A float constant (a weight, a float32 attribute such as an epsilon) is read as the simplest
+rational that its type rounds to it: the 1/9 of a 3x3 average, a rewrite folded into float32
+as 0.11111111, is 1/9 again, and a constant such as 1/sqrt(2) is one fixed rational wherever
+it occurs. A float64 attribute (a scale) is read exactly: what rewrites compute of such values
+(a scale times a weight's value) is exact in float64.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from graphsub.ir import Graph, Value
+from graphsub.ops import get_op
+from graphsub.ops.attention import causal_mask
+
+#: Random functions take values in [-SPREAD, SPREAD], as the identity test's points do.
+SPREAD = 1 << 10
+
+
+class NotExact(Exception):
+    """An operator, or a value, the exact evaluator has no semantics for."""
+
+
+class _NegInf:
+    """-inf, exactly: what a mask holds where a score is left out. Sums with it are -inf, as
+    is its product with a positive number; anything else (+inf, nan) is not exact here."""
+
+    def __repr__(self) -> str:
+        return "-inf"
+
+    def __float__(self) -> float:
+        return float("-inf")
+
+    def __add__(self, other: object) -> _NegInf:
+        return self
+
+    __radd__ = __add__
+
+    def __sub__(self, other: object) -> _NegInf:
+        if other is self:
+            raise NotExact("-inf - -inf")
+        return self
+
+    def __rsub__(self, other: object) -> _NegInf:
+        raise NotExact("+inf")
+
+    def __mul__(self, other: object) -> _NegInf:
+        if other is self or not other > 0:  # type: ignore[operator]
+            raise NotExact("-inf times a number not positive")
+        return self
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: object) -> _NegInf:
+        return self.__mul__(other)
+
+
+NEG_INF = _NegInf()
+
+
+# ---- reading numbers -------------------------------------------------------------------------
+
+def simplest_between(lo: Fraction, hi: Fraction) -> Fraction:
+    """The rational with the smallest denominator (then numerator) in [lo, hi]."""
+    if lo <= 0 <= hi:
+        return Fraction(0)
+    if hi < 0:
+        return -simplest_between(-hi, -lo)
+    if math.ceil(lo) <= hi:
+        return Fraction(math.ceil(lo))
+    floor = math.floor(lo)
+    return floor + 1 / simplest_between(1 / (hi - floor), 1 / (lo - floor))
+
+
+def read_float(x: float, dtype: str = "float32") -> Fraction | _NegInf:
+    """The simplest rational that type `dtype` rounds to `x` (-inf as NEG_INF)."""
+    if x == float("-inf"):
+        return NEG_INF
+    if not math.isfinite(x):
+        raise NotExact(f"the value {x}")
+    # bfloat16 has no nextafter in numpy: its values are read in float32's finer grid
+    kind = np.dtype(dtype) if dtype in ("float16", "float32", "float64") else np.dtype(np.float32)
+    value = kind.type(x)
+    if value == 0:
+        return Fraction(0)
+    below = np.nextafter(value, kind.type(-np.inf), dtype=kind)
+    above = np.nextafter(value, kind.type(np.inf), dtype=kind)
+    exact = Fraction(float(value))
+    return simplest_between((exact + Fraction(float(below))) / 2,
+                            (exact + Fraction(float(above))) / 2)
+
+
+def read_attribute(x: float, declared: str) -> Fraction | _NegInf:
+    """A float attribute: one declared float32 (an epsilon) as `read_float` reads a float32
+    weight, so that the weight a rewrite makes of it reads the same; one in float64 (a
+    scale) exactly, as the products of such values a rewrite computes are exact there."""
+    return read_float(x, "float32") if declared == "float32" else Fraction(x)
+
+
+def exact_array(a: np.ndarray) -> np.ndarray:
+    """An array read exactly: integers as they are, floats as `read_float` reads them."""
+    a = np.asarray(a)
+    if a.dtype == object:
+        return a
+    out = np.empty(a.shape, dtype=object)
+    dtype = str(a.dtype)
+    for index in np.ndindex(a.shape):
+        item = a[index].item()
+        out[index] = (Fraction(int(item)) if a.dtype.kind in "biu"
+                      else read_float(float(item), dtype))
+    return out
+
+
+def to_floats(a: np.ndarray) -> np.ndarray:
+    return np.asarray([float(v) for v in a.flat], dtype=np.float64).reshape(a.shape)
+
+
+# ---- random functions --------------------------------------------------------------------------
+
+def _canonical(part: object) -> object:
+    """A value as the hash reads it: the same number the same way, however it was made (a
+    Python int from a sum's start, a Fraction from a product)."""
+    if isinstance(part, tuple):
+        return tuple(_canonical(p) for p in part)
+    return part if isinstance(part, (str, _NegInf)) else Fraction(part)  # type: ignore[arg-type]
+
+
+def hashed(key: str, *parts: object) -> Fraction:
+    """A random function's value at `parts` (a keyed hash into [-SPREAD, SPREAD])."""
+    text = repr((key, _canonical(parts)))
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return Fraction(int.from_bytes(digest, "little") % (2 * SPREAD + 1) - SPREAD)
+
+
+def elementwise(key: str, *xs: np.ndarray) -> np.ndarray:
+    """A random function applied element by element (operands broadcast together)."""
+    parts = np.broadcast_arrays(*xs)
+    out = np.empty(parts[0].shape, dtype=object)
+    for index in np.ndindex(out.shape):
+        args = tuple(p[index] for p in parts)
+        if any(a is NEG_INF for a in args):
+            raise NotExact(f"{key} of -inf")
+        out[index] = hashed(key, *args)
+    return out
+
+
+def softmax_rows(x: np.ndarray, axis: int, guarded: bool = False) -> np.ndarray:
+    """Softmax along `axis` as a random function of each row, zero where the row holds -inf
+    (what masking relies on). A row of -inf alone is zeros for the guarded softmax and not
+    a number for softmax. A scalar is a row of one (numpy reduces a scalar along axis 0)."""
+    if x.ndim == 0:
+        return softmax_rows(x.reshape(1), 0, guarded).reshape(())
+    moved = np.moveaxis(x, axis, -1)
+    out = np.empty(moved.shape, dtype=object)
+    for index in np.ndindex(moved.shape[:-1]):
+        row = tuple(moved[index])
+        if all(v is NEG_INF for v in row) and not guarded:
+            raise NotExact("softmax of a row of -inf")
+        for i, v in enumerate(row):
+            out[index + (i,)] = Fraction(0) if v is NEG_INF else hashed("softmax", row, i)
+    return np.moveaxis(out, -1, axis)
+
+
+# ---- the operators ---------------------------------------------------------------------------
+
+FLOAT_WIDTH = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
+HALF = frozenset({"float16", "bfloat16"})
+INTEGER_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
+                 "uint16": (0, 65535), "int32": (-2 ** 31, 2 ** 31 - 1)}
+
+
+def holds(to: str, exact_in: str) -> bool:
+    """Whether type `to` holds every value of type `exact_in` (float16 in float32)."""
+    return to == exact_in or (to in FLOAT_WIDTH and exact_in in FLOAT_WIDTH and
+                              FLOAT_WIDTH[to] > FLOAT_WIDTH[exact_in] and
+                              {to, exact_in} != HALF)
+
+
+def rounded(x: np.ndarray, to: str) -> np.ndarray:
+    """A value rounded to type `to`: a random function of the exact value (the same from
+    whatever type held it, since the value itself is exact)."""
+    return elementwise(f"round to {to}", x)
+
+
+def _activation(name: str, x: np.ndarray) -> np.ndarray:
+    return x if name == "none" else elementwise(name, x)
+
+
+def _matmul(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
+    return _activation(attrs.get("activation", "none"), np.matmul(xs[0], xs[1]))
+
+
+def _conv(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
+    from graphsub.ops.conv import conv2d_reference, resolve_pads
+
+    x, w = xs[0], xs[1]
+    pads = resolve_pads(attrs["padding"], x.shape[2:], w.shape[2:], attrs["stride"],
+                        attrs["dilation"])
+    top, left, bottom, right = pads
+    size = tuple((n + lo + hi - d * (k - 1) - 1) // s + 1 for n, k, s, d, lo, hi in
+                 zip(x.shape[2:], w.shape[2:], attrs["stride"], attrs["dilation"],
+                     (top, left), (bottom, right)))
+    # padded here with exact zeros (the reference pads with 0.0, a float among fractions)
+    padded = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)),
+                    constant_values=Fraction(0))
+    out = conv2d_reference(padded, w, xs[2] if len(xs) > 2 else None, attrs["stride"],
+                           (0, 0, 0, 0), attrs["dilation"], size)
+    return _activation(attrs.get("activation", "none"), out)
+
+
+def _avg_pool(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
+    """Window sums over the kernel's area; padded cells count as zeros where
+    count_include_pad says so (elsewhere the divisor varies: not modelled)."""
+    from graphsub.ops.conv import resolve_pads
+
+    (kh, kw), (sh, sw), x = attrs["kernel"], attrs["stride"], xs[0]
+    top, left, bottom, right = resolve_pads(attrs["padding"], x.shape[2:], (kh, kw),
+                                            (sh, sw), (1, 1))
+    if any((top, left, bottom, right)) and not attrs.get("count_include_pad"):
+        raise NotExact("average pooling that leaves padded cells out")
+    x = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=Fraction(0))
+    ho, wo = (x.shape[2] - kh) // sh + 1, (x.shape[3] - kw) // sw + 1
+    out = np.empty(x.shape[:2] + (ho, wo), dtype=object)
+    for i in range(ho):
+        for j in range(wo):
+            out[:, :, i, j] = x[:, :, i * sh:i * sh + kh, j * sw:j * sw + kw].sum(axis=(2, 3))
+    return out / (kh * kw)
+
+
+def _along(p: np.ndarray, axis: int, ndim: int) -> np.ndarray:
+    if p.size == 1:
+        return p.reshape(())
+    shape = [1] * ndim
+    shape[axis % ndim] = p.size
+    return p.reshape(shape)
+
+
+def _dequantize(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
+    q, axis = xs[0], attrs["axis"]
+    shifted = q - _along(xs[2], axis, q.ndim) if len(xs) > 2 else q
+    return shifted * _along(xs[1], axis, q.ndim)
+
+
+def _quantize(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
+    """round(x / scale) + zero point, saturated to the type: an integer in the type's range
+    is left as it is (what rounding and saturating do to one); anything else is a random
+    function of it."""
+    x, axis, dtype = xs[0], attrs["axis"], attrs["dtype"]
+    if dtype not in INTEGER_RANGE:
+        raise NotExact(f"quantizing to {dtype}")
+    low, high = INTEGER_RANGE[dtype]
+    zero = _along(xs[2], axis, x.ndim) if len(xs) > 2 else np.asarray(Fraction(0), dtype=object)
+    ratio, zero = np.broadcast_arrays(x / _along(xs[1], axis, x.ndim), zero)
+    out = np.empty(ratio.shape, dtype=object)
+    for index in np.ndindex(out.shape):
+        t, z = ratio[index], zero[index]
+        if t is NEG_INF:
+            raise NotExact("quantizing -inf")
+        whole = Fraction(t).denominator == 1
+        value = t + z
+        out[index] = value if whole and low <= value <= high else hashed(
+            f"quantize {dtype}", t, z)
+    return out
+
+
+def _attention(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
+    """Its definition (ops.attention's numpy reference): softmax(scale * q k^T + mask) v, keys
+    and values repeated over grouped heads, left out where a boolean mask or the causal flag
+    says so."""
+    q, k, v = xs[:3]
+    group = q.shape[-3] // k.shape[-3]
+    k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * read_attribute(attrs["scale"], "float64")
+    keep = np.ones(scores.shape, dtype=bool)
+    if attrs["causal"]:
+        keep &= causal_mask(*scores.shape[-2:])
+    if len(xs) > 3:
+        if xs[3].dtype == bool:  # exact_evaluate hands a boolean mask over as one
+            keep &= xs[3]
+        else:
+            scores = scores + xs[3]
+    scores = np.where(keep, scores, NEG_INF)
+    return np.matmul(softmax_rows(scores, -1, guarded=True), v)
+
+
+def _batch_norm(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
+    """(x - mean) * scale / sqrt(var + epsilon) + bias over the channel axis."""
+    x, scale, bias, mean, var = xs
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    root = elementwise("sqrt", var + read_attribute(attrs["epsilon"], "float32"))
+    inv = scale / root
+    return (x - mean.reshape(shape)) * inv.reshape(shape) + bias.reshape(shape)
+
+
+#: GELU's constants: 1/sqrt(2), sqrt(2/pi) and the cubic's 0.044715, read in float32.
+INV_SQRT2, TANH_SCALE, TANH_CUBIC = (read_float(c) for c in
+                                     (1 / math.sqrt(2), math.sqrt(2 / math.pi), 0.044715))
+
+
+def _gelu(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
+    """Its definition: x/2 (1 + erf(x / sqrt 2)), or with tanh(sqrt(2/pi) (x + 0.044715 x^3))."""
+    x = xs[0]
+    if attrs["approximate"] == "tanh":
+        inner = elementwise("tanh", x * TANH_SCALE * (1 + TANH_CUBIC * x * x))
+    else:
+        inner = elementwise("erf", x * INV_SQRT2)
+    return x * Fraction(1, 2) * (1 + inner)
+
+
+Exact = Callable[[Mapping[str, Any], Sequence[np.ndarray]], np.ndarray]
+
+
+def _random_function(name: str) -> Exact:
+    return lambda attrs, xs: elementwise(name, *xs)
+
+
+#: Operators whose numpy reference moves elements without arithmetic: exact on object arrays.
+MOVES = frozenset({"concat", "split", "reshape", "transpose", "expand", "squeeze",
+                   "unsqueeze", "identity", "enlarge", "slice"})
+
+EXACT: dict[str, Exact] = {
+    "add": lambda attrs, xs: xs[0] + xs[1],
+    "sub": lambda attrs, xs: xs[0] - xs[1],
+    "mul": lambda attrs, xs: xs[0] * xs[1],
+    "smul": lambda attrs, xs: xs[0] * xs[1],
+    "div": lambda attrs, xs: xs[0] / xs[1],
+    "neg": lambda attrs, xs: -xs[0],
+    "dropout": lambda attrs, xs: xs[0],  # inference: the identity
+    "flatten": lambda attrs, xs: xs[0].reshape(
+        math.prod(xs[0].shape[:attrs["axis"]]), math.prod(xs[0].shape[attrs["axis"]:])),
+    "matmul": _matmul,
+    "conv2d": _conv,
+    "avg_pool2d": _avg_pool,
+    "dequantize": _dequantize,
+    "quantize": _quantize,
+    "attention": _attention,
+    "batch_norm": _batch_norm,
+    "gelu": _gelu,
+    "softmax": lambda attrs, xs: softmax_rows(xs[0], attrs["axis"]),
+    "guarded_softmax": lambda attrs, xs: softmax_rows(xs[0], attrs["axis"], guarded=True),
+    **{name: _random_function(name) for name in ("relu", "sigmoid", "tanh", "erf", "sqrt",
+                                                 "exp")},
+}
+
+#: Operators whose value goes through a random function (the numpy reference computes the
+#: real one, so the two are not compared), and which round to half precision there.
+THROUGH_RANDOM = frozenset({"softmax", "guarded_softmax", "relu", "sigmoid", "tanh", "erf",
+                            "sqrt", "exp", "gelu", "quantize", "attention", "batch_norm"})
+
+
+def through_random(graph: Graph) -> bool:
+    """Whether any value of the graph goes through a random function (or a cast)."""
+    return any(node.op in THROUGH_RANDOM or node.op == "cast" or
+               node.attrs.get("activation", "none") != "none" for node in graph.nodes.values())
+
+
+def _run(op: str, attrs: Mapping[str, Any], args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """One operator's exact outputs. A case its exact semantics does not meet (a softmax over
+    a scalar) leaves the instance untested rather than ending the verification."""
+    try:
+        if op in EXACT:
+            return (np.asarray(EXACT[op](attrs, args), dtype=object),)
+        return tuple(np.asarray(r, dtype=object) for r in get_op(op).evaluate(attrs, args))
+    except (ValueError, IndexError, TypeError, np.exceptions.AxisError) as exc:
+        raise NotExact(f"{op} on operands of shapes "
+                       f"{', '.join(str(a.shape) for a in args)} ({exc})") from None
+
+
+def exact_evaluate(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The graph's outputs computed exactly from the given inputs and its own weights. Each
+    value carries the narrowest type that holds it exactly, which decides whether a cast
+    rounds; an operator in half precision that goes through a random function rounds its
+    result (graphsub's operators compute in float32 there and round, runtime.reference)."""
+    values: dict[Value, np.ndarray] = {}
+    exact_in: dict[Value, str] = {}
+    for nid in graph.topo_order():
+        node = graph[nid]
+        dtypes = [t.dtype for t in node.outputs]
+        if node.op == "input":
+            outs: tuple[np.ndarray, ...] = (exact_array(feeds[node.attrs["name"]]),)
+        elif node.op == "weight":
+            outs = (exact_array(node.attrs["value"].array),)
+        else:
+            args = [values[v] for v in node.inputs]
+            attrs = node.attrs
+            if node.op == "attention" and len(args) > 3 and exact_in[node.inputs[3]] == "bool":
+                args[3] = to_floats(args[3]).astype(bool)
+            if node.op == "cast":
+                to, source = attrs["to"], exact_in[node.inputs[0]]
+                outs = (args[0],) if holds(to, source) else (rounded(args[0], to),)
+                dtypes[0] = source if holds(to, source) else to
+            elif node.op in EXACT or node.op in MOVES:
+                outs = _run(node.op, attrs, args)
+            else:
+                raise NotExact(f"operator {node.op}")
+            if node.op in THROUGH_RANDOM and dtypes[0] in HALF:
+                outs = (rounded(outs[0], dtypes[0]),)
+        for i, out in enumerate(outs):
+            if any(isinstance(v, float) for v in out.flat):
+                raise NotExact(f"{node.op}: a float among the exact values")
+            values[Value(nid, i)] = out
+            exact_in[Value(nid, i)] = dtypes[i]
+    return {name: values[v] for name, v in zip(graph.output_names, graph.outputs)}

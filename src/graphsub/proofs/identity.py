@@ -1,0 +1,217 @@
+"""Exact randomized identity tests of rules, for what Z3 over the axioms cannot say.
+
+The axioms model no shapes, reshapes, casts, softmax or attention, so most rules of the
+library are beyond `graphsub.proofs.prover`. Such a rule is tested here as Mirage tests its
+kernels: both sides are evaluated exactly (`graphsub.proofs.exact`: rational arithmetic, random
+functions for what it cannot compute) at random integer points, on instances (shapes,
+attributes, the values its conditions fix) drawn as the numerical check draws them
+(`rules.check`). Where the two sides are rational functions of the points and of the random
+functions' values, Schwartz-Zippel bounds the chance that they differ yet agree at one point
+by their degree over the number of integers drawn from; independent instances multiply.
+
+Evidence is what passes here; a failure is never a refutation (only the numerical check
+refutes): a rule may rely on a property of a function the test makes random (relu is
+idempotent), and then stays unknown, with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graphsub.errors import GraphsubError
+from graphsub.ir import Graph
+from graphsub.proofs.exact import (EXACT, NEG_INF, SPREAD, THROUGH_RANDOM, NotExact,
+                                   exact_evaluate, through_random, to_floats)
+from graphsub.rules.ast import Rule
+from graphsub.rules.check import PLAN_ATTEMPTS, _rank_plans, rewritten_example
+from graphsub.runtime.reference import evaluate
+
+#: Distinct instances (shapes and attributes) a rule is tested on, and draws tried to find
+#: them: the numerical check's three examples can all miss a wrong case (TASO's rule 98 is
+#: wrong only where its convolutions are grouped, 1 draw in 4 or so).
+INSTANCES, DRAWS = 8, 400
+
+
+class _IntegerPoints:
+    """The numerical check's random generator with its normal draws replaced by integers in
+    [-SPREAD, SPREAD] (exact in float16): the instances it builds are the same kind, their
+    values the points of the identity test."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def standard_normal(self, shape: Any = None) -> np.ndarray:
+        return self._rng.integers(-SPREAD, SPREAD + 1, shape).astype(np.float64)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rng, name)
+
+
+@dataclass(frozen=True)
+class IdentityTest:
+    """What the exact test found: `passed` (every instance's two sides equal), `differs` (an
+    instance where they are not) or `not tested`, with the reason."""
+
+    status: str
+    instances: int = 0
+    #: Chance that a rule whose sides differ passed anyway (Schwartz-Zippel, multiplied over
+    #: the instances).
+    error_bound: float = 1.0
+    reason: str = ""
+
+    def describe(self) -> str:
+        if self.status == "passed":
+            return (f"exact identity test: equal on {self.instances} random instances "
+                    f"(chance of a false pass at most {self.error_bound:.0e})")
+        return self.reason
+
+
+def identity_test(rule: Rule, seed: int = 0) -> IdentityTest:
+    """Test `rule` exactly on the instances the numerical check would draw: for every
+    combination of operand ranks its roles allow, a square draw or up to PLAN_ATTEMPTS
+    others (TASO's convolution merges are wrong only where a convolution is grouped, which
+    some combinations alone give), then random draws up to INSTANCES in all."""
+    rng = _IntegerPoints(seed)
+    tested = _Tally()
+    for plan in _rank_plans(rule, rng):  # type: ignore[arg-type]
+        if plan is not None:
+            for attempt in range(PLAN_ATTEMPTS + 1):
+                found = tested.add(_instance(rule, rng, plan, square=attempt == 0))
+                if found is not None:
+                    if found.status != "passed":
+                        return found
+                    break
+    for draw in range(DRAWS):
+        if tested.instances >= INSTANCES:
+            break
+        # distinct instances first; then, where a rule's instances have few shapes, new
+        # points at shapes tested already (independent trials all the same)
+        found = tested.add(_instance(rule, rng), repeat=draw >= DRAWS // 2)
+        if found is not None and found.status != "passed":
+            return found
+    if tested.instances == 0:
+        return IdentityTest("not tested", reason=tested.untestable or
+                            "no instance of its source could be drawn")
+    return IdentityTest("passed", tested.instances, tested.bound)
+
+
+class _Tally:
+    """The instances tested so far and the bound they give."""
+
+    def __init__(self) -> None:
+        self.instances, self.bound = 0, 1.0
+        self.seen: set[tuple] = set()
+        self.untestable = ""
+
+    def add(self, instance: tuple[Graph, Graph, dict[str, np.ndarray]] | None,
+            repeat: bool = False) -> IdentityTest | None:
+        """None where there is no instance (one of shapes tested already, unless `repeat`;
+        one the exact semantics do not cover, whose reason is kept; a divisor vanished
+        there); else the outcome of testing it: passed (counted), differs or not tested."""
+        if instance is None:
+            return None
+        before, after, feeds = instance
+        if _shapes(before) in self.seen and not repeat:
+            return None
+        self.seen.add(_shapes(before))
+        try:
+            want, got = exact_evaluate(before, feeds), exact_evaluate(after, feeds)
+        except NotExact as exc:
+            self.untestable = f"no exact semantics for {exc}"
+            return None
+        except ZeroDivisionError:
+            return None  # a point where a divisor vanishes: draw another
+        disagree = _disagrees_with_reference(before, feeds, want) or \
+            _disagrees_with_reference(after, feeds, got)
+        if disagree:
+            return IdentityTest("not tested", self.instances, reason=disagree)
+        for name in want:
+            if want[name].shape != got[name].shape or not _equal(want[name], got[name]):
+                return IdentityTest("differs", self.instances, reason="the exact test found "
+                                    f"the two sides different (output {name})")
+        self.instances += 1
+        self.bound *= min(1.0, (_degree(before) + _degree(after)) / _smallest_set(feeds))
+        return IdentityTest("passed", self.instances, self.bound)
+
+
+def _shapes(graph: Graph) -> tuple:
+    """An instance as its operators, shapes and attributes, whatever its values."""
+    return tuple(sorted((node.op, tuple(t.shape for t in node.outputs),
+                         repr(sorted((k, v) for k, v in node.attrs.items() if k != "value")))
+                        for node in graph.nodes.values()))
+
+
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    return all(x is y if NEG_INF in (x, y) else x == y for x, y in zip(a.flat, b.flat))
+
+
+def _instance(rule: Rule, rng: _IntegerPoints, ranks: dict[str, int] | None = None,
+              square: bool = False) -> tuple[Graph, Graph, dict[str, np.ndarray]] | None:
+    try:
+        drawn = rewritten_example(rule, rng, ranks, square)  # type: ignore[arg-type]
+    except GraphsubError:  # an instance the rewrite cannot build: draw another
+        return None
+    if drawn is None:
+        return None
+    example, after = drawn
+    return example.graph, after, dict(example.feeds)
+
+
+def _disagrees_with_reference(graph: Graph, feeds: Mapping[str, np.ndarray],
+                              exact: Mapping[str, np.ndarray]) -> str:
+    """Why the exact values of an instance disagree with graphsub's numpy reference ("": they
+    agree to rounding). Checked on every instance with no random function in it: the exact
+    evaluator is only as right as this."""
+    if through_random(graph):
+        return ""
+    reference = evaluate(graph, feeds)
+    for name, value in exact.items():
+        want = np.asarray(reference[name], dtype=np.float64)
+        got = to_floats(value)
+        both_inf = np.isneginf(want) & np.isneginf(got)
+        diff = np.where(both_inf, 0.0, np.abs(np.where(both_inf, 0.0, got - want)))
+        scale = max(float(np.abs(np.where(both_inf, 0.0, want)).max(initial=0.0)), 1.0)
+        if got.shape != want.shape or not (diff <= 1e-3 * scale).all():
+            return (f"the exact semantics disagree with the numpy reference on output {name} "
+                    f"(operators {', '.join(sorted({n.op for n in graph.nodes.values()}))})")
+    return ""
+
+
+#: Operators whose result's degree is the sum of their operands' (a product).
+_PRODUCTS = frozenset({"mul", "smul", "matmul", "conv2d", "dequantize", "div"})
+
+
+def _degree(graph: Graph) -> int:
+    """A bound on the degree of the graph's outputs (numerator plus denominator) as
+    polynomials in the drawn points and the random functions' values (each a variable)."""
+    degree: dict[int, int] = {}
+    for nid in graph.topo_order():
+        node = graph[nid]
+        ins = [degree[v.node] for v in node.inputs]
+        if node.op in ("input", "weight") or (node.op in THROUGH_RANDOM and
+                                              node.op not in ("attention", "batch_norm", "gelu")):
+            degree[nid] = 1
+        elif node.op in _PRODUCTS or node.op in ("attention", "batch_norm", "gelu"):
+            degree[nid] = sum(ins) + 1  # +1: a random function's value inside, or a bias
+        else:  # sums, moves, casts: no higher than the highest operand
+            degree[nid] = max(ins, default=1)
+    return max((degree[v.node] for v in graph.outputs), default=1)
+
+
+def _smallest_set(feeds: Mapping[str, np.ndarray]) -> int:
+    """How many values the smallest-drawn operand takes: integers in [-SPREAD, SPREAD], or
+    fewer for an 8-bit quantized operand."""
+    sizes = [2 * SPREAD + 1]
+    for array in feeds.values():
+        kind = np.asarray(array).dtype
+        if kind.kind in "iu":
+            info = np.iinfo(kind)
+            sizes.append(min(int(info.max) - int(info.min) + 1, 2 * SPREAD + 1))
+    return min(sizes)
+
+
+__all__ = ["EXACT", "IdentityTest", "identity_test"]
