@@ -67,6 +67,25 @@ WRONG = {
     # rounding to integers does not give back what it rounded
     "quantization is not invertible": "(dequantize (quantize ?x ?s ?z :axis 0) ?s ?z :axis 0) "
                                       "=> ?x where (eq (rank ?s) 0)",
+    # ... not even at a scale of one, off the whole numbers
+    "quantization at scale one": "(dequantize (quantize ?x ?s :axis 0 :dtype int16) ?s :axis 0)"
+                                 " => ?x where (all-equal ?s 1)",
+    # a product moved into float16 rounds (and overflows) there
+    "work moved into half precision": "(add (cast (add ?a ?b) :to float32) (mul (cast ?x :to "
+                                      "float32) (cast ?y :to float32))) => (add (cast (add ?a "
+                                      "?b) :to float32) (cast (mul ?x ?y) :to float32)) where "
+                                      "(eq (dtype ?x) float16), (eq (dtype ?y) float16), "
+                                      "(eq (dtype ?a) float16), (eq (dtype ?b) float16)",
+    # int8 sums wrap around
+    "int8 sum": "(relu (dequantize (add ?p ?q) ?s :axis 0)) => (relu (add (dequantize ?p ?s "
+                ":axis 0) (dequantize ?q ?s :axis 0))) where (eq (dtype ?p) int8), "
+                "(eq (dtype ?q) int8), (eq (rank ?s) 0)",
+    # integer division truncates
+    "integer quotient": "(cast (mul (div ?p ?q) ?q) :to float32) => (cast ?p :to float32) "
+                        "where (eq (dtype ?p) int32), (eq (dtype ?q) int32)",
+    # 0.7 in float16 is 0.70019...
+    "half-precision constant": "(mul ?x ?c) => (mul ?x (cast (constant :value 0.7 :shape [] "
+                               ":dtype float16) :to float32)) where (all-equal ?c 0.7)",
 }
 
 
@@ -74,6 +93,16 @@ WRONG = {
 def test_wrong_rules_do_not_pass(name):
     result = identity_test(rule(WRONG[name]))
     assert result.status == "differs", (name, result)
+
+
+def test_the_largest_float_as_a_mask_value_is_read_not_a_crash():
+    """Exporters mask with float32's lowest value: it has no neighbour below."""
+    lowest = float(np.finfo(np.float32).min)
+    read = read_float(lowest)
+    assert isinstance(read, Fraction) and np.float32(float(read)) == np.float32(lowest)
+    ok = rule("(softmax (add ?x ?c) :axis -1) => (softmax (add ?c ?x) :axis -1) "
+              "where (all-equal ?c -3.4028234663852886e38)")
+    assert identity_test(ok).status == "passed"
 
 
 def test_a_difference_below_the_numerical_checks_tolerance_is_found():

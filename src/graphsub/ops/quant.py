@@ -156,6 +156,8 @@ def _quantize_infer(attrs: Attrs, ins: Types) -> Types:
     zero_point = ins[2] if len(ins) > 2 else None
     if not is_float(x):
         raise ShapeError(f"quantize: needs a float input, got {x.dtype}")
+    if attrs["dtype"] not in QUANT_RANGES:  # a rule asking for int32 ended in a KeyError
+        raise ShapeError(f"quantize: makes {', '.join(QUANT_RANGES)}, not {attrs['dtype']}")
     _check_params("quantize", x, attrs["axis"], scale, zero_point)
     if zero_point is not None and zero_point.dtype != attrs["dtype"]:
         raise ShapeError(f"quantize: the zero point is {zero_point.dtype}, the output "

@@ -33,8 +33,11 @@ from graphsub.ir import Graph, Value
 from graphsub.ops import get_op
 from graphsub.ops.attention import causal_mask
 
-#: Random functions take values in [-SPREAD, SPREAD], as the identity test's points do.
-SPREAD = 1 << 10
+#: The identity test's points, and random functions' values: eighths in [-SPREAD, SPREAD]
+#: (exact in float32, and mostly not whole numbers, so that a rounding whose one built-in
+#: property is leaving whole numbers alone is exercised off them), POINTS values in all.
+SPREAD, EIGHTHS = 1 << 10, 8
+POINTS = 2 * SPREAD * EIGHTHS + 1
 
 
 class NotExact(Exception):
@@ -93,7 +96,8 @@ def simplest_between(lo: Fraction, hi: Fraction) -> Fraction:
 
 
 def read_float(x: float, dtype: str = "float32") -> Fraction | _NegInf:
-    """The simplest rational that type `dtype` rounds to `x` (-inf as NEG_INF)."""
+    """The simplest rational that type `dtype` rounds to `x` (-inf as NEG_INF); a half
+    precision value exactly, as its grid is too coarse to stand for a rational."""
     if x == float("-inf"):
         return NEG_INF
     if not math.isfinite(x):
@@ -103,11 +107,21 @@ def read_float(x: float, dtype: str = "float32") -> Fraction | _NegInf:
     value = kind.type(x)
     if value == 0:
         return Fraction(0)
-    below = np.nextafter(value, kind.type(-np.inf), dtype=kind)
-    above = np.nextafter(value, kind.type(np.inf), dtype=kind)
     exact = Fraction(float(value))
-    return simplest_between((exact + Fraction(float(below))) / 2,
-                            (exact + Fraction(float(above))) / 2)
+    if dtype in HALF:
+        return exact  # a coarse grid: 0.7 in float16 is 0.70019..., not 7/10
+    with np.errstate(over="ignore"):
+        below = np.nextafter(value, kind.type(-np.inf), dtype=kind)
+        above = np.nextafter(value, kind.type(np.inf), dtype=kind)
+    # the largest finite value (a mask's "minus infinity" in many exporters) has no neighbour
+    # beyond it: its interval ends at itself
+    for share in (2, 4):  # half the gap to each neighbour; a quarter where a tie went away
+        low = exact + (Fraction(float(below)) - exact) / share if np.isfinite(below) else exact
+        high = exact + (Fraction(float(above)) - exact) / share if np.isfinite(above) else exact
+        read = simplest_between(low, high)
+        if kind.type(float(read)) == value:
+            break
+    return read
 
 
 def read_attribute(x: float, declared: str) -> Fraction | _NegInf:
@@ -137,6 +151,11 @@ def to_floats(a: np.ndarray) -> np.ndarray:
 
 # ---- random functions --------------------------------------------------------------------------
 
+#: How many random-function values this process has computed: `exact_run` tells from it
+#: whether an evaluation went through one.
+_USES = [0]
+
+
 def _canonical(part: object) -> object:
     """A value as the hash reads it: the same number the same way, however it was made (a
     Python int from a sum's start, a Fraction from a product)."""
@@ -145,11 +164,14 @@ def _canonical(part: object) -> object:
     return part if isinstance(part, (str, _NegInf)) else Fraction(part)  # type: ignore[arg-type]
 
 
-def hashed(key: str, *parts: object) -> Fraction:
-    """A random function's value at `parts` (a keyed hash into [-SPREAD, SPREAD])."""
+def hashed(key: str, *parts: object, whole: bool = False) -> Fraction:
+    """A random function's value at `parts`: a keyed hash onto POINTS values, eighths in
+    [-SPREAD, SPREAD], or whole numbers as many (`whole`: a value of an integer type)."""
+    _USES[0] += 1
     text = repr((key, _canonical(parts)))
     digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
-    return Fraction(int.from_bytes(digest, "little") % (2 * SPREAD + 1) - SPREAD)
+    k = int.from_bytes(digest, "little") % POINTS - SPREAD * EIGHTHS
+    return Fraction(k) if whole else Fraction(k, EIGHTHS)
 
 
 def elementwise(key: str, *xs: np.ndarray) -> np.ndarray:
@@ -279,7 +301,7 @@ def _quantize(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
         whole = Fraction(t).denominator == 1
         value = t + z
         out[index] = value if whole and low <= value <= high else hashed(
-            f"quantize {dtype}", t, z)
+            f"quantize {dtype}", t, z, whole=True)
     return out
 
 
@@ -362,18 +384,6 @@ EXACT: dict[str, Exact] = {
                                                  "exp")},
 }
 
-#: Operators whose value goes through a random function (the numpy reference computes the
-#: real one, so the two are not compared), and which round to half precision there.
-THROUGH_RANDOM = frozenset({"softmax", "guarded_softmax", "relu", "sigmoid", "tanh", "erf",
-                            "sqrt", "exp", "gelu", "quantize", "attention", "batch_norm"})
-
-
-def through_random(graph: Graph) -> bool:
-    """Whether any value of the graph goes through a random function (or a cast)."""
-    return any(node.op in THROUGH_RANDOM or node.op == "cast" or
-               node.attrs.get("activation", "none") != "none" for node in graph.nodes.values())
-
-
 def _run(op: str, attrs: Mapping[str, Any], args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     """One operator's exact outputs. A case its exact semantics does not meet (a softmax over
     a scalar) leaves the instance untested rather than ending the verification."""
@@ -384,6 +394,35 @@ def _run(op: str, attrs: Mapping[str, Any], args: list[np.ndarray]) -> tuple[np.
     except (ValueError, IndexError, TypeError, np.exceptions.AxisError) as exc:
         raise NotExact(f"{op} on operands of shapes "
                        f"{', '.join(str(a.shape) for a in args)} ({exc})") from None
+
+
+def _in_type(op: str, x: np.ndarray, dtype: str) -> np.ndarray:
+    """An operator's exact result as its type holds it. Arithmetic in float32 and float64 is
+    exact, as the axioms take it; in half precision it rounds (graphsub's operators compute
+    in float32 there and round), a random function of the exact result, so moving work into
+    half precision is not equal; in an integer type a result that is a whole number in the
+    type's range is itself, anything else (a wrapped sum, a truncated quotient) a random
+    function of it, one per operator, since wrapping and truncating differ."""
+    if dtype in HALF:
+        return rounded(x, dtype)
+    if dtype not in INTEGER_RANGE and dtype != "int64":
+        return x
+    low, high = INTEGER_RANGE.get(dtype, (-2 ** 63, 2 ** 63 - 1))
+    out = np.empty(x.shape, dtype=object)
+    for index in np.ndindex(x.shape):
+        v = x[index]
+        whole = v is not NEG_INF and Fraction(v).denominator == 1 and low <= v <= high
+        out[index] = v if whole else hashed(f"{op} in {dtype}", v, whole=True)
+    return out
+
+
+def exact_run(graph: Graph, feeds: Mapping[str, np.ndarray]
+              ) -> tuple[dict[str, np.ndarray], bool]:
+    """exact_evaluate's outputs, and whether any went through a random function (where
+    not, they must agree with the numpy reference to rounding)."""
+    before = _USES[0]
+    outputs = exact_evaluate(graph, feeds)
+    return outputs, _USES[0] != before
 
 
 def exact_evaluate(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -413,8 +452,8 @@ def exact_evaluate(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, n
                 outs = _run(node.op, attrs, args)
             else:
                 raise NotExact(f"operator {node.op}")
-            if node.op in THROUGH_RANDOM and dtypes[0] in HALF:
-                outs = (rounded(outs[0], dtypes[0]),)
+            if node.op not in MOVES and node.op != "cast":
+                outs = tuple(_in_type(node.op, out, t) for out, t in zip(outs, dtypes))
         for i, out in enumerate(outs):
             if any(isinstance(v, float) for v in out.flat):
                 raise NotExact(f"{node.op}: a float among the exact values")
