@@ -1,22 +1,25 @@
 """Graphs evaluated exactly: rational arithmetic, -inf as a value, random functions for what
 rational arithmetic cannot compute. The evaluator of `graphsub.proofs.identity`'s tests.
 
-Values are numpy object arrays of `Fraction` (and NEG_INF, what masks hold). Arithmetic is
-exact in every type, as the axioms take it. What it cannot compute (tanh, erf, a square root,
-softmax over a row, rounding to a type that does not hold the value) is a random function of
-its exact argument: a keyed hash, the same function wherever the same operation occurs, so a
-rule that holds here holds whatever those functions are, the real ones among them. Where a
-function has a property every rule of a kind relies on, the property is built in and stated
-here: softmax gives a masked (-inf) position zero; rounding an integer in the type's range
-to that type leaves it; a cast to a type that holds the value is the identity. Fused
-operators (attention, GELU, batch normalization) are their definitions (axioms), each checked
-against its numpy reference by the tests (tests/proofs/test_identity.py).
+Values are numpy object arrays of `Fraction` (and NEG_INF, what masks hold). Arithmetic in
+float32 and float64 is exact, as the axioms take it. What cannot be computed that way (tanh,
+erf, a square root, softmax over a row, rounding to a type that does not hold the value,
+arithmetic in half precision, which rounds, and in an integer type where it wraps or
+truncates) is a random function of its exact argument: a keyed hash, the same function
+wherever the same operation occurs, so a rule that holds here holds whatever those functions
+are, the real ones among them. Where a function has a property rules of a kind rely on, the
+property is built in and stated here: softmax gives a masked (-inf) position zero; rounding a
+whole number in a type's range to that type leaves it; a cast to a type that holds the value
+is the identity. Fused operators (attention, GELU, batch normalization) are their definitions
+(axioms), each checked against its numpy reference by the tests
+(tests/proofs/test_identity.py).
 
-A float constant (a weight, a float32 attribute such as an epsilon) is read as the simplest
-rational that its type rounds to it: the 1/9 of a 3x3 average, a rewrite folded into float32
-as 0.11111111, is 1/9 again, and a constant such as 1/sqrt(2) is one fixed rational wherever
-it occurs. A float64 attribute (a scale) is read exactly: what rewrites compute of such values
-(a scale times a weight's value) is exact in float64.
+A float32 or float64 constant (a weight, a float32 attribute such as an epsilon) is read as
+the simplest rational its type rounds to it: the 1/9 of a 3x3 average, a rewrite folded into
+float32 as 0.11111111, is 1/9 again, and a constant such as 1/sqrt(2) is one fixed rational
+wherever it occurs. A half-precision constant is read exactly (its grid is too coarse to
+stand for a decimal), and so is a float64 attribute (a scale): what rewrites compute of such
+values (a scale times a weight's value) is exact in float64.
 """
 
 from __future__ import annotations
