@@ -132,8 +132,8 @@ class _Tally:
             return IdentityTest("not tested", self.instances, reason=disagree)
         for name in want:
             if want[name].shape != got[name].shape or not _equal(want[name], got[name]):
-                return IdentityTest("differs", self.instances, reason="the exact test found "
-                                    f"the two sides different (output {name})")
+                return IdentityTest("differs", self.instances,
+                                    reason=f"the two sides differ (output {name})")
         self.instances += 1
         self.bound *= min(1.0, (_degree(before) + _degree(after)) /
                          _smallest_set(before, feeds))
