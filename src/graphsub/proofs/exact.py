@@ -35,6 +35,7 @@ import numpy as np
 from graphsub.ir import Graph, Value
 from graphsub.ops import get_op
 from graphsub.ops.attention import causal_mask
+from graphsub.ops.quant import _along
 
 #: The identity test's points, and random functions' values: eighths in [-SPREAD, SPREAD]
 #: (exact in float32, and mostly not whole numbers, so that a rounding whose one built-in
@@ -236,13 +237,13 @@ def _matmul(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _conv(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
-    from graphsub.ops.conv import conv2d_reference, resolve_pads
+    from graphsub.ops.conv import conv2d_reference, resolve_pads, window_out
 
     x, w = xs[0], xs[1]
     pads = resolve_pads(attrs["padding"], x.shape[2:], w.shape[2:], attrs["stride"],
                         attrs["dilation"])
     top, left, bottom, right = pads
-    size = tuple((n + lo + hi - d * (k - 1) - 1) // s + 1 for n, k, s, d, lo, hi in
+    size = tuple(int(window_out(n, k, s, d, lo, hi, "conv2d")) for n, k, s, d, lo, hi in
                  zip(x.shape[2:], w.shape[2:], attrs["stride"], attrs["dilation"],
                      (top, left), (bottom, right)))
     # padded here with exact zeros (the reference pads with 0.0, a float among fractions)
@@ -270,14 +271,6 @@ def _avg_pool(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
         for j in range(wo):
             out[:, :, i, j] = x[:, :, i * sh:i * sh + kh, j * sw:j * sw + kw].sum(axis=(2, 3))
     return out / (kh * kw)
-
-
-def _along(p: np.ndarray, axis: int, ndim: int) -> np.ndarray:
-    if p.size == 1:
-        return p.reshape(())
-    shape = [1] * ndim
-    shape[axis % ndim] = p.size
-    return p.reshape(shape)
 
 
 def _dequantize(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
