@@ -9,7 +9,7 @@ DEMO_ARGS ?=
 DEMO_INSTALL ?= -e .
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast bench bench-generate bench-targets bench-cpu bench-search bench-egraph fuzz clean
+.PHONY: demo test test-fast typecheck bench bench-generate bench-targets bench-cpu bench-search bench-egraph fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ demo: $(VENV)/.demo-installed
 
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+
+# mypy over src/ (configured in pyproject.toml; strict on tensors, ir, ops, rules, search)
+typecheck: $(VENV)/.test-installed
+	$(BIN)/python -m mypy
 
 test-fast: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -n 2 -m "not slow" $(PYTEST_ARGS)

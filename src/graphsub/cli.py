@@ -11,7 +11,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -28,6 +28,10 @@ from graphsub.search.registry import DECLARED
 from graphsub.progress import StepCount, StepLog, reporting
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from graphsub.backends import Target
+    from graphsub.report.optimize import OptimizeReport
     from graphsub.search.result import SearchProgress
 
 zoo_app = typer.Typer(help="The built-in benchmark models.", no_args_is_help=True)
@@ -87,7 +91,8 @@ def parse_target_options(target: str | None, texts: list[str] | None) -> dict[st
     return dict(parse_target_option(target, text) for text in texts or [])
 
 
-def make_target(name: str | None, threads: int | None, option_texts: list[str] | None):
+def make_target(name: str | None, threads: int | None, option_texts: list[str] | None
+                ) -> Target:
     """The target named on the command line, with the options given (an option the target
     does not have is refused by the target's registry)."""
     from graphsub.backends import get_target
@@ -416,7 +421,8 @@ def _print_speedup(after: str, before: str, head_to_head: dict[str, Any]) -> Non
               highlight=False)
 
 
-def _search_progress(time_limit: float, budget: int | None):
+def _search_progress(time_limit: float, budget: int | None
+                     ) -> tuple[Progress, Callable[[SearchProgress], None]]:
     """A rich progress bar for the search (on stderr), and the callback that drives it."""
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -435,7 +441,7 @@ def _search_progress(time_limit: float, budget: int | None):
 
 
 @contextlib.contextmanager
-def counted(what: str, log: StepLog):
+def counted(what: str, log: StepLog) -> Iterator[None]:
     """A spinner for a step before or after the stages (loading, writing) that shows its
     count as it goes (graphsub.progress), kept in `log` for the report."""
     with err.status(f"{what}...") as status:
@@ -452,7 +458,7 @@ class _Stages:
     for the stages after it; one line per stage where stderr is not a terminal (a log must
     show what the minutes went to). An interrupt's message is always a line of its own."""
 
-    def __init__(self, bar) -> None:
+    def __init__(self, bar: Progress) -> None:
         self.bar = bar
         self.status = err.status("")
         self.calls = 0
@@ -721,7 +727,7 @@ def command_line(ctx: typer.Context) -> list[str]:
     return words
 
 
-def _print_optimize_report(rep, output: Path, report: Path | None) -> None:
+def _print_optimize_report(rep: OptimizeReport, output: Path, report: Path | None) -> None:
     from graphsub.report.words import stopped
     from graphsub.runtime.speedup import describe
 

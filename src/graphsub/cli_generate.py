@@ -14,6 +14,8 @@ from graphsub.cli_common import JsonOpt, app, emit_json, err, handle_errors, out
 from graphsub.errors import GraphsubError
 
 if TYPE_CHECKING:
+    from rich.progress import TaskID
+
     from graphsub.proofs.prover import Verdict
 
 axioms_app = typer.Typer(help="The operator properties (axioms) the verifier proves rules from.",
@@ -42,7 +44,7 @@ class _StageBar:
 
         self.bar = Progress(TextColumn("[bold]{task.description:<16}[/]"), BarColumn(),
                             MofNCompleteColumn(), TimeElapsedColumn(), console=err)
-        self.tasks: dict[str, int] = {}
+        self.tasks: dict[str, TaskID] = {}
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         if stage not in self.tasks:
@@ -100,9 +102,9 @@ def generate(max_ops: Annotated[int, typer.Option("--max-ops", "-n", min=1, max=
     table.add_row("dropped by the numeric check", f"{len(report.dropped):,}")
     table.add_row("rules written", f"{report.rules:,}")
     if verify:
-        counts = report.status_counts
-        table.add_row("  proven by Z3", f"{counts['proven']:,}")
-        table.add_row("  not proven (Z3 limit)", f"{counts['unknown']:,}")
+        statuses = report.status_counts
+        table.add_row("  proven by Z3", f"{statuses['proven']:,}")
+        table.add_row("  not proven (Z3 limit)", f"{statuses['unknown']:,}")
     out.print(table)
     secs = ", ".join(f"{k} {v:.1f} s" for k, v in report.seconds.items())
     out.print(f"{secs}; peak memory {report.peak_rss_mb:.0f} MB; {report.workers} worker(s)")

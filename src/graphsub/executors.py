@@ -21,7 +21,7 @@ from graphsub.errors import GraphsubError
 class Executor(Protocol):
     workers: int
 
-    def run(self, fn: Callable[..., Any], args: Sequence[tuple]) -> Iterator[Any]: ...
+    def run(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> Iterator[Any]: ...
 
     def close(self) -> None: ...
 
@@ -31,7 +31,7 @@ class SerialExecutor:
 
     workers = 1
 
-    def run(self, fn: Callable[..., Any], args: Sequence[tuple]) -> Iterator[Any]:
+    def run(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> Iterator[Any]:
         for a in args:
             yield fn(*a)
 
@@ -46,7 +46,7 @@ class ProcessExecutor:
         self.workers = workers or os.cpu_count() or 1
         self._pool = ProcessPoolExecutor(max_workers=self.workers)
 
-    def run(self, fn: Callable[..., Any], args: Sequence[tuple]) -> Iterator[Any]:
+    def run(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> Iterator[Any]:
         futures = [self._pool.submit(fn, *a) for a in args]
         try:
             for f in as_completed(futures):
@@ -69,33 +69,35 @@ class DaskExecutor:
         except ImportError as exc:
             raise GraphsubError("the Dask executor needs dask.distributed: "
                                 "pip install 'graphsub[dask]'") from exc
+        # distributed ships type information but leaves Client, LocalCluster and the methods
+        # used here unannotated: hence this class's ignores
         self._cluster = None
         if scheduler:
             try:
-                self._client = Client(scheduler, timeout="20s")
+                self._client = Client(scheduler, timeout="20s")  # type: ignore[no-untyped-call]
             except OSError as exc:
                 raise GraphsubError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
             self.workers = max(len(self._client.scheduler_info().get("workers", {})), 1)
         else:
             self.workers = workers or os.cpu_count() or 1
-            self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,
+            self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,  # type: ignore[no-untyped-call]
                                          processes=True, host="127.0.0.1",
                                          dashboard_address=None)
-            self._client = Client(self._cluster)
+            self._client = Client(self._cluster)  # type: ignore[no-untyped-call]
 
-    def run(self, fn: Callable[..., Any], args: Sequence[tuple]) -> Iterator[Any]:
+    def run(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> Iterator[Any]:
         from distributed import as_completed as dask_completed
 
         futures = [self._client.submit(fn, *a, pure=False) for a in args]
         try:
-            for f in dask_completed(futures):
+            for f in dask_completed(futures):  # type: ignore[no-untyped-call]
                 yield f.result()
         finally:
             for f in futures:
-                f.cancel()
+                f.cancel()  # type: ignore[no-untyped-call]
 
     def close(self) -> None:
-        self._client.close()
+        self._client.close()  # type: ignore[no-untyped-call]
         if self._cluster is not None:
             self._cluster.close()
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -122,7 +122,7 @@ class Dropped:
     message: str
 
 
-def _try_candidate(device: Target, i: int, cand: Candidate, data: ModelData,
+def _try_candidate(device: Target, i: int, cand: Candidate, data: ModelData | None,
                    original: ModelData,
                    feeds: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
                    tolerance: Tolerance
@@ -146,7 +146,8 @@ def _try_candidate(device: Target, i: int, cand: Candidate, data: ModelData,
     if not problems and all(d.ok for d in diffs):
         return runnable, run_s, diffs
     runnable.close()
-    fault = device.runtime_fault(original, data, feeds, tolerance)
+    # no ONNX (a target that runs graphsub's graph): no runtime of its own to blame
+    fault = None if data is None else device.runtime_fault(original, data, feeds, tolerance)
     if fault is not None:
         return Dropped(f"dropped: {device.name}'s runtime breaks it",
                        f"candidate {i}: {fault}, so it was dropped")
@@ -157,7 +158,15 @@ def _round_ms(timing: Timing) -> list[float]:
     return [m * 1e3 for m in timing.round_medians()]
 
 
-def timing_options(run_seconds: float) -> dict[str, float]:
+class TimingOptions(TypedDict):
+    """The rounds' shape, as time_runnables and speedup.sequential take it."""
+
+    block: int
+    warmup: int
+    pause: float
+
+
+def timing_options(run_seconds: float) -> TimingOptions:
     """Rounds for a model whose run takes `run_seconds`: blocks of five runs for fast models,
     fewer as runs get longer, each block after a pause and an untimed run (see
     time_runnables: onnxruntime's threads spin after a run and steal the cores from the next
@@ -202,7 +211,7 @@ def _unknown_op_hint(exc: BaseException, graph: Graph | None = None) -> str:
 
 
 def measure_and_choose(device: Target, graph: Graph, original: ModelData,
-                       candidates: Sequence[tuple[Candidate, ModelData]],
+                       candidates: Sequence[tuple[Candidate, ModelData | None]],
                        feeds: Mapping[str, np.ndarray], clock: StageClock,
                        measure_seconds: float = 3.0, tolerance: Tolerance = SAME_FUNCTION,
                        say: Callable[[str], None] = lambda message: None) -> Selection:
@@ -281,7 +290,7 @@ def _screen_and_confirm(selection: Selection, original_run: Runnable,
                 f"to head on {device.name}")
             confirm, result = sequential(original_run, runnable, feeds,
                                          time.perf_counter() + confirm_budget,
-                                         **options)  # type: ignore[arg-type]
+                                         **options)
             explains = not attempt or result.decision is Decision.FASTER
             _record_confirmation(selection, index, confirm, result, explains)
             if result.decision is Decision.FASTER:
@@ -316,7 +325,7 @@ def _screen_and_confirm(selection: Selection, original_run: Runnable,
 
 def _screen(selection: Selection, runnables: list[Runnable],
             ready: list[tuple[int, Runnable, float]], feeds: Mapping[str, np.ndarray],
-            budget: float, measure_seconds: float, options: dict[str, float]) -> list[int]:
+            budget: float, measure_seconds: float, options: TimingOptions) -> list[int]:
     """Time the original and every ready candidate side by side for `budget` seconds; each
     candidate's speedup over the original is decided like a confirmation (one look). The
     contenders (positions in `ready`), fastest first: those that may be MIN_GAIN faster."""

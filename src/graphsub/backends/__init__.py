@@ -63,7 +63,8 @@ class TargetEntry:
             raise TargetUnavailableError(f"target {name} needs {', '.join(missing)}, which is "
                                          f"not installed: {self.install}")
         module, _, cls = self.factory.partition(":")
-        return getattr(importlib.import_module(module), cls)
+        target: type[Target] = getattr(importlib.import_module(module), cls)
+        return target
 
 
 _TORCH_INSTALL = "pip install 'graphsub[torch]' (PyTorch)"
@@ -154,7 +155,8 @@ def automatic_target(graph: Graph, fits: Callable[[Capabilities], bool] = lambda
     has, that `fits` and that can run `graph` (Target.cannot_run), made with `options`;
     and why the targets before it were passed over ("" where none was). Where none can
     run the graph, the default, whose error then names the operator."""
-    passed, first = [], None
+    passed: list[str] = []
+    first: Target | None = None
     for name in _defaults(fits):
         target = get_target(name, **options)
         reason = target.cannot_run(graph)

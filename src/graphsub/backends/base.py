@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from graphsub.backends.capabilities import Capabilities
 from graphsub.cost.base import OpSignature
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
-from graphsub.tensors.types import TensorType
+from graphsub.tensors.types import Constant, TensorType
 from graphsub.runtime.equivalence import Tolerance
 from graphsub.runtime.ort import ModelData
 from graphsub.runtime.timing import Runnable
@@ -132,7 +132,7 @@ class Target(ABC):
         its inputs: a candidate library kernel) as one kernel call when a model of `opset` is
         written for it: what kernel orchestration may choose as a library kernel."""
 
-    def runtime_fault(self, original: bytes, candidate: bytes,
+    def runtime_fault(self, original: ModelData, candidate: ModelData,
                       feeds: Mapping[str, np.ndarray], tolerance: Tolerance) -> str | None:
         """Why a candidate that computed something else here is the runtime's fault rather
         than a wrong rewrite (then it is dropped, not reported as a verification failure), or
@@ -166,11 +166,12 @@ def signature_graph(sig: OpSignature, replicas: int = 1,
         if not const:
             shared[i] = b.input(f"in{i}", t.shape, t.dtype)
             feeds[f"in{i}"] = data(i, t)
-    known = sig.values or (None,) * len(sig.inputs)
+    # Targets time bound signatures, whose sizes values are constants.
+    known = cast("tuple[Constant | None, ...]", sig.values or (None,) * len(sig.inputs))
     for r in range(replicas):
         args = [shared[i] if i in shared else
-                b.weight(known[i].array if known[i] is not None else data(i, t))
-                for i, t in enumerate(sig.inputs)]
+                b.weight(value.array if value is not None else data(i, t))
+                for i, (t, value) in enumerate(zip(sig.inputs, known))]
         outs = b.op(sig.op, *args, **dict(sig.attrs))
         for k, v in enumerate((outs,) if isinstance(outs, Value) else outs):
             b.output(v, f"out{r}_{k}")

@@ -43,7 +43,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def time_session(sess, feeds: Mapping[str, np.ndarray], min_runs: int = 5,
+def time_session(sess: Any, feeds: Mapping[str, np.ndarray], min_runs: int = 5,
                  min_seconds: float = 0.02, max_runs: int = 200, device: str = "cpu",
                  run_options: Any = None) -> float:
     """Median seconds of one run, after warm-up. Inputs are bound once and outputs stay in
@@ -82,9 +82,10 @@ class OrtTarget(Target):
         from graphsub.onnx_io.exporter import to_onnx
 
         model = to_onnx(graph, opset, check=False)
-        return sum(n.op_type != "Constant" for n in model.graph.node) == 1
+        kernels: int = sum(n.op_type != "Constant" for n in model.graph.node)
+        return kernels == 1
 
-    def runtime_fault(self, original: bytes, candidate: bytes,
+    def runtime_fault(self, original: ModelData, candidate: ModelData,
                       feeds: Mapping[str, np.ndarray], tolerance: Tolerance) -> str | None:
         """onnxruntime's graph optimizations have broken valid models: when the candidate
         computes what the original computes with them off (on the CPU provider, one thread),
@@ -100,7 +101,7 @@ class OrtTarget(Target):
         return ("onnxruntime computes it wrongly with its graph optimizations on and rightly "
                 "with them off (an onnxruntime optimizer bug)")
 
-    def _session(self, model: Any, quiet: bool = False):
+    def _session(self, model: Any, quiet: bool = False) -> Any:
         return make_session(model, self.threads, providers=self.providers, quiet=quiet,
                             timed=True)
 

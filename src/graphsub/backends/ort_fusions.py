@@ -44,7 +44,8 @@ def fuse(model: bytes) -> bytes | None:
         fused, counts = optimize_for_ort(ir.from_proto(onnx.load_from_string(model)))
         if not any(counts.values()):
             return None
-        return ir.to_proto(fused).SerializeToString()
+        written: bytes = ir.to_proto(fused).SerializeToString()
+        return written
     except Exception as exc:  # noqa: BLE001 - a third-party rewriter's failure, any kind
         raise GraphsubError(f"onnxscript's ORT fusions failed: {type(exc).__name__}: "
                             f"{str(exc).splitlines()[0][:200] if str(exc) else ''}") from None

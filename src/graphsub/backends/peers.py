@@ -70,13 +70,15 @@ def _ort_offline(level_name: str) -> Callable[[bytes], bytes | None]:
 def _onnxscript(model: bytes) -> bytes | None:
     from onnxscript import optimizer
 
-    return optimizer.optimize(onnx.load_from_string(model)).SerializeToString()
+    optimized: bytes = optimizer.optimize(onnx.load_from_string(model)).SerializeToString()
+    return optimized
 
 
 def _onnxslim(model: bytes) -> bytes | None:
     import onnxslim
 
-    return onnxslim.slim(onnx.load_from_string(model)).SerializeToString()
+    slimmed: bytes = onnxslim.slim(onnx.load_from_string(model)).SerializeToString()
+    return slimmed
 
 
 def _onnxsim(model: bytes) -> bytes | None:
@@ -98,7 +100,8 @@ def _ort_transformers(model: bytes) -> bytes | None:
     proto = onnx.load_from_string(model)
     if not any(n.op_type == "Softmax" for n in proto.graph.node):
         return None  # nothing it fuses: it only rewrites attention-bearing models
-    return optimize_model(proto, opt_level=0).model.SerializeToString()
+    optimized: bytes = optimize_model(proto, opt_level=0).model.SerializeToString()
+    return optimized
 
 
 #: Cheapest first: the stage starts each while its share of the time lasts.

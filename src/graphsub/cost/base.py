@@ -13,7 +13,7 @@ import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from graphsub.errors import GraphsubError
 from graphsub.ir.binding import bound_value
@@ -110,7 +110,9 @@ class OpSignature:
             key += "|strides=" + ";".join("" if s is None else ",".join(map(str, s))
                                           for s in self.layouts)
         if self.values is not None:
-            key += "|values=" + ";".join("" if v is None else v.digest.hex() for v in self.values)
+            # a key is made of a bound signature, whose values are Constants
+            key += "|values=" + ";".join("" if v is None else cast(Constant, v).digest.hex()
+                                         for v in self.values)
         return key
 
 
@@ -152,7 +154,8 @@ def input_value(producer: Node) -> Constant | SizesValue | None:
     """What a signature knows of an input's value from the node that produces it: a
     weight's data, a `sizes` node's expressions, or nothing."""
     if producer.op == "weight":
-        return producer.attrs["value"]
+        weight: Constant = producer.attrs["value"]
+        return weight
     if producer.op == "sizes":
         a = producer.attrs
         return SizesValue(a["values"], a["shape"], a["dtype"])
@@ -189,7 +192,7 @@ class CostModel(ABC):
         self._memo: dict[OpSignature, float] = {}
         # Per node object: graphs made by editing share most nodes, so their costs are found by
         # identity (the node is kept alive by the entry, so its id is not reused).
-        self._by_node: dict[int, tuple[object, tuple, float]] = {}
+        self._by_node: dict[int, tuple[object, tuple[object, ...], float]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy for another process (a split search's workers) leaves the caches behind:
@@ -299,7 +302,7 @@ class CostModel(ABC):
             return 0.0
         # The memo key: which inputs are constants and, where layouts matter, their strides
         # (a node's producers may be re-pointed by an edit without the node itself changing).
-        consts: tuple = tuple(v.node in weight_only for v in node.inputs)
+        consts: tuple[object, ...] = tuple(v.node in weight_only for v in node.inputs)
         if self.layouts is not None:
             consts = (consts, self.layouts(graph, nid))
         entry = self._by_node.get(id(node))

@@ -45,6 +45,7 @@ from graphsub.ir.graph import Graph, Value, make_node
 from graphsub.ir.region import fused_body, read_outside
 from graphsub.ops import get_op
 from graphsub.ops.base import Category
+from graphsub.runtime.bindings import ProfileShape
 
 #: Categories inductor generates code for (and so fuses with their neighbours).
 GENERATED_CATEGORIES = frozenset({Category.ELEMENTWISE, Category.REDUCE, Category.LAYOUT,
@@ -153,7 +154,7 @@ class CompiledCostModel(CostModel):
         self._estimated: set[OpSignature] = set()  # groups priced by the scaled estimate
 
     # The inner model keeps the clock and the shape profile: it is what measures.
-    @property  # type: ignore[override]
+    @property
     def deadline(self) -> float | None:
         return self.inner.deadline
 
@@ -163,12 +164,12 @@ class CompiledCostModel(CostModel):
         now = time.perf_counter()
         self.compile_until = None if value is None else now + COMPILE_SHARE * max(value - now, 0)
 
-    @property  # type: ignore[override]
-    def shape_profile(self) -> tuple:
+    @property
+    def shape_profile(self) -> tuple[ProfileShape, ...]:
         return self.inner.shape_profile
 
     @shape_profile.setter
-    def shape_profile(self, value: tuple) -> None:
+    def shape_profile(self, value: tuple[ProfileShape, ...]) -> None:
         self.inner.shape_profile = value
 
     @property

@@ -40,7 +40,7 @@ class MultiObjectiveCostModel(CostModel):
         # operators priced where they read views are priced so here too
         self.layouts, self.layout_ops = time_model.layouts, time_model.layout_ops
 
-    @property  # type: ignore[override]
+    @property
     def deadline(self) -> float | None:
         return self.time_model.deadline
 

@@ -203,7 +203,7 @@ class SourceIndex:
         first = self.version < 0 or changed is None
         fresh = []
         for k, source in enumerate(rule.sources):
-            near = None if first else up_closure(eg, changed, self.depths[k])
+            near = None if first or changed is None else up_closure(eg, changed, self.depths[k])
             fresh.append(match_source(eg, source, near, deadline) if first or near else [])
         self.version = eg.version
         host = EGraphHost(eg)

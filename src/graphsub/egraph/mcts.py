@@ -108,7 +108,8 @@ class _Mcts:
         if parent is None:
             return {a for a in range(self.n_rules)
                     if not state.applicable(a, deadline=deadline)}
-        since, near = parent.state.egraph.version, {}
+        since = parent.state.egraph.version
+        near: dict[int, set[int]] = {}
         return {a for a in parent.blacklist
                 if not state.applicable(a, since, near, deadline)}
 
@@ -231,6 +232,7 @@ def mcts_search(graph: Graph, rules: Sequence[Rule], cost_model: CostModel,
             if best is None:
                 run.check_limits()  # out of time, or nothing left to apply (saturated)
                 break
+            assert best.action is not None  # a child, made by a rule
             decisions.append(runner.rules[best.action].name)
             best.parent = None
             root = best

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from graphsub.cost.base import CostModel
 from graphsub.egraph.egraph import GraphEncoding, egraph_from_graph
@@ -28,7 +27,7 @@ from graphsub.egraph.schedule import BackoffScheduler
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.rules.ast import Rule
-from graphsub.egraph.extract import EXTRACTORS
+from graphsub.egraph.extract import EXTRACTORS, Extraction
 from graphsub.search.registry import Limits, option, register
 from graphsub.search.result import OptimizeResult, Step, StopReason
 from graphsub.search.run import SearchRun
@@ -41,7 +40,7 @@ MIN_ILP_TIME = 0.5
 #: last applications and for extraction.
 CONSTRUCTION_SHARE = 0.85
 
-def run_extractor(name: str, problem: ExtractionProblem, time_limit: float) -> Any:
+def run_extractor(name: str, problem: ExtractionProblem, time_limit: float) -> Extraction:
     """What the extractor `name` (graphsub.egraph.extract.EXTRACTORS) makes of the problem."""
     if name not in EXTRACTORS:
         raise GraphsubError(f"unknown extractor {name!r}; use one of {', '.join(EXTRACTORS)}")
@@ -95,16 +94,16 @@ class EGraphSearch:
                 details[name] = {"cost": None, "seconds": 0.0,
                                  "status": f"skipped: {time_limit:.2f} s left"}
                 continue
-            result = run_extractor(name, ep.problem, time_limit)
-            details[name] = {"cost": result.cost, "seconds": round(result.seconds, 3),
-                             "status": result.status}
-            g = graph_from_choice(eg, ep, result.choice, self.graph, self.encoding.inputs,
+            extraction = run_extractor(name, ep.problem, time_limit)
+            details[name] = {"cost": extraction.cost, "seconds": round(extraction.seconds, 3),
+                             "status": extraction.status}
+            g = graph_from_choice(eg, ep, extraction.choice, self.graph, self.encoding.inputs,
                                   self.encoding.outputs)
             if g.fingerprint() in seen:
                 continue
             seen.add(g.fingerprint())
             cost = cost_model.graph_cost(g)
-            used = sorted({eg.origin[ep.enodes[n]] for n in result.choice.values()} - {-1})
+            used = sorted({eg.origin[ep.enodes[n]] for n in extraction.choice.values()} - {-1})
             # An extraction has no path through the input graph: its steps have no match.
             best.offer(g, cost, tuple(Step(runner.applied[i], cost) for i in used))
         result = self.run.result(initial_cost, StopReason.SATURATED)

@@ -6,8 +6,9 @@ chooses the orchestration: which kernels run, covering every primitive output th
 redundant computation allowed, no cycles between kernels (`orchestrate`).
 """
 
-from graphsub.fission.primitives import (Category, category, fission, fission_rules,
-                                         kernel_rules, primitive_rules)
+from graphsub.fission.primitives import (category, fission, fission_rules, kernel_rules,
+                                         primitive_rules)
+from graphsub.ops.base import Category
 
 __all__ = ["Category", "category", "fission", "fission_rules", "kernel_rules",
            "primitive_rules"]

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphsub.cost.base import CostModel, costs_nothing
-from graphsub.fission.primitives import Category, category
+from graphsub.fission.primitives import category
 from graphsub.ir.graph import Graph, Value
 from graphsub.ir.region import cut_out, fused_body, read_outside
+from graphsub.ops.base import Category
 from graphsub.rules import Rule, apply_match, find_matches
 from graphsub.rules.applier import Rejection
 from graphsub.rules.matcher import Match

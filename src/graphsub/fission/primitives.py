@@ -15,6 +15,7 @@ from pathlib import Path
 from graphsub.ir.graph import Graph, Value
 from graphsub.ops import get_op
 from graphsub.ops.base import Category
+from graphsub.ops.fused import Ref
 from graphsub.rules import LIBRARY, Rule, load_rules
 from graphsub.rules.fixed_point import rewrite_to_fixed_point
 
@@ -76,7 +77,7 @@ def inline_generated(graph: Graph) -> Graph:
         body_nodes, body_outputs = node.attrs["body"]
         made: list[tuple[Value, ...]] = []
 
-        def get(ref: tuple) -> Value:
+        def get(ref: Ref) -> Value:
             return node.inputs[ref[1]] if ref[0] == "in" else made[ref[1]][ref[2]]
 
         for op, attrs, refs in body_nodes:

@@ -20,9 +20,10 @@ from graphsub.cost.base import CostModel
 from graphsub.fission.candidates import (Kernel, group_kernels, library_kernels,
                                          primitive_kernels)
 from graphsub.fission.orchestrate import Orchestration, assemble, orchestrate
-from graphsub.fission.primitives import (Category, category, cleanup_rules, fission,
-                                         fission_rules, kernel_rules)
+from graphsub.fission.primitives import (category, cleanup_rules, fission, fission_rules,
+                                         kernel_rules)
 from graphsub.ir.graph import Graph
+from graphsub.ops.base import Category
 from graphsub.progress import step
 from graphsub.rules.fixed_point import rewrite_to_fixed_point
 

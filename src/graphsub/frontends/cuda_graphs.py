@@ -80,7 +80,7 @@ class CudaGraphed:
         inputs = [a if not isinstance(a, torch.Tensor) or i in self.static
                   else a.detach().clone(memory_format=torch.preserve_format)
                   for i, a in enumerate(args)]
-        stream = torch.cuda.Stream()
+        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # unannotated in torch
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream), torch.no_grad():
             for _ in range(WARMUP):

@@ -16,7 +16,7 @@ because a graph with dynamic sizes is refused when it writes into a tensor in pl
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -55,7 +55,8 @@ def trace_dynamic(gm: fx.GraphModule, example_inputs: Sequence[Any]
     def fake(x: Any) -> Any:
         if not isinstance(x, torch.Tensor):
             return x
-        sizes = context.tensor_to_context.get(x) if context is not None else None
+        sizes = (context.tensor_to_context.get(x)  # type: ignore[no-untyped-call]  # unannotated
+                 if context is not None else None)
         if sizes is None:  # not made dynamic by dynamo: a parameter, a buffer
             return fake_mode.from_tensor(x, static_shapes=True)
         return fake_mode.from_tensor(x, symbolic_context=sizes, source=sizes.tensor_source,
@@ -95,10 +96,13 @@ def _numbers_folded(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> fx.Gra
     for node in list(graph.nodes):
         if node.op == "call_method" and node.target == "item" and node.args[0] in scalars:
             number = scalars[node.args[0]].item()
+
+            def to_number(a: fx.Node, n: fx.Node = node) -> Any:
+                return number if a is n else a
+
             for user in list(node.users):
-                user.args = fx.node.map_arg(user.args, lambda a, n=node: number if a is n else a)
-                user.kwargs = fx.node.map_arg(user.kwargs,
-                                              lambda a, n=node: number if a is n else a)
+                user.args = fx.node.map_arg(user.args, to_number)
+                user.kwargs = fx.node.map_arg(user.kwargs, to_number)
             graph.erase_node(node)
     return fx.GraphModule(gm, graph)
 
@@ -166,7 +170,9 @@ def other_bindings(gm: fx.GraphModule, hints: Binding) -> list[Binding]:
         return max(lows[name], value if high is None else min(high, value))
 
     out: list[Binding] = []
-    for make in (lambda n: lows[n], lambda n: hints[n] + 1, lambda n: 2 * hints[n] + 1):
+    makes: tuple[Callable[[str], int], ...] = (lambda n: lows[n], lambda n: hints[n] + 1,
+                                              lambda n: 2 * hints[n] + 1)
+    for make in makes:
         binding = {n: clamp(n, make(n)) for n in symbols}
         if binding != {n: hints[n] for n in symbols} and binding not in out:
             out.append(binding)

@@ -35,8 +35,9 @@ HALF = (torch.float16, torch.bfloat16)
 HALF_ERROR_FACTOR = 4
 
 
-def disagreement(original: Callable, optimized: Callable, checks: Sequence[Sequence[Any]],
-                 positions: Sequence[int], rtol: float, trials: int = 2) -> str | None:
+def disagreement(original: Callable[..., Any], optimized: Callable[..., Any],
+                 checks: Sequence[Sequence[Any]], positions: Sequence[int], rtol: float,
+                 trials: int = 2) -> str | None:
     """Where the optimized module's outputs differ from the original's (None: they agree), on
     each set of arguments in `checks` and on random ones of the same shapes in `positions`."""
     gen = torch.Generator().manual_seed(0)
@@ -58,7 +59,7 @@ def disagreement(original: Callable, optimized: Callable, checks: Sequence[Seque
     return None
 
 
-def compared(original: Callable, optimized: Callable, args: Sequence[Any],
+def compared(original: Callable[..., Any], optimized: Callable[..., Any], args: Sequence[Any],
              rtol: float) -> str | None:
     """What is wrong with the optimized module's outputs on these arguments (None: nothing)."""
     with torch.no_grad():
@@ -78,10 +79,11 @@ def compared(original: Callable, optimized: Callable, args: Sequence[Any],
     wrong = [d for d in diffs if not d.ok]
     if wrong:
         return wrong[0].describe()
-    for k in half if truth is not None else ():
-        problem = _half_problem(f"output {k}", want[k], got[k], truth[k], tolerance)
-        if problem is not None:
-            return problem
+    if truth is not None:
+        for k in half:
+            problem = _half_problem(f"output {k}", want[k], got[k], truth[k], tolerance)
+            if problem is not None:
+                return problem
     return None
 
 
@@ -113,7 +115,8 @@ def _half_problem(name: str, want: torch.Tensor, got: Any, truth: torch.Tensor,
             f"got {float(theirs[finite][at]):.6g})")
 
 
-def _widened_outputs(original: Callable, args: Sequence[Any]) -> tuple[Any, ...] | None:
+def _widened_outputs(original: Callable[..., Any], args: Sequence[Any]
+                     ) -> tuple[Any, ...] | None:
     """The original's outputs computed in float32 (None where it cannot be widened or does
     not run widened: the half-precision outputs are then held to float32's tolerance made
     for their precision)."""

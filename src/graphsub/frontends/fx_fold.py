@@ -90,4 +90,5 @@ def _foldable(node: fx.Node) -> bool:
         return False
     if torch.Tag.nondeterministic_seeded in target.tags:
         return False
-    return not target.name().split("::")[-1].startswith(("empty", "new_empty"))
+    name = target.name()  # type: ignore[no-untyped-call]  # unannotated in torch
+    return not name.split("::")[-1].startswith(("empty", "new_empty"))

@@ -257,7 +257,9 @@ def convert_graph(graph: fx.Graph, constants: dict[fx.Node, torch.Tensor],
                 if meta is None or meta.dtype not in _DTYPES:
                     raise ConversionError(f"input {node.name} is not a tensor graphsub models")
                 name = (input_names or {}).get(node, node.name)
-                c.env[node] = c.b.input(name, node_shape(node), _DTYPES[meta.dtype])
+                shape = node_shape(node)
+                assert shape is not None  # a node with tensor_meta has one
+                c.env[node] = c.b.input(name, shape, _DTYPES[meta.dtype])
                 inputs.append(node)
         elif node.op == "call_function":
             if node.target is operator.getitem:
@@ -301,6 +303,7 @@ def _size_carriers(c: Converter, inputs: list[fx.Node], sizes: list[fx.Node]) ->
     out = []
     for node in sizes:
         size = symbolic_size(_sym_value(node))
+        assert size is not None  # a SymInt's expression
         if isinstance(size, int) or not size.is_Symbol or size.name in carried:
             continue
         c.b.input(f"{node.name}_size", (size,), SIZE_CARRIER_DTYPE)

@@ -30,7 +30,7 @@ import copy
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx as fx
@@ -134,7 +134,7 @@ def may_write_inputs(gm: fx.GraphModule) -> bool:
 def _storage(t: torch.Tensor) -> Any:
     from torch.multiprocessing.reductions import StorageWeakRef
 
-    return StorageWeakRef(t.untyped_storage())
+    return StorageWeakRef(t.untyped_storage())  # type: ignore[no-untyped-call]  # unannotated
 
 
 def _possibly_written(gm: fx.GraphModule, node: fx.Node) -> list[Any]:
@@ -196,6 +196,8 @@ def _bound(node: fx.Node) -> dict[str, Any] | None:
     be read or does not take them)."""
     import inspect
 
+    if isinstance(node.target, str):  # a method's or a module's name: no signature
+        return None
     try:
         return dict(inspect.signature(node.target).bind(*node.args, **node.kwargs).arguments)
     except (TypeError, ValueError):
@@ -256,7 +258,7 @@ def with_writes(gm: fx.GraphModule, writes: Writes) -> fx.GraphModule:
     graph = copy.deepcopy(gm.graph)
     placeholders = list(graph.find_nodes(op="placeholder"))
     output = graph.output_node()
-    outputs = list(output.args[0])
+    outputs = list(cast("tuple[Any, ...]", output.args[0]))  # without_writes made it a tuple
     kept, final = outputs[:len(outputs) - len(writes.positions)], \
         outputs[len(outputs) - len(writes.positions):]
     with graph.inserting_before(output):
@@ -298,7 +300,9 @@ def _write_in_place(graph: fx.Graph, placeholder: fx.Node) -> bool:
 def _in_place_form(node: fx.Node) -> Any:
     """The in-place overload computing what `node` computes into its first argument, or
     None."""
-    name, overload = node.target._schema.name.split("::")[-1], node.target._overloadname
+    target = node.target
+    assert isinstance(target, torch._ops.OpOverload)  # as _write_in_place found it
+    name, overload = target._schema.name.split("::")[-1], target._overloadname
     if name not in _SAME_AS_SELF and not (name in _ELEMENTWISE and _same_type(node)):
         return None
     packet = getattr(_ATEN, f"{name}_", None)

@@ -49,13 +49,14 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx as fx
+from torch.fx.passes.operator_support import OperatorSupportBase
 
 from graphsub.budget import Budget, StageClock
-from graphsub.errors import GraphsubError
+from graphsub.errors import ConversionError, GraphsubError
 from graphsub.backends.torch.program import SizedTorchProgram, symbol_sources, symbol_values
 from graphsub.frontends.dynamic_trace import (has_dynamic_sizes, input_symbols, inputs_at,
                                               other_bindings, trace_dynamic)
@@ -63,8 +64,7 @@ from graphsub.frontends.cuda_graphs import CudaGraphed
 from graphsub.fission import stage as fission_stage
 from graphsub.frontends.fx_fold import fold_constants
 from graphsub.frontends.fx_equivalence import compared, disagreement, restrided, shapes
-from graphsub.frontends.fx_import import (ConversionError, convert_graph, symbolic_size,
-                                          unsupported_reason)
+from graphsub.frontends.fx_import import convert_graph, symbolic_size, unsupported_reason
 from graphsub.frontends.side_effects import (PrivateInputs, Writes, find_writes,
                                              returning_writes, with_writes, without_writes)
 from graphsub.ir.binding import is_symbolic_graph
@@ -228,7 +228,8 @@ def reports() -> list[CompileReport]:
 
 
 def graphsub_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
-                     options: dict[str, Any] | None = None, mode: str | None = None) -> Callable:
+                     options: dict[str, Any] | None = None, mode: str | None = None
+                     ) -> Callable[..., Any]:
     """The torch.compile backend (registered as "graphsub" through torch's entry point)."""
     opts = BackendOptions.parse(options, mode)
     start = time.perf_counter()
@@ -311,7 +312,7 @@ def _restart_analysis() -> type[BaseException]:
 
 
 def _baseline(gm: fx.GraphModule, example_inputs: Sequence[Any], opts: BackendOptions,
-              report: CompileReport) -> tuple[Callable, BackendOptions]:
+              report: CompileReport) -> tuple[Callable[..., Any], BackendOptions]:
     """What the user would have had without graphsub: the graph compiled by inductor in the
     options' mode, or run eagerly. Where inductor cannot compile it (no C++ compiler on this
     machine, an operator it does not lower), the graph runs eagerly, raced against graphsub's
@@ -331,18 +332,20 @@ def _baseline(gm: fx.GraphModule, example_inputs: Sequence[Any], opts: BackendOp
 
 
 def _inductor(gm: fx.GraphModule, example_inputs: Sequence[Any],
-              mode: str | None = None) -> Callable:
+              mode: str | None = None) -> Callable[..., Any]:
     """The graph compiled by inductor in `mode`, as `torch.compile(mode=mode)` compiles it
     (the mode's configuration, `torch._inductor.list_mode_options`, patched in)."""
     from torch._inductor import list_mode_options
     from torch._inductor.compile_fx import compile_fx
 
     patches = list_mode_options(mode) if mode else {}
-    return compile_fx(gm, list(example_inputs), config_patches=patches or None)
+    # a callable here: torch types compile_fx's result as a union of outputs
+    return cast(Callable[..., Any],
+                compile_fx(gm, list(example_inputs), config_patches=patches or None))
 
 
 def _compile(gm: fx.GraphModule, example_inputs: list[Any],
-             opts: BackendOptions) -> tuple[Callable, CompileReport]:
+             opts: BackendOptions) -> tuple[Callable[..., Any], CompileReport]:
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
     dynamic = has_dynamic_sizes(gm, example_inputs)
     if not dynamic and len(tensors) < len(example_inputs):
@@ -416,7 +419,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     from graphsub.backends import get_target
     from graphsub.pipeline import load_rule_files
 
-    target = get_target(target_name)
+    target: Any = get_target(target_name)  # a torch target: its torch_device, its programs
     rules = load_rule_files(list(opts.rules or []))
     if opts.fission:
         # Checked numerically on a fresh install (seconds): here, not out of the first part's
@@ -512,8 +515,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     return compiled, report
 
 
-def _writes_disagree(original: fx.GraphModule, compiled: Callable, inputs: PrivateInputs,
-                     rtol: float) -> str | None:
+def _writes_disagree(original: fx.GraphModule, compiled: Callable[..., Any],
+                     inputs: PrivateInputs, rtol: float) -> str | None:
     """Where the module handed back, run as the user will run it (writes included, on
     private copies), differs from the captured graph in its outputs or in what it leaves in
     the inputs it writes (None: nowhere)."""
@@ -535,7 +538,7 @@ def _contenders(optimized: fx.GraphModule, normal: fx.GraphModule | None,
                 replaced: Sequence[tuple[str, PartReport]], normal_parts: Sequence[str],
                 example_inputs: Sequence[Any], constants: Sequence[int], writes: Writes,
                 opts: BackendOptions, target: Any, report: CompileReport
-                ) -> dict[str, Callable]:
+                ) -> dict[str, Callable[..., Any]]:
     """The ways of running the optimized graph that race the baseline: graphsub's module
     with the search's graphs ("graphsub") and with the normal forms' alone ("normal form":
     attention fused, nothing else rewritten, for a compiler whose fusions absorb the other
@@ -551,7 +554,7 @@ def _contenders(optimized: fx.GraphModule, normal: fx.GraphModule | None,
     (side_effects.with_writes)."""
     cuda = target.torch_device.type == "cuda" and opts.cuda_graphs
 
-    def own(module: fx.GraphModule) -> Callable:
+    def own(module: fx.GraphModule) -> Callable[..., Any]:
         return CudaGraphed(module, constants, writes.positions) if cuda else module
 
     modules: dict[str, tuple[fx.GraphModule, Sequence[str]]] = {}
@@ -561,7 +564,7 @@ def _contenders(optimized: fx.GraphModule, normal: fx.GraphModule | None,
     if normal is not None:
         modules["normal form"] = (with_writes(normal, writes) if writes else normal,
                                   normal_parts)
-    contenders: dict[str, Callable] = {}
+    contenders: dict[str, Callable[..., Any]] = {}
     for name, (module, names) in modules.items():
         if opts.inductor and all(getattr(module, n).one_program for n in names):
             try:
@@ -595,8 +598,14 @@ def propagate_shapes(gm: fx.GraphModule, args: Sequence[Any]) -> None:
         def run_node(self, n: fx.Node) -> Any:
             result = super().run_node(n)
             tensors: list[torch.Tensor] = []
-            meta = map_aggregate(result, lambda r: tensors.append(r) or _extract_tensor_metadata(r)
-                                 if isinstance(r, torch.Tensor) else r)
+
+            def record(r: Any) -> Any:
+                if not isinstance(r, torch.Tensor):
+                    return r
+                tensors.append(r)
+                return _extract_tensor_metadata(r)
+
+            meta = map_aggregate(result, record)
             if tensors:
                 n.meta["tensor_meta"] = meta
                 n.meta["device"] = str(tensors[0].device)
@@ -671,7 +680,7 @@ def _constant_positions(gm: fx.GraphModule, example_inputs: Sequence[torch.Tenso
     return out
 
 
-class _Support:
+class _Support(OperatorSupportBase):
     """The partitioner's question: can graphsub express this node?"""
 
     def is_node_supported(self, submodules: Any, node: fx.Node) -> bool:
@@ -895,6 +904,7 @@ def _race_fission(context: RunContext, clock: StageClock, found: Found) -> bool:
     result, outcome = found.result, found.fission
     if outcome is None or not outcome.cost < result.final_cost:
         return False
+    assert context.example_inputs is not None  # a part's run: torch.compile's inputs
     return _runs_faster(outcome.graph, result.graph, context.target, context.example_inputs)
 
 
@@ -908,8 +918,8 @@ RACE = Stage("race", _race_fission, skipped=lambda found: False)
 RACE_SECONDS = 3.0
 
 
-def _speedup(challenger: Callable, incumbent: Callable, inputs: PrivateInputs,
-             device: torch.device, **decide: Any) -> HeadToHead:
+def _speedup(challenger: Callable[..., Any], incumbent: Callable[..., Any],
+             inputs: PrivateInputs, device: torch.device, **decide: Any) -> HeadToHead:
     """The challenger against the incumbent on `inputs`, decided as the optimizer decides
     (runtime.speedup: the median round's speedup, above 1 when the challenger is faster, its
     interval, and whether that clears MIN_GAIN), so that a slow spell of this machine hits
@@ -919,8 +929,8 @@ def _speedup(challenger: Callable, incumbent: Callable, inputs: PrivateInputs,
     timers = []
     for fn in (incumbent, challenger):
         args = inputs.fresh()
-        timers.append(CallTimer(lambda fn=fn, args=args: fn(*args), sync,
-                                setup=inputs.restorer(args)))
+        call: Callable[..., object] = lambda fn=fn, args=args: fn(*args)
+        timers.append(CallTimer(call, sync, setup=inputs.restorer(args)))
     # no_grad, not inference_mode: tensors a first call makes (CUDA-graph trees' static
     # buffers) would be inference tensors, which the user's later calls outside inference
     # mode cannot write into
@@ -929,14 +939,15 @@ def _speedup(challenger: Callable, incumbent: Callable, inputs: PrivateInputs,
             timer.timed(1)
         once = max(timer.timed(1)[0] for timer in timers)  # the pace
         deadline = time.perf_counter() + max(RACE_SECONDS, 2 * MIN_ROUNDS * once)
-        _, result = sequential(*timers, {}, deadline, warmup=0, block=1, pause=0.0, **decide)
+        _, result = sequential(timers[0], timers[1], {}, deadline, warmup=0, block=1, pause=0.0,
+                               **decide)
     return result
 
 
-def _runs_faster(candidate: Any, incumbent: Any, target: Any, inputs: list[Any]) -> bool:
+def _runs_faster(candidate: Any, incumbent: Any, target: Any, inputs: Sequence[Any]) -> bool:
     """Whether graphsub's program of `candidate` runs faster than that of `incumbent` on the
     part's inputs: per-operator timings can prefer a library kernel (attention) that is slower
     end to end than what it replaces."""
     programs = [target.program(g).module for g in (candidate, incumbent)]
-    return _speedup(*programs, PrivateInputs(inputs, Writes()),
+    return _speedup(programs[0], programs[1], PrivateInputs(inputs, Writes()),
                     target.torch_device).decision is Decision.FASTER

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from typing import Any
 
 import numpy as np
 import onnx
@@ -155,7 +156,7 @@ def _old_opset(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelPr
             conv = fresh("conv")
             nodes.append(helper.make_node("Conv", [x, weight((c, c, 3, 3), 0.2), weight((c,))],
                                           [conv], pads=[1, 1, 1, 1]))
-            bn_attrs = {"spatial": 1} if opset < 9 else {}
+            bn_attrs: dict[str, Any] = {"spatial": 1} if opset < 9 else {}
             nodes.append(helper.make_node(
                 "BatchNormalization", [conv, weight((c,)), weight((c,)), weight((c,)),
                                        _positive(inits, fresh("var"), c, rng)], [y],
@@ -183,8 +184,8 @@ def _old_opset(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelPr
                 nodes.append(helper.make_node("Clip", [x], [y], min=-1.0, max=1.5))
             else:
                 low, high = fresh("low"), fresh("high")
-                inits += [onnx.numpy_helper.from_array(np.float32(-1.0), low),
-                          onnx.numpy_helper.from_array(np.float32(1.5), high)]
+                inits += [onnx.numpy_helper.from_array(np.array(-1.0, np.float32), low),
+                          onnx.numpy_helper.from_array(np.array(1.5, np.float32), high)]
                 nodes.append(helper.make_node("Clip", [x, low, high], [y]))
         elif kind == "reduce":
             r, u = fresh("reduced"), fresh("squeezed")
@@ -294,8 +295,8 @@ def _converted(model: onnx.ModelProto, keep_io_types: bool, block: list[str]) ->
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     try:
-        made = convert_float_to_float16(model, keep_io_types=keep_io_types,
-                                        op_block_list=block or None)
+        made: onnx.ModelProto = convert_float_to_float16(model, keep_io_types=keep_io_types,
+                                                         op_block_list=block or None)
     except Exception as exc:  # noqa: BLE001 (the converter raises many kinds)
         raise InvalidModel(f"float16: {str(exc).splitlines()[0][:200]}") from None
     _sort_nodes(made.graph)  # the converter appends the input casts after their readers
@@ -364,11 +365,11 @@ def _quantized(model: onnx.ModelProto, rng: np.random.Generator, how: str,
     seed = int(rng.integers(2**31))
     weight_type = QuantType.QUInt8 if rng.random() < 0.3 else QuantType.QInt8
 
-    class Reader(CalibrationDataReader):
+    class Reader(CalibrationDataReader):  # type: ignore[misc]  # onnxruntime.quantization is untyped
         def __init__(self) -> None:
             self.feeds = [random_inputs(model, seed + k) for k in range(4)]
 
-        def get_next(self):
+        def get_next(self) -> dict[str, np.ndarray] | None:
             return self.feeds.pop() if self.feeds else None
 
     root = logging.getLogger()

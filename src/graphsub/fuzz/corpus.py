@@ -76,6 +76,7 @@ def node_cases(names: Iterable[str] | None = None) -> list[Case]:
             continue
         if not case.data_sets:
             continue
+        assert case.model is not None  # every node case is built with its model
         inputs, outputs = case.data_sets[0]
         graph = case.model.graph
         feeds = {vi.name: value for vi, value in zip(graph.input, inputs)}

@@ -37,7 +37,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,7 @@ from graphsub.runtime.bindings import ProfileShape
 from graphsub.runtime.equivalence import SAME_FUNCTION, ModelFn, Tolerance, compare_outputs
 from graphsub.runtime.reference import evaluate
 from graphsub.search import ALGORITHMS
-from graphsub.search.result import StopReason
+from graphsub.search.result import Step, StopReason
 
 #: TASO's rule file, next to the repository (../shared/data/taso/graph_subst.pb).
 TASO_RULES = (Path(__file__).resolve().parents[3].parent / "shared" / "data" / "taso"
@@ -117,7 +117,7 @@ class ModelReport:
     def outcome(self, stage: str) -> Outcome | None:
         return next((o for o in self.outcomes if o.stage == stage), None)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"outcomes": [asdict(o) for o in self.outcomes], "notes": list(self.notes)}
 
 
@@ -146,7 +146,7 @@ class Reference:
     """The original model's interface and its outputs on TRIALS input sets, compared under
     the optimizer's own tolerance policy (SAME_FUNCTION)."""
 
-    inputs: tuple[tuple[str, tuple[int, ...]], ...]
+    inputs: tuple[tuple[str, tuple[int | str, ...]], ...]
     outputs: tuple[str, ...]
     feeds: tuple[dict[str, np.ndarray], ...]
     expected: tuple[Outputs, ...]
@@ -538,7 +538,8 @@ def _rules_kind(rules: Iterable[str]) -> str:
     return "rules " + ",".join(sorted(set(rules)))
 
 
-def _distinct(found: Iterable[tuple[str, Graph, tuple]]) -> list[tuple[str, Graph, tuple]]:
+def _distinct(found: Iterable[tuple[str, Graph, tuple[Step, ...]]]
+              ) -> list[tuple[str, Graph, tuple[Step, ...]]]:
     seen, out = set(), []
     for label, g, trace in found:
         h = g.structural_hash()
@@ -619,7 +620,7 @@ def _torch_cpu(subject: _Subject) -> Outcome:
 def _run_graphs(subject: _Subject, stage: str, runner: Callable[[Graph], ModelFn]) -> Outcome:
     """Run the imported graph, then each best graph the searches found, with a backend;
     the first that differs from the reference (or raises) is the outcome."""
-    graphs = [("original", "", subject.graph, ())]
+    graphs: list[tuple[str, str, Graph, tuple[str, ...]]] = [("original", "", subject.graph, ())]
     graphs += [(f"best of {a}", a, g, rules) for a, (g, rules) in subject.found.items()]
     for label, algorithm, graph, rules in graphs:
         try:
@@ -652,6 +653,7 @@ def _pipeline(subject: _Subject, rules: Sequence[Rule], time_limit: float,
         message = next((n for n in report.notes if "verification failed" in n), "")
         return Outcome("pipeline", "caught", message[:500],
                        kind="rules " + ",".join(sorted(set(failed.get("rules", [])))))
+    assert isinstance(written, bytes)  # a fuzzed model is never large enough to detach
     status, message = subject.ref.compare_onnx(written)
     kind = "" if status == "equal" else subject.wrong_kind(lambda b: b.compare_onnx(written),
                                                            "pipeline")
@@ -696,8 +698,8 @@ def check_model(model: onnx.ModelProto | bytes, *, seed: int = 0, time_limit: fl
         bodies.append(("roundtrip", lambda: _roundtrip(subject)))
     if "search" in stages:
         for algorithm in algorithms if algorithms is not None else list(ALGORITHMS):
-            bodies.append((f"search:{algorithm}", lambda a=algorithm: _search(
-                subject, a, rules, time_limit, search_options or {})))
+            bodies.append((f"search:{algorithm}", partial(
+                _search, subject, algorithm, rules, time_limit, search_options or {})))
     if "fission" in stages:
         bodies.append(("fission", lambda: _fission(subject)))
     if "numpy" in stages:

@@ -163,7 +163,7 @@ def _replace_node(model: onnx.ModelProto, index: int, mapping: dict[str, str | N
             if name in renames:
                 n.input[i] = renames[name]
     # A graph output that was removed becomes its replacement (once: names stay unique).
-    outputs = []
+    outputs: list[onnx.ValueInfoProto] = []
     for o in g.output:
         o.name = renames.get(o.name, o.name)
         if all(o.name != kept.name for kept in outputs):

@@ -32,7 +32,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import onnx
@@ -268,6 +268,10 @@ def _check_outputs(outputs: dict[str, np.ndarray]) -> None:
 
 Shape = tuple[int, ...]
 T = TypeVar("T")
+#: A builder's state to go back to: nodes, inputs, initializers, pool, weights, positive and
+#: bounded values.
+_Saved = tuple[list[onnx.NodeProto], list[onnx.ValueInfoProto], list[onnx.TensorProto],
+               list[str], set[str], set[str], set[str]]
 
 
 class _Builder:
@@ -341,7 +345,7 @@ class _Builder:
         return name
 
     def node(self, op: str, inputs: Sequence[str], n_out: int = 1, pool: bool = True,
-             **attrs: object) -> list[str]:
+             **attrs: Any) -> list[str]:
         """Append a node; its float outputs join the pool (a weight-only node's outputs are
         weights too)."""
         outs = [self.fresh("t") for _ in range(n_out)]
@@ -353,7 +357,7 @@ class _Builder:
             self.pool.extend(outs)
         return outs
 
-    def one(self, op: str, inputs: Sequence[str], **attrs: object) -> str:
+    def one(self, op: str, inputs: Sequence[str], **attrs: Any) -> str:
         return self.node(op, inputs, **attrs)[0]
 
     def shape(self, name: str) -> Shape:
@@ -505,11 +509,11 @@ class _Builder:
                 self.restore(saved)
         return self.finish(seed)
 
-    def save(self) -> tuple:
+    def save(self) -> _Saved:
         return (list(self.nodes), list(self.inputs), list(self.inits), list(self.pool),
                 set(self.weights), set(self.positive), set(self.bounded))
 
-    def restore(self, saved: tuple) -> None:
+    def restore(self, saved: _Saved) -> None:
         (self.nodes, self.inputs, self.inits, self.pool, self.weights, self.positive,
          self.bounded) = saved
 
@@ -751,7 +755,7 @@ def _split(b: _Builder) -> None:
     equal = [n for n in (2, 3, 4) if d % n == 0]
     if equal and b.chance(0.4):
         parts = b.pick_from(equal)
-        attrs: dict[str, object] = {"axis": axis}
+        attrs: dict[str, Any] = {"axis": axis}
         if b.opset >= 18:
             attrs["num_outputs"] = parts
         b.node("Split", [x], n_out=parts, **attrs)
@@ -817,7 +821,8 @@ def _pad(b: _Builder) -> None:
     axes = list(range(rank))
     if b.opset >= 18 and b.chance(0.4):
         axes = _some_axes(b, rank)
-    begins, ends = [], []
+    begins: list[int] = []
+    ends: list[int] = []
     for a in axes:
         limit = {"reflect": shape[a] - 1, "wrap": shape[a]}.get(mode, 2)
         for side in (begins, ends):
@@ -903,7 +908,7 @@ def _gemm(b: _Builder) -> None:
 def _conv_attrs(b: _Builder, hw: Shape, kernel: tuple[int, int]) -> dict[str, object]:
     """Strides, dilations and padding (explicit, asymmetric, or auto_pad) that leave an
     output of at least one pixel."""
-    attrs: dict[str, object] = {}
+    attrs: dict[str, Any] = {}
     strides = [int(b.pick_from([1, 1, 2])) for _ in range(2)]
     dilations = [int(b.pick_from([1, 1, 1, 2])) for _ in range(2)]
     if strides != [1, 1] or b.chance(0.2):

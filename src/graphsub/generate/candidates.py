@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphsub.generate.enumerate import Enumeration, GenGraph, GenNode
-from graphsub.generate.opset import OPS
+from graphsub.generate.opset import OPS, GenTensor
 from graphsub.ops import get_op
 from graphsub.ops.base import REQUIRED
 from graphsub.rules.ast import AVar, Call, Expr, ListExpr, Lit, OpTerm, Rule, Term, Var, term_vars
@@ -30,7 +30,7 @@ class RuleCandidate:
     mapping: tuple[tuple[int, int], ...]  # (source output id, target output id)
 
 
-def _same(a, b) -> bool:
+def _same(a: GenTensor, b: GenTensor) -> bool:
     return a.shape == b.shape and all(
         np.allclose(x, y, rtol=0, atol=THRESHOLD) for x, y in zip(a.tests, b.tests))
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,7 +92,7 @@ def fingerprint(outputs: Sequence[GenTensor]) -> bytes:
     return _combine(hash1(t) for t in outputs)
 
 
-def _combine(digests) -> bytes:
+def _combine(digests: Iterable[bytes]) -> bytes:
     h = hashlib.blake2b(digest_size=16)
     for d in sorted(digests):
         h.update(d)
@@ -260,7 +260,7 @@ class Enumerator:
         return result
 
     def _dfs(self, st: _State, cands: list[_Cand], allowed: set[bytes] | None, sink: Sink,
-             result: Enumeration, on_graph) -> None:
+             result: Enumeration, on_graph: Callable[[int], None] | None) -> None:
         if st.nodes:
             self._record(st, sink, result, on_graph)
         if len(st.nodes) >= self.max_ops:
@@ -299,7 +299,8 @@ class Enumerator:
         return self.batching and len(st.nodes) == 1 and not touched and \
             (c.op, c.variant) == (st.nodes[0].op, st.nodes[0].variant)
 
-    def _record(self, st: _State, sink: Sink, result: Enumeration, on_graph) -> None:
+    def _record(self, st: _State, sink: Sink, result: Enumeration,
+                on_graph: Callable[[int], None] | None) -> None:
         _, pieces = _components(st)
         if pieces > 1 and not (pieces == 2 and len(st.nodes) == 2 and self.batching and
                                (st.nodes[0].op, st.nodes[0].variant) ==

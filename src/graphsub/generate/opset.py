@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import GraphsubError
-from graphsub.tensors.types import TensorType
+from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops import get_op
 from graphsub.ops.conv import pad_nchw, resolve_pads, windows
 from graphsub.rules.ast import Call, Lit
@@ -83,7 +83,8 @@ def inverse(n: int) -> int:
 
 
 def fake_relu(x: np.ndarray) -> np.ndarray:
-    return np.mod(x * (x + 1) + 1, PRIME)
+    y: np.ndarray = np.mod(x * (x + 1) + 1, PRIME)
+    return y
 
 
 # ---- restrictions (TASO's generator conventions) ---------------------------------------------
@@ -213,7 +214,8 @@ def _mod_of(fn: Callable[..., np.ndarray]) -> ExactKernel:
 
 
 @lru_cache(maxsize=None)
-def _conv_plan(x_shape: tuple[int, ...], w_shape: tuple[int, ...], frozen: tuple[tuple[str, Any], ...]):
+def _conv_plan(x_shape: tuple[int, ...], w_shape: tuple[int, ...], frozen: tuple[tuple[str, Any], ...]
+               ) -> tuple[tuple[int, int, int, int], np.ndarray, tuple[int, int]]:
     """Padding, output size and gather indices (im2col) of one convolution geometry."""
     a = _attrs("conv2d", frozen, (x_shape, w_shape))
     out = get_op("conv2d").infer(a, (TensorType(x_shape, "float32"), TensorType(w_shape, "float32")))
@@ -270,7 +272,8 @@ def _freeze(attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 
 @lru_cache(maxsize=None)
-def _attrs(name: str, frozen: tuple[tuple[str, Any], ...], shapes: tuple[tuple[int, ...], ...]):
+def _attrs(name: str, frozen: tuple[tuple[str, Any], ...], shapes: tuple[tuple[int, ...], ...]
+           ) -> Attrs:
     """graphsub's canonical attributes for this operator on inputs of these shapes."""
     return get_op(name).make_attrs(dict(frozen), tuple(TensorType(s, "float32") for s in shapes))
 
@@ -299,7 +302,8 @@ def _div_exact(xs: Sequence[np.ndarray], attrs: dict[str, Any]) -> tuple[np.ndar
 
 
 def _opaque_unary(x: np.ndarray) -> np.ndarray:
-    return np.mod(x * (x + 2) + 3, PRIME)
+    y: np.ndarray = np.mod(x * (x + 2) + 3, PRIME)
+    return y
 
 
 def _reduce_sum_exact(xs: Sequence[np.ndarray], attrs: dict[str, Any]) -> tuple[np.ndarray, ...]:

@@ -185,7 +185,7 @@ def generate(max_ops: int, ops: Sequence[str] = DEFAULT_OPS, *, variables: int =
     report = GenerationReport(max_ops, tuple(ops), workers=executor.workers)
     tell = progress or (lambda stage, done, total: None)
     own_dir = workdir is None
-    root = Path(tempfile.mkdtemp(prefix="graphsub-gen-")) if own_dir else Path(workdir)
+    root = Path(tempfile.mkdtemp(prefix="graphsub-gen-")) if workdir is None else Path(workdir)
     shard_dir = root / "shards"
     shutil.rmtree(shard_dir, ignore_errors=True)
     for s in range(shards):
@@ -257,11 +257,16 @@ def generate(max_ops: int, ops: Sequence[str] = DEFAULT_OPS, *, variables: int =
     return kept, report
 
 
-def _check_task(texts: list[str], timeout_ms: int, verify: bool):
+#: One rule after `_check_task`: its text and Z3's verdict (status, seconds, reason; None
+#: when not verifying), or None, None and (name, why) for a rule the check dropped.
+_Checked = tuple[str | None, tuple[str, float, str] | None, tuple[str, str] | None]
+
+
+def _check_task(texts: list[str], timeout_ms: int, verify: bool) -> list[_Checked]:
     """Check each rule numerically as `graphsub optimize` will when it loads the file (a rule
     that fails for grouped convolutions is restricted to ungrouped ones, as TASO's own are),
     then prove it with Z3."""
-    out = []
+    out: list[_Checked] = []
     for text in texts:
         (rule,) = parse_rules(text, origin="generator")
         try:

@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from graphsub.executors import Executor
 from graphsub.rules.ast import AVar, Call, Expr, ListExpr, OpTerm, Rule, Term, Var, term_vars
 from graphsub.rules.check import RuleCheckError, check_rule
 from graphsub.rules.parser import parse_rules, print_expr, print_rule, print_term
@@ -195,7 +196,7 @@ def generalize_texts(texts: Sequence[str], step: str) -> list[str]:
 
 
 def _generalize(rules: Sequence[Rule], step: str, valid: Validator, tick: Callable[[int], None],
-                executor=None) -> list[Rule]:
+                executor: Executor | None = None) -> list[Rule]:
     if executor is None or valid is not numerically_valid:
         out = []
         for r in rules:
@@ -229,7 +230,7 @@ class PruneReport:
 
 def prune(rules: Sequence[Rule], valid: Validator = numerically_valid,
           on_progress: Callable[[str, int, int], None] | None = None,
-          executor=None) -> tuple[list[Rule], PruneReport]:
+          executor: Executor | None = None) -> tuple[list[Rule], PruneReport]:
     """Prune (rules must have distinct names). Generalizations are checked by `valid`; with
     the default numeric check they can run as batches on `executor`. `on_progress` gets
     (step, rules done, rules in the step)."""

@@ -18,9 +18,10 @@ from graphsub.rules.ast import ListExpr, OpTerm, Ref, Rule, Term, Var
 from graphsub.rules.parser import print_expr, print_term
 
 
-def _expand(t: Term, lets: dict[str, OpTerm]) -> Term:
+def _expand(t: Term, lets: dict[str, Term]) -> Term:
     if isinstance(t, Ref):
         base = lets[t.name]
+        assert isinstance(base, OpTerm)  # a reference projects an operator's output
         t = OpTerm(base.op, base.attrs, base.args, t.index)
     if not isinstance(t, OpTerm):
         return t
@@ -69,7 +70,7 @@ def _canonical(sources: Sequence[Term], targets: Sequence[Term]) -> str:
 
 def canonical_forms(rule: Rule) -> tuple[str, str]:
     """The rule's canonical text in both directions."""
-    lets = dict(rule.lets)  # type: ignore[arg-type]
+    lets = dict(rule.lets)
     sources = [_expand(t, lets) for t in rule.sources]
     targets = [_expand(t, lets) for t in rule.targets]
     return _canonical(sources, targets), _canonical(targets, sources)

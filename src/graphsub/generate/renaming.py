@@ -21,7 +21,7 @@ from graphsub.generate.opset import OPS
 
 def variable_classes(specs: Sequence[GeneratorInput]) -> list[list[int]]:
     """Input ids grouped into interchangeable classes, each in order."""
-    classes: dict[tuple, list[int]] = {}
+    classes: dict[tuple[object, ...], list[int]] = {}
     for i, s in enumerate(specs):
         key = (s.shape, s.kernel) if s.constant is None else ("constant", i)
         classes.setdefault(key, []).append(i)

@@ -37,7 +37,7 @@ def binding_of(graph: Graph, shapes: Mapping[str, Sequence[int]]) -> dict[str, i
         if len(shape) != t.rank:
             raise GraphsubError(f"input {name!r}: expected {t}, got a shape of rank {len(shape)}")
         for d, given in zip(t.shape, shape):
-            if type(d) is int:
+            if isinstance(d, int):
                 if d != given:
                     raise GraphsubError(f"input {name!r}: expected {t}, got "
                                         f"{'x'.join(map(str, shape))}")

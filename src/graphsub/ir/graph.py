@@ -23,7 +23,7 @@ class Value(NamedTuple):
     """One output of one node: the edge type of the graph."""
 
     node: int
-    index: int = 0
+    index: int = 0  # type: ignore[assignment]  # a field that shadows tuple.index
 
     def __repr__(self) -> str:
         return f"%{self.node}" + (f".{self.index}" if self.index else "")

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from graphsub.ir.graph import Graph, Node, Value, make_node
-from graphsub.ops.fused import body_of
+from graphsub.ops.fused import Ref, body_of
 
 
 def cut_out(graph: Graph, ops: Iterable[int], outputs: Sequence[Value], prefix: str = "region"
@@ -91,7 +91,7 @@ def fused_body(graph: Graph, nodes: frozenset[int], outputs: Sequence[Value]
     reads: dict[Value, int] = {}
     body_nodes = []
 
-    def ref(v: Value) -> tuple:
+    def ref(v: Value) -> Ref:
         if v.node in index:
             return ("node", index[v.node], v.index)
         return ("in", reads.setdefault(v, len(reads)))

@@ -87,14 +87,14 @@ class Placeholders:
         self.names: dict[Any, str] = {}
 
     def dims(self, t: TensorType) -> list[int | str]:
-        return [d if type(d) is int else dim_text(d) if d.is_Symbol
+        return [d if isinstance(d, int) else dim_text(d) if d.is_Symbol
                 else self.names.setdefault(d, f"graphsub_size{len(self.names)}") for d in t.shape]
 
     def restore(self, t: TensorType) -> TensorType:
         if t.is_static or not self.names:
             return t
         back = {size_symbol(name): expr for expr, name in self.names.items()}
-        return TensorType(tuple(d if type(d) is int else d.xreplace(back) for d in t.shape),
+        return TensorType(tuple(d if isinstance(d, int) else d.xreplace(back) for d in t.shape),
                           t.dtype)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any
+from typing import AbstractSet, Any
 
 import numpy as np
 import onnx
@@ -21,6 +21,7 @@ from graphsub.errors import ExportError
 from graphsub.ir.graph import Graph, Value
 from graphsub.tensors.onnx_types import value_info
 from graphsub.tensors.symbolic import Dim, dim_text, is_static
+from graphsub.tensors.types import TensorType
 from graphsub.ops import get_op
 from graphsub.onnx_io import external
 from graphsub.ops.opaque import body_names
@@ -54,7 +55,7 @@ class ExportContext:
         self._used.add(name)
         return name
 
-    def avoid(self, names: set[str]) -> None:
+    def avoid(self, names: AbstractSet[str]) -> None:
         """Never give out `names` (they are assigned elsewhere in the model)."""
         self._used |= names
 
@@ -116,7 +117,7 @@ class ExportContext:
         """Remember the value `name` as where the size symbols among its dimensions can be
         read (the first such value, a graph input where there is one, wins)."""
         for axis, d in enumerate(shape):
-            if type(d) is not int and d.is_Symbol and d.name not in self._symbol_sources:
+            if not isinstance(d, int) and d.is_Symbol and d.name not in self._symbol_sources:
                 self._symbol_sources[d.name] = (name, axis)
 
     def sizes(self, values: Sequence[Dim], out: str | None = None) -> str:
@@ -209,13 +210,14 @@ class ExportContext:
                       to=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
 
 
-def _value_info(name: str, t, declared: Sequence[Any] | None = None) -> onnx.ValueInfoProto:
+def _value_info(name: str, t: TensorType, declared: Sequence[Any] | None = None
+                ) -> onnx.ValueInfoProto:
     """A value's declared type; a symbolic dimension is a dim_param: the name the original
     model declared there (`declared`), which downstream tools key on, else the expression
     (`batch`, `seq + 1`). An opaque value's is its own ONNX type."""
     if t.is_opaque:
         return value_info(name, t)
-    dims = []
+    dims: list[int | str] = []
     for i, d in enumerate(t.shape):
         if type(d) is int:
             dims.append(d)
@@ -285,7 +287,8 @@ def _inference_error_in_kept_operator(model: onnx.ModelProto | bytes, message: s
             schema = onnx.defs.get_schema(op, opset or 1)
         except onnx.defs.SchemaError:
             return None
-        if not schema.has_function and not schema.has_context_dependent_function:
+        # onnx's stub of OpSchema lacks these two properties
+        if not schema.has_function and not schema.has_context_dependent_function:  # type: ignore[attr-defined]
             return None
     return next(iter(failed & outer), None)
 
@@ -396,7 +399,7 @@ def to_model_data(graph: Graph, opset: int | None = None, model_name: str = "gra
     graph: graphsub.onnx_io.external)."""
     model, detached = _export(graph, opset, model_name, (), external_data)
     try:
-        data = model.SerializeToString()
+        data: bytes = model.SerializeToString()
     except ValueError as exc:
         raise ExportError(f"the model is too large for a single ONNX file ({exc}): write it "
                           "with external data") from None

@@ -262,7 +262,7 @@ def write_model(model: ModelData, path: str | os.PathLike[str]) -> Path:
 
 def _chunks(array: np.ndarray, size: int = 64 << 20) -> Iterator[memoryview]:
     """The array's bytes in pieces, so that writing a mapped weight never copies it whole."""
-    flat = memoryview(array.reshape(-1)).cast("B") if array.size else memoryview(b"")
+    flat = array.reshape(-1).data.cast("B") if array.size else memoryview(b"")
     for start in range(0, len(flat), size):
         yield flat[start:start + size]
 

@@ -21,7 +21,7 @@ from onnx import helper, numpy_helper
 
 from graphsub.errors import GraphsubError, ModelLoadError
 from graphsub.ir.binding import defined_ranges
-from graphsub.ir.graph import Graph, Value, make_node
+from graphsub.ir.graph import Graph, Node, Value, make_node
 from graphsub.tensors.symbolic import (Dim, SymbolRange, bind_all, floordiv, renamed, size_symbol,
                                   symbols_in)
 from graphsub.tensors.onnx_types import (array_type, made_up_value, modelled, opaque_type,
@@ -89,7 +89,8 @@ def _as_model_data(source: Any, model: onnx.ModelProto,
         return bytes(source)
     if isinstance(source, (str, os.PathLike)):
         return Path(source).read_bytes()
-    return model.SerializeToString()
+    serialized: bytes = model.SerializeToString()
+    return serialized
 
 
 def load_with_original(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None
@@ -112,6 +113,7 @@ def _check_looks_like_onnx(model: onnx.ModelProto, where: str) -> onnx.ModelProt
 def _default_opset(model: onnx.ModelProto) -> int:
     """The model's opset of ONNX's default domain (MAX_OPSET for a model without one: an
     ai.onnx.ml pipeline uses none of its operators)."""
+    o: onnx.OperatorSetIdProto
     for o in model.opset_import:
         if o.domain in DEFAULT_DOMAINS:
             return o.version
@@ -263,7 +265,7 @@ def _meaning_changed(original: Any, converted: Any, proto: onnx.ModelProto) -> s
     return wrong[0] if wrong else ""
 
 
-def _tensor_type(type_proto: onnx.TypeProto) -> tuple[list[int | str | None], str] | None:
+def _tensor_type(type_proto: onnx.TypeProto) -> tuple[list[int | str | None] | None, str] | None:
     if not type_proto.HasField("tensor_type"):
         return None
     tt = type_proto.tensor_type
@@ -271,7 +273,7 @@ def _tensor_type(type_proto: onnx.TypeProto) -> tuple[list[int | str | None], st
     if dtype is None:
         return None
     if not tt.HasField("shape"):
-        return None, dtype  # type: ignore[return-value]
+        return None, dtype
     dims: list[int | str | None] = []
     for d in tt.shape.dim:
         if d.HasField("dim_value"):
@@ -338,7 +340,7 @@ class ImportContext:
     def __init__(self, opset: int, domain_opsets: dict[str, int]) -> None:
         self.opset = opset
         self.domain_opsets = domain_opsets
-        self.nodes: dict[int, Any] = {}
+        self.nodes: dict[int, Node] = {}
         self.values: dict[str, Value] = {}
         self.constants: dict[str, np.ndarray] = {}
         self.used: set[str] = set()  # ONNX value names that some node or output reads
@@ -403,13 +405,13 @@ class ImportContext:
         if inferred.rank != computed.rank:
             return
         for ours, theirs in zip(computed.shape, inferred.shape):
-            if (type(theirs) is not int and theirs.is_Symbol and theirs.name not in
+            if (not isinstance(theirs, int) and theirs.is_Symbol and theirs.name not in
                     self.symbol_ranges and theirs.name not in self.renamed):
                 self.renamed[theirs.name] = ours
 
     def note_symbols(self, value: Value) -> None:
         for axis, d in enumerate(self.type_of(value).shape):
-            if type(d) is not int and d.is_Symbol and d.name not in self.symbol_sources:
+            if not isinstance(d, int) and d.is_Symbol and d.name not in self.symbol_sources:
                 self.symbol_sources[d.name] = (value, axis)
 
     def value(self, name: str) -> Value:
@@ -581,13 +583,13 @@ def _infer_output_types(node: onnx.NodeProto, ctx: ImportContext,
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
         by_name = {vi.name: _tensor_type(vi.type) for vi in inferred.graph.output}
-        opaque = {vi.name: opaque_type(vi.type) for vi in inferred.graph.output
-                  if vi.type.WhichOneof("value") and opaque_type(vi.type) is not None}
+        opaque = {vi.name: t for vi in inferred.graph.output
+                  if vi.type.WhichOneof("value") and (t := opaque_type(vi.type)) is not None}
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
         by_name, opaque = {}, {}  # inference cannot tell: the node is run below instead
     protos = {vi.name: vi.type for vi in inferred.graph.output} if by_name else {}
     reads_opaque = any(t.is_opaque for t in in_types.values())
-    types = []
+    types: list[TensorType] = []
     for o in (o for o in node.output if o):
         if o in opaque:  # a sequence, an optional, strings: carried as inference types it
             types.append(opaque[o])
@@ -611,7 +613,7 @@ def _infer_output_types(node: onnx.NodeProto, ctx: ImportContext,
                 outs = [o for o in node.output if o]
                 return [_shape_unknown(o, r, ctx) for o, r in zip(outs, results)]
             return [array_type(r) for r in results]
-        types.append(TensorType(tuple(tt[0]), tt[1]))  # type: ignore[arg-type]
+        types.append(TensorType(tuple(tt[0]), tt[1]))
     return types
 
 
@@ -662,8 +664,8 @@ def _fold(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, TensorTy
     if node.op_type == "ConstantOfShape" and node.input[0] in ctx.constants:
         fill = ctx.attr(node, "value", None)
         fill = numpy_helper.to_array(fill) if fill is not None else np.zeros(1, np.float32)
-        shape = tuple(int(d) for d in ctx.constants[node.input[0]])
-        ctx.constants[node.output[0]] = np.full(shape, fill.reshape(-1)[0], dtype=fill.dtype)
+        dims = tuple(int(d) for d in ctx.constants[node.input[0]])
+        ctx.constants[node.output[0]] = np.full(dims, fill.reshape(-1)[0], dtype=fill.dtype)
         return True
     if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
         ctx.constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
@@ -742,7 +744,7 @@ def _trusted(types: Sequence[TensorType | None], ctx: ImportContext) -> bool:
     """Whether inferred types can stand: every size over the model's own symbols, and an
     integer for every value of them (onnxruntime types an uneven Split's halves `s/2`)."""
     return all(t is not None and symbols_in(t.shape) <= set(ctx.symbol_ranges)
-               and all(type(d) is int or d.is_integer for d in t.shape) for t in types)
+               and all(isinstance(d, int) or d.is_integer for d in t.shape) for t in types)
 
 
 def _symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
@@ -1084,7 +1086,7 @@ def _graph_of(original: onnx.ModelProto, mapped: Mapping[str, np.ndarray],
         ctx.values[name] = Value(nid, 0)
         ctx.note_symbols(ctx.values[name])
         for d in t.shape:
-            if type(d) is not int:
+            if not isinstance(d, int):
                 ctx.symbol_ranges.setdefault(d.name, SymbolRange())
         input_ids.append(nid)
 

@@ -82,10 +82,10 @@ def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
             if tt.HasField("shape") and (len(tt.shape.dim) != len(given) or any(
                     d.HasField("dim_value") and d.dim_value >= 0 and d.dim_value != g_
                     for d, g_ in zip(tt.shape.dim, given))):
-                dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                             for d in tt.shape.dim)
+                declared = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                                 for d in tt.shape.dim)
                 raise ModelLoadError(f"input {inp.name!r}: the given shape {given} does not "
-                                     f"fit the model's {dims}")
+                                     f"fit the model's {declared}")
             result.append((inp.name, TensorType(given, dtype)))
             continue
         if not tt.HasField("shape"):
@@ -117,7 +117,8 @@ def symbolic_inference(model: onnx.ModelProto, merge: bool) -> onnx.ModelProto:
     while inference.run_:
         inference._infer_impl()
     inference._update_output_from_vi()
-    return inference.out_mp_
+    inferred: onnx.ModelProto = inference.out_mp_
+    return inferred
 
 
 def inferred_types(model: onnx.ModelProto) -> dict[str, TensorType]:
@@ -172,7 +173,7 @@ def node_types(node: onnx.NodeProto, in_types: Mapping[str, TensorType],
         t = _parse_type(by_name[o].type) if o in by_name else None
         if t is None:
             return None
-        shape = tuple(d if type(d) is int else d.xreplace(back) for d in t.shape)
+        shape = tuple(d if isinstance(d, int) else d.xreplace(back) for d in t.shape)
         if not symbols_in(shape) <= symbols_in(placeholders):
             return None
         types.append(TensorType(shape, t.dtype))
@@ -350,15 +351,16 @@ class SizeFolder:
             idx = np.array(ins[1].tolist(), dtype=np.int64)
             return np.take(x, idx, axis=ctx.attr(node, "axis", 0))
         if op in ("Unsqueeze", "Squeeze"):
-            axes = ins[1] if len(ins) > 1 else None
-            axes = ctx.attr(node, "axes", None) if axes is None else tuple(int(a) for a in axes)
+            given = ins[1] if len(ins) > 1 else None
+            axes = ctx.attr(node, "axes", None) if given is None else tuple(int(a) for a in given)
             if op == "Unsqueeze":
                 return np.expand_dims(x, tuple(axes))
             return np.squeeze(x, axis=None if axes is None else tuple(axes))
         if op == "Concat":
-            if any(v is None for v in ins):
+            parts = [v for v in ins if v is not None]
+            if len(parts) < len(ins):
                 return None
-            return np.concatenate(ins, axis=ctx.attr(node, "axis"))
+            return np.concatenate(parts, axis=ctx.attr(node, "axis"))
         if op == "Reshape":
             target = ins[1]
             if target is None or any(is_symbolic(v) for v in target.reshape(-1)):
@@ -369,14 +371,16 @@ class SizeFolder:
         if op in _BINARY:
             if len(ins) != 2 or ins[1] is None:
                 return None
-            return np.frompyfunc(_BINARY[op], 2, 1)(x, ins[1])
+            # an object array (the ufunc gives a bare object for 0-d operands)
+            return np.asarray(np.frompyfunc(_BINARY[op], 2, 1)(x, ins[1]), dtype=object)
         if op == "Where":
-            if any(v is None for v in ins):
+            parts = [v for v in ins if v is not None]
+            if len(parts) < len(ins):
                 return None
-            cond = ins[0]
+            cond = parts[0]
             if any(not isinstance(c, (bool, np.bool_)) for c in cond.reshape(-1)):
                 return None
-            return np.where(cond.astype(bool), ins[1], ins[2])
+            return np.where(cond.astype(bool), parts[1], parts[2])
         if op == "Expand":
             target = ins[1]
             if target is None or any(is_symbolic(v) for v in target.reshape(-1)):
@@ -424,10 +428,10 @@ def bound_by_slice(ranges: dict[str, SymbolRange], shape: Sequence[Dim],
         axis = axes[i] if axes is not None else i
         n = shape[axis if axis >= 0 else axis + len(shape)]
         for bound in (s, e):
-            if not is_symbolic(n) and is_symbolic(bound) and bound.is_Symbol:
+            if isinstance(n, int) and not isinstance(bound, int) and bound.is_Symbol:
                 name = bound.name  # table[:seq] needs seq <= rows
                 ranges[name] = ranges.get(name, SymbolRange()).narrowed(high=int(n))
-            elif is_symbolic(n) and type(bound) is int and 0 < bound < 2 ** 31:
+            elif not isinstance(n, int) and isinstance(bound, int) and 0 < bound < 2 ** 31:
                 offset = n - sum(n.free_symbols)  # x[4:5] of seq + c rows needs seq >= 5 - c
                 if len(n.free_symbols) == 1 and offset.is_Integer:
                     name = next(iter(n.free_symbols)).name

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,13 @@ from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AtenBuilder, AtenCall, AtenImportFn, AttrSpec, Category, OpDef,
                                TorchFn, TorchLowering, Types, aten_importer, broadcasts_to,
                                onnx_importer, register, is_float)
+
+if TYPE_CHECKING:
+    import onnx
+
+    from graphsub.ir.graph import Value
+    from graphsub.onnx_io.exporter import ExportContext
+    from graphsub.onnx_io.importer import ImportContext
 
 
 def _check(attrs: Attrs, ins: Types) -> None:
@@ -89,7 +96,8 @@ def _evaluate(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return ((weights @ v).astype(xs[0].dtype),)
 
 
-def _export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+            types: Types) -> None:
     q = types[0]
     if ctx.opset >= 23:
         if q.rank == 4:
@@ -112,7 +120,8 @@ def _export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) ->
     _export_primitives(ctx, attrs, ins, outs, types)
 
 
-def _export_primitives(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _export_primitives(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+                       types: Types) -> None:
     """Before opset 23: grouped query heads folded into the query rows (query head h of group
     g reads key head h // g, so (Hkv, g * Sq) rows share one key matrix), scores, masks, a
     softmax, and a guard that turns the NaN rows of fully masked queries into zeros."""
@@ -222,7 +231,7 @@ register(OpDef(
 
 
 @onnx_importer("Attention")
-def _import_attention(ctx, node):
+def _import_attention(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     """Attention with 4-D inputs and one output; 3-D inputs (batch, sequence, hidden, heads
     given as attributes), the key/value cache, soft-capping and the other outputs stay an
     opaque node."""

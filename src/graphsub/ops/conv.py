@@ -4,7 +4,7 @@ enlarge operator, plus the padding arithmetic that pooling shares."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -17,6 +17,13 @@ from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef,
                                onnx_importer, pair, register, same_dtype)
 from graphsub.ops.elementwise import (ACTIVATION_TRIES, ACTIVATIONS, apply_activation,
                                       emit_with_activation, torch_activation)
+
+if TYPE_CHECKING:
+    import onnx
+
+    from graphsub.ir.graph import Value
+    from graphsub.onnx_io.exporter import ExportContext
+    from graphsub.onnx_io.importer import ImportContext
 
 Pads = tuple[int, int, int, int]  # top, left, bottom, right (ONNX order is t, l, b, r too)
 
@@ -43,11 +50,11 @@ def padding_attr(value: Any) -> str | Pads:
         p = (p[0], p[1], p[0], p[1])
     if len(p) != 4 or min(p) < 0:
         raise ValueError("explicit padding needs four non-negative integers (t, l, b, r)")
-    return p  # type: ignore[return-value]
+    return p
 
 
-def same_pads(size: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
-              dilation: tuple[int, int] = (1, 1)) -> Pads:
+def same_pads(size: Sequence[Dim], kernel: Sequence[int], stride: Sequence[int],
+              dilation: Sequence[int] = (1, 1)) -> Pads:
     """SAME padding as ONNX SAME_UPPER defines it: output = ceil(input / stride), with the odd
     pixel of padding at the end."""
     before, after = [], []
@@ -64,8 +71,8 @@ def same_pads(size: tuple[int, int], kernel: tuple[int, int], stride: tuple[int,
     return (before[0], before[1], after[0], after[1])
 
 
-def resolve_pads(padding: str | Pads, size: tuple[int, int], kernel: tuple[int, int],
-                 stride: tuple[int, int], dilation: tuple[int, int] = (1, 1)) -> Pads:
+def resolve_pads(padding: str | Pads, size: Sequence[Dim], kernel: Sequence[int],
+                 stride: Sequence[int], dilation: Sequence[int] = (1, 1)) -> Pads:
     if padding == "same":
         return same_pads(size, kernel, stride, dilation)
     if padding == "same_lower":  # the odd pixel of padding at the start
@@ -76,8 +83,8 @@ def resolve_pads(padding: str | Pads, size: tuple[int, int], kernel: tuple[int, 
     return padding  # type: ignore[return-value]
 
 
-def canonical_padding(padding: str | Pads, size: tuple[int, int], kernel: tuple[int, int],
-                      stride: tuple[int, int], dilation: tuple[int, int] = (1, 1)) -> str | Pads:
+def canonical_padding(padding: str | Pads, size: Sequence[Dim], kernel: Sequence[int],
+                      stride: Sequence[int], dilation: Sequence[int] = (1, 1)) -> str | Pads:
     """Name pads 'same' or 'valid' when they are exactly that (preferring 'same' when both
     fit), so that rules which require equal padding see equal attributes."""
     if padding in ("same", "same_lower"):
@@ -159,7 +166,7 @@ def pad_nchw(x: np.ndarray, pads: Pads, value: float = 0.0) -> np.ndarray:
 
 
 def windows(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
-            dilation: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray:
+            dilation: tuple[int, int], out_hw: Sequence[int]) -> np.ndarray:
     """View of x (N, C, H, W) as (N, C, Ho, Wo, kh, kw) sliding windows."""
     kh, kw = kernel
     dh, dw = dilation
@@ -170,14 +177,14 @@ def windows(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
 
 def conv2d_reference(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
                      stride: tuple[int, int], pads: Pads, dilation: tuple[int, int],
-                     out_hw: tuple[int, int]) -> np.ndarray:
+                     out_hw: Sequence[int]) -> np.ndarray:
     n, c = x.shape[:2]
     cout, cin_g, kh, kw = w.shape
     groups = c // cin_g
     win = windows(pad_nchw(x, pads), (kh, kw), stride, dilation, out_hw)
     win = win.reshape(n, groups, cin_g, out_hw[0], out_hw[1], kh, kw)
     wg = w.reshape(groups, cout // groups, cin_g, kh, kw)
-    out = np.einsum("ngchwij,gocij->ngohw", win, wg, optimize=True)
+    out: np.ndarray = np.einsum("ngchwij,gocij->ngohw", win, wg, optimize=True)
     out = out.reshape(n, cout, out_hw[0], out_hw[1])
     if bias is not None:
         out = out + bias.reshape(1, cout, 1, 1)
@@ -201,7 +208,8 @@ def _conv_flops(attrs: Attrs, ins: Types, outs: Types) -> int:
     return 2 * outs[0].numel * cin_g * kh * kw + (outs[0].numel if len(ins) > 2 else 0)
 
 
-def _conv_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _conv_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+                 types: Types) -> None:
     x, w = types[0], types[1]
     onnx_attrs: dict[str, Any] = dict(
         kernel_shape=list(w.shape[2:]), strides=list(attrs["stride"]),
@@ -234,18 +242,18 @@ def _conv_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torc
     fused = t.fused_conv_relu
     if activation == "relu" and fused is not None and sym is not None:
         # cuDNN's fused convolution + bias + relu: one kernel instead of two.
-        def conv_relu(x_, w_, b_=None):
+        def conv_relu(x_: Any, w_: Any, b_: Any = None) -> tuple[Any, ...]:
             return (fused(x_, w_, b_, stride, sym, dilation, groups),)
 
         return conv_relu
     act = torch_activation(t, activation)
     if sym is not None:
-        def conv(x_, w_, b_=None):
+        def conv(x_: Any, w_: Any, b_: Any = None) -> tuple[Any, ...]:
             return (act(F.conv2d(x_, w_, b_, stride, sym, dilation, groups)),)
         return conv
     top, left, bottom, right = pads
 
-    def conv_padded(x_, w_, b_=None):
+    def conv_padded(x_: Any, w_: Any, b_: Any = None) -> tuple[Any, ...]:
         return (act(F.conv2d(F.pad(x_, (left, right, top, bottom)), w_, b_, stride, 0,
                              dilation, groups)),)
     return conv_padded
@@ -265,8 +273,9 @@ register(OpDef(
 ))
 
 
-def onnx_pads(ctx, node, spatial: tuple[int, int], kernel: tuple[int, int],
-              stride: tuple[int, int], dilation: tuple[int, int]) -> str | Pads | None:
+def onnx_pads(ctx: ImportContext, node: onnx.NodeProto, spatial: Sequence[Dim],
+              kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]
+              ) -> str | Pads | None:
     """Translate ONNX auto_pad/pads to a graphsub padding attribute (None: unsupported)."""
     auto = ctx.attr(node, "auto_pad", "NOTSET")
     if isinstance(auto, bytes):
@@ -283,10 +292,11 @@ def onnx_pads(ctx, node, spatial: tuple[int, int], kernel: tuple[int, int],
     pads = tuple(ctx.attr(node, "pads", (0, 0, 0, 0)))
     if len(pads) != 4:
         return None
-    return pads  # type: ignore[return-value]
+    return pads
 
 
-def onnx_conv_attrs(ctx, node, x: TensorType, w: TensorType) -> dict[str, Any] | None:
+def onnx_conv_attrs(ctx: ImportContext, node: onnx.NodeProto, x: TensorType, w: TensorType
+                    ) -> dict[str, Any] | None:
     """An ONNX convolution node's stride, padding and dilation as conv2d's attributes, for
     input and weight types `x`, `w` (None: not a convolution graphsub models: 1-D and 3-D
     ones, groups that do not match the weight, padding it cannot express)."""
@@ -301,7 +311,7 @@ def onnx_conv_attrs(ctx, node, x: TensorType, w: TensorType) -> dict[str, Any] |
 
 
 @onnx_importer("Conv")
-def _import_conv(ctx, node):
+def _import_conv(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     ins = ctx.inputs(node)
     attrs = onnx_conv_attrs(ctx, node, ctx.type_of(ins[0]), ctx.type_of(ins[1]))
     return None if attrs is None else ctx.add("conv2d", ins, **attrs)
@@ -348,7 +358,8 @@ def _enlarge_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, .
     return (np.pad(xs[0], ((0, 0), (0, 0), (ph, ph), (pw, pw))),)
 
 
-def _enlarge_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _enlarge_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+                    types: Types) -> None:
     ph, pw = _enlarge_pads(attrs, types[0].shape)
     pads = np.array([0, 0, ph, pw, 0, 0, ph, pw], dtype=np.int64)
     ctx.emit("Pad", [ins[0], ctx.const(pads)], outs, mode="constant")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import special
@@ -15,13 +16,21 @@ from graphsub.ops.base import (ANY_SHAPES, AtenBuilder, AtenCall, AtenImportFn, 
                                Types, aten_importer, broadcast, choice, f32, is_float,
                                onnx_importer, register, same_dtype)
 
+if TYPE_CHECKING:
+    import onnx
+
+    from graphsub.ir.graph import Value
+    from graphsub.onnx_io.exporter import ExportContext
+    from graphsub.onnx_io.importer import ImportContext
+
 ACTIVATIONS = ("none", "relu", "sigmoid", "tanh")
 #: What the rule check tries for a fused activation attribute.
 ACTIVATION_TRIES = ("none", "relu", "sigmoid")
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return np.exp(-np.logaddexp(0, -x)).astype(x.dtype)
+    y: np.ndarray = np.exp(-np.logaddexp(0, -x))
+    return y.astype(x.dtype)
 
 
 def apply_activation(name: str, x: np.ndarray) -> np.ndarray:
@@ -29,11 +38,13 @@ def apply_activation(name: str, x: np.ndarray) -> np.ndarray:
     if name == "none":
         return x
     if name == "relu":
-        return np.maximum(x, 0).astype(x.dtype)
+        y: np.ndarray = np.maximum(x, 0)
+        return y.astype(x.dtype)
     if name == "sigmoid":
         return _sigmoid(x)
     if name == "tanh":
-        return np.tanh(x)
+        y = np.tanh(x)
+        return y
     raise ValueError(f"unknown activation {name!r}")
 
 
@@ -44,7 +55,9 @@ def torch_activation(t: TorchLowering, name: str) -> Callable[[object], object]:
     """The torch semantics of a fused activation attribute."""
     if name == "none":
         return lambda y: y
-    return {"relu": t.torch.relu, "sigmoid": t.torch.sigmoid, "tanh": t.torch.tanh}[name]
+    fns: dict[str, Callable[[object], object]] = {
+        "relu": t.torch.relu, "sigmoid": t.torch.sigmoid, "tanh": t.torch.tanh}
+    return fns[name]
 
 
 def torch_function(name: str) -> LowerFn:
@@ -61,7 +74,7 @@ def _torch_identity(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> 
     return lambda x: (x,)
 
 
-def emit_with_activation(ctx, activation: str, emit_core: Callable[[str], None],
+def emit_with_activation(ctx: ExportContext, activation: str, emit_core: Callable[[str], None],
                          output: str) -> None:
     """Emit an op whose result goes through a fused activation (a separate ONNX node)."""
     if activation == "none":
@@ -88,7 +101,8 @@ def _gelu(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return ((0.5 * x * (1 + special.erf(x / math.sqrt(2)))).astype(x.dtype),)
 
 
-def _export_gelu(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _export_gelu(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+                 types: Types) -> None:
     if ctx.opset >= 20:
         ctx.emit("Gelu", ins, outs, approximate=attrs["approximate"])
         return
@@ -204,7 +218,8 @@ def _optional_float(v: object) -> float | None:
     return None if v is None else f32(v)
 
 
-def _export_clip(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _export_clip(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+                 types: Types) -> None:
     dtype = types[0].dtype
     lo = "" if attrs["min"] is None else ctx.const(np.array(attrs["min"], dtype))
     hi = "" if attrs["max"] is None else ctx.const(np.array(attrs["max"], dtype))
@@ -250,7 +265,8 @@ def _dtype_name(v: object) -> str:
     return name
 
 
-def _export_cast(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _export_cast(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+                 types: Types) -> None:
     from onnx import helper
 
     ctx.emit("Cast", ins, outs, to=helper.np_dtype_to_tensor_dtype(np.dtype(attrs["to"])))
@@ -283,8 +299,10 @@ def _binary_infer(name: str) -> Callable[[Attrs, Types], Types]:
 def _int_safe_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if np.issubdtype(a.dtype, np.integer):
         q = np.abs(a) // np.abs(b)  # ONNX integer division truncates toward zero
-        return (q * np.sign(a) * np.sign(b)).astype(a.dtype)
-    return np.divide(a, b).astype(a.dtype)
+        signed: np.ndarray = q * np.sign(a) * np.sign(b)
+        return signed.astype(a.dtype)
+    quotient: np.ndarray = np.divide(a, b)
+    return quotient.astype(a.dtype)
 
 
 def _torch_div(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
@@ -345,12 +363,12 @@ _BINARY_IMPORTS = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow"
 
 
 @onnx_importer(*_UNARY_IMPORTS)
-def _import_unary(ctx, node):
+def _import_unary(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
     return ctx.add(_UNARY_IMPORTS[node.op_type], ctx.inputs(node))
 
 
 @onnx_importer(*_BINARY_IMPORTS)
-def _import_binary(ctx, node):
+def _import_binary(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     a, b = ctx.inputs(node)
     ta, tb = ctx.type_of(a), ctx.type_of(b)
     if node.op_type == "Pow" and ta.dtype != tb.dtype and ta.dtype.startswith(
@@ -374,8 +392,8 @@ def _import_binary(ctx, node):
     return ctx.add(_BINARY_IMPORTS[node.op_type], [a, b])
 
 
-def _one_element_weight(ctx, node, ta: TensorType, tb: TensorType
-                        ) -> tuple[object, np.ndarray] | None:
+def _one_element_weight(ctx: ImportContext, node: onnx.NodeProto, ta: TensorType,
+                        tb: TensorType) -> tuple[Value, np.ndarray] | None:
     """(the other operand, the scalar) where one operand of a Mul is a weight of one element
     whose rank the other's does not fall short of: a scalar multiplication however the
     exporter shaped it (Paddle2ONNX's learnable scales are [1]), so that the rules about
@@ -389,7 +407,7 @@ def _one_element_weight(ctx, node, ta: TensorType, tb: TensorType
 
 
 @onnx_importer("Sum")
-def _import_sum(ctx, node):
+def _import_sum(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
     values = ctx.inputs(node)
     acc = values[0]
     for v in values[1:]:
@@ -398,17 +416,17 @@ def _import_sum(ctx, node):
 
 
 @onnx_importer("Gelu")
-def _import_gelu(ctx, node):
+def _import_gelu(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
     return ctx.add("gelu", ctx.inputs(node), approximate=ctx.attr(node, "approximate", "none"))
 
 
 @onnx_importer("LeakyRelu")
-def _import_leaky(ctx, node):
+def _import_leaky(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
     return ctx.add("leaky_relu", ctx.inputs(node), alpha=ctx.attr(node, "alpha", 0.01))
 
 
 @onnx_importer("Dropout")
-def _import_dropout(ctx, node):
+def _import_dropout(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     if len(node.output) > 1 and ctx.is_used(node.output[1]):
         return None  # the mask output is not modelled
     ins = ctx.inputs(node)
@@ -417,8 +435,8 @@ def _import_dropout(ctx, node):
 
 
 @onnx_importer("Clip")
-def _import_clip(ctx, node):
-    bounds = []
+def _import_clip(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+    bounds: list[float | None] = []
     for i in (1, 2):
         if len(node.input) > i and node.input[i]:
             c = ctx.constant(node.input[i])
@@ -431,7 +449,7 @@ def _import_clip(ctx, node):
 
 
 @onnx_importer("Cast")
-def _import_cast(ctx, node):
+def _import_cast(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     """A cast to a type graphsub does not model (strings, float8) stays an opaque node: the
     importer returns None for an element type onnx does not know, and `ctx.add` raises
     OpAttributeError, which the import catches, for one graphsub does not support."""

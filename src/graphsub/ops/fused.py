@@ -17,7 +17,7 @@ keeps it across runs).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,7 +26,10 @@ from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AttrSpec, Category, OpDef, TorchFn, TorchLowering, Types, get_op,
                                register)
 
-Ref = tuple
+if TYPE_CHECKING:
+    from graphsub.onnx_io.exporter import ExportContext
+
+Ref = tuple[Any, ...]
 Body = tuple[tuple[tuple[str, Attrs, tuple[Ref, ...]], ...], tuple[Ref, ...]]
 
 
@@ -67,7 +70,8 @@ def _evaluate(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return tuple(values)
 
 
-def _export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+            types: Types) -> None:
     """The primitives, written out one ONNX operator each (a standard model)."""
     body: Body = attrs["body"]
     final = {ref[1:]: name for ref, name in zip(body[1], outs) if ref[0] == "node"}
@@ -95,7 +99,9 @@ def _torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
 
     def build(op: str, a: Attrs, args: list[Any], arg_types: tuple[TensorType, ...]) -> list[Any]:
         out_types = get_op(op).infer(a, arg_types)
-        lowered.append(get_op(op).torch(t, a, arg_types, out_types))
+        lower = get_op(op).torch
+        assert lower is not None  # a generated kernel's primitives all have lowerings
+        lowered.append(lower(t, a, arg_types, out_types))
         return [None] * len(out_types)
 
     _replay(body, [None] * len(ins), list(ins), build)

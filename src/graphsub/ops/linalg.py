@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,6 +14,13 @@ from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef,
                                Shape, broadcast_shapes, register, same_dim, same_dtype)
 from graphsub.ops.elementwise import (ACTIVATION_TRIES, ACTIVATIONS, apply_activation,
                                       emit_with_activation, torch_activation)
+
+if TYPE_CHECKING:
+    import onnx
+
+    from graphsub.ir.graph import Value
+    from graphsub.onnx_io.exporter import ExportContext
+    from graphsub.onnx_io.importer import ImportContext
 
 #: What the rule check draws for a product's operands: vectors, matrices, batches, and batches
 #: that broadcast against a matrix or each other; on the right also columns, whose products
@@ -48,7 +56,8 @@ def _flops(attrs: Attrs, ins: Types, outs: Types) -> int:
     return 2 * outs[0].numel * k
 
 
-def _export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+            types: Types) -> None:
     emit_with_activation(ctx, attrs["activation"],
                          lambda out: ctx.emit("MatMul", ins, [out]), outs[0])
 
@@ -70,7 +79,7 @@ register(OpDef(
 
 
 @onnx_importer("MatMul")
-def _import_matmul(ctx, node):
+def _import_matmul(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     a, b = ctx.inputs(node)
     if ctx.type_of(a).dtype != ctx.type_of(b).dtype:
         return None
@@ -78,7 +87,7 @@ def _import_matmul(ctx, node):
 
 
 @onnx_importer("Gemm")
-def _import_gemm(ctx, node):
+def _import_gemm(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
     """Y = alpha * A' B' + beta * C becomes transpose/matmul/smul/add nodes. Transposes and
     scalings of weights are weight-only, so they fold away again at export."""
     ins = ctx.inputs(node)

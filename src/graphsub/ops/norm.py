@@ -8,16 +8,23 @@ lacks the fused op (LayerNormalization arrived in opset 17, RMSNormalization in 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphsub.errors import ConversionError, ShapeError
 from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AXIS_TRIES, AtenBuilder, AtenCall, AtenImportFn, AttrSpec,
-                               Category, LowerFn, OpDef, Role, TorchFn, TorchLowering, Types,
-                               aten_importer, broadcasts_to, f32, norm_axis, onnx_importer,
-                               is_float, register)
+                               CanonFn, Category, ExportFn, InferFn, LowerFn, OpDef, Role, TorchFn,
+                               TorchLowering, Types, aten_importer, broadcasts_to, f32, norm_axis,
+                               onnx_importer, is_float, register)
+
+if TYPE_CHECKING:
+    import onnx
+
+    from graphsub.ir.graph import Value
+    from graphsub.onnx_io.exporter import ExportContext
+    from graphsub.onnx_io.importer import ImportContext
 
 
 #: A normalization's axis, and its scale and bias where the rule check draws them: vectors.
@@ -25,7 +32,7 @@ _AXIS = AttrSpec("axis", -1, int, tries=AXIS_TRIES)
 _VECTOR = Role(shapes=((4,), (6,)))
 
 
-def _axis_canon(op: str):
+def _axis_canon(op: str) -> CanonFn:
     def canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
         values["axis"] = norm_axis(values["axis"], ins[0].rank, op)
         return values
@@ -33,7 +40,7 @@ def _axis_canon(op: str):
     return canon
 
 
-def _float_same(op: str):
+def _float_same(op: str) -> InferFn:
     def infer(attrs: Attrs, ins: Types) -> Types:
         if not is_float(ins[0]):
             raise ShapeError(f"{op}: needs a floating-point input, got {ins[0].dtype}")
@@ -67,6 +74,15 @@ def _along_axis(name: str) -> LowerFn:
     return lower
 
 
+def _export_along_axis(onnx_type: str) -> ExportFn:
+    """The export of an ONNX operator along one axis (`onnx_type`, its `axis` attribute)."""
+    def export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+               types: Types) -> None:
+        ctx.emit(onnx_type, ins, outs, axis=attrs["axis"])
+
+    return export
+
+
 #: graphsub op -> (ONNX op, numpy semantics, doc): normalizations along one axis.
 _SOFTMAXES = {
     "softmax": ("Softmax", _softmax, "Softmax along one axis."),
@@ -78,8 +94,7 @@ for _name, (_onnx_type, _evaluate, _doc) in _SOFTMAXES.items():
     register(OpDef(
         name=_name, inputs=(1, 1), attrs=(_AXIS,), category=Category.COARSE,
         infer=_float_same(_name), evaluate=_evaluate, torch=_along_axis(_name),
-        export=lambda ctx, attrs, ins, outs, types, onnx_type=_onnx_type: ctx.emit(
-            onnx_type, ins, outs, axis=attrs["axis"]),
+        export=_export_along_axis(_onnx_type),
         canonicalize=_axis_canon(_name),
         flops=lambda attrs, ins, outs: 5 * ins[0].numel,
         doc=f"{_doc} (ONNX {_onnx_type})",
@@ -87,7 +102,7 @@ for _name, (_onnx_type, _evaluate, _doc) in _SOFTMAXES.items():
 
 
 @onnx_importer(*(onnx_type for onnx_type, _, _ in _SOFTMAXES.values()))
-def _import_softmax(ctx, node):
+def _import_softmax(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
     name = {onnx_type: name for name, (onnx_type, _, _) in _SOFTMAXES.items()}[node.op_type]
     return ctx.add(name, ctx.inputs(node), axis=ctx.attr(node, "axis", -1))
 
@@ -99,7 +114,7 @@ def _guarded_softmax(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray
     return (np.where(np.isnan(y), np.zeros((), y.dtype), y),)
 
 
-def _export_guarded_softmax(ctx, attrs: Attrs, ins: list[str], outs: list[str],
+def _export_guarded_softmax(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                             types: Types) -> None:
     probs, nan = ctx.fresh("softmax"), ctx.fresh("isnan")
     ctx.emit("Softmax", ins, [probs], axis=attrs["axis"])
@@ -131,7 +146,7 @@ register(OpDef(
 
 # ---- layer normalization ----------------------------------------------------------------------
 
-def _normalized_infer(op: str):
+def _normalized_infer(op: str) -> InferFn:
     """Shape inference of a normalization over the axes from `axis` on, whose scale (and
     shift) must broadcast to the normalized shape."""
     def infer(attrs: Attrs, ins: Types) -> Types:
@@ -157,7 +172,7 @@ def _ln_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return (y.astype(xs[0].dtype),)
 
 
-def _emit_mean(ctx, x: str, axes: list[int]) -> str:
+def _emit_mean(ctx: ExportContext, x: str, axes: list[int]) -> str:
     """ReduceMean over `axes`, keeping them (axes an input from opset 18)."""
     out = ctx.fresh("mean")
     if ctx.opset >= 18:
@@ -167,7 +182,7 @@ def _emit_mean(ctx, x: str, axes: list[int]) -> str:
     return out
 
 
-def _emit_scaled_by_rms(ctx, attrs: Attrs, x: str, ins: list[str], outs: list[str],
+def _emit_scaled_by_rms(ctx: ExportContext, attrs: Attrs, x: str, ins: list[str], outs: list[str],
                         types: Types) -> None:
     """x / sqrt(mean(x * x) + eps) * scale (+ shift): the primitives a layer norm (x centred)
     and an RMS norm (x as it is) are written as where the opset lacks their operator."""
@@ -186,7 +201,8 @@ def _emit_scaled_by_rms(ctx, attrs: Attrs, x: str, ins: list[str], outs: list[st
         ctx.emit("Mul", [normed, ins[1]], outs)
 
 
-def _ln_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _ln_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+               types: Types) -> None:
     if ctx.opset >= 17:
         ctx.emit("LayerNormalization", ins, outs, axis=attrs["axis"], epsilon=attrs["epsilon"])
         return
@@ -209,7 +225,7 @@ def _ln_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchF
     eps, layer_norm_ = attrs["epsilon"], t.F.layer_norm
     fit = [_fitting(norm_shape, p) for p in ins[1:]]
 
-    def layer_norm(x, scale, bias=None):
+    def layer_norm(x: Any, scale: Any, bias: Any = None) -> tuple[Any, ...]:
         bias = fit[1](bias) if bias is not None else None
         return (layer_norm_(x, norm_shape, fit[0](scale), bias, eps),)
 
@@ -227,7 +243,7 @@ register(OpDef(
 
 
 @onnx_importer("LayerNormalization")
-def _import_layer_norm(ctx, node):
+def _import_layer_norm(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     if any(ctx.is_used(o) for o in node.output[1:]):
         return None  # mean / inverse-std outputs are not modelled
     if ctx.attr(node, "stash_type", 1) != 1:
@@ -245,7 +261,8 @@ def _rms_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return (y.astype(xs[0].dtype),)
 
 
-def _rms_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _rms_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+                types: Types) -> None:
     if ctx.opset >= 23:
         ctx.emit("RMSNormalization", ins, outs, axis=attrs["axis"], epsilon=attrs["epsilon"])
         return
@@ -270,7 +287,7 @@ register(OpDef(
 
 
 @onnx_importer("RMSNormalization")
-def _import_rms_norm(ctx, node):
+def _import_rms_norm(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     if ctx.attr(node, "stash_type", 1) != 1:
         return None
     return ctx.add("rms_norm", ctx.inputs(node), axis=ctx.attr(node, "axis", -1),
@@ -318,7 +335,7 @@ register(OpDef(
 
 
 @onnx_importer("BatchNormalization")
-def _import_batch_norm(ctx, node):
+def _import_batch_norm(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     if ctx.attr(node, "training_mode", 0) or any(ctx.is_used(o) for o in node.output[1:]):
         return None
     return ctx.add("batch_norm", ctx.inputs(node), epsilon=ctx.attr(node, "epsilon", 1e-5))

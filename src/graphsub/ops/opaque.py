@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,8 +21,13 @@ from graphsub.ops.control_flow import defined_names, rename_captures
 from graphsub.ops.base import (AttrSpec, Category, OpDef, TorchFn, TorchLowering, Types, is_float,
                                register)
 
+if TYPE_CHECKING:
+    import onnx
 
-def node_proto(node_bytes: bytes):
+    from graphsub.onnx_io.exporter import ExportContext
+
+
+def node_proto(node_bytes: bytes) -> onnx.NodeProto:
     """The node's ONNX NodeProto, as imported."""
     import onnx
 
@@ -56,7 +62,8 @@ def _eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return _evaluator(attrs, xs)
 
 
-def _export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+            types: Types) -> None:
     node = node_proto(attrs["onnx_node"])
     names = [""] * len(node.input)
     slots = attrs["input_slots"]
@@ -168,11 +175,11 @@ def _torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
             "torch-cpu for this model")
     torch, n = t.torch, len(outs)
 
-    def run_in_onnxruntime(*xs):
+    def run_in_onnxruntime(*xs: Any) -> tuple[Any, ...]:
         arrays = [x.detach().contiguous().numpy() for x in xs]
         return tuple(torch.from_numpy(np.array(y)) for y in _eval(attrs, arrays))
 
-    def opaque(*xs):
+    def opaque(*xs: Any) -> tuple[Any, ...]:
         res = t.leaf(run_in_onnxruntime, *xs)
         return tuple(res[i] for i in range(n))
 

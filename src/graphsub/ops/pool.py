@@ -4,22 +4,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphsub.errors import ShapeError
-from graphsub.tensors.symbolic import ceildiv
+from graphsub.tensors.symbolic import Dim, ceildiv
 from graphsub.tensors.types import Attrs, TensorType
-from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, Role, TorchFn,
-                               TorchLowering, Types, aten_importer, is_float, onnx_importer, pair,
-                               register)
+from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, ExportFn, InferFn,
+                               OpDef, Role, TorchFn, TorchLowering, Types, aten_importer, is_float,
+                               onnx_importer, pair, register)
 from graphsub.ops.conv import (AUTO_PAD, PADDING_TRIES, STRIDE_TRIES, Pads, canonical_padding,
                                onnx_pads, pad_nchw, padding_attr, resolve_pads,
                                same_over_sizes, symmetric_pads, window_out, windows)
 
+if TYPE_CHECKING:
+    import onnx
 
-def _pool_geometry(attrs: Attrs, x: TensorType, op: str):
+    from graphsub.ir.graph import Value
+    from graphsub.onnx_io.exporter import ExportContext
+    from graphsub.onnx_io.importer import ImportContext
+
+
+def _pool_geometry(attrs: Attrs, x: TensorType, op: str
+                   ) -> tuple[Pads | None, tuple[Dim, Dim]]:
     if x.rank != 4:
         raise ShapeError(f"{op}: input must be 4-D (NCHW), got {x.shape}")
     kernel, stride = attrs["kernel"], attrs["stride"]
@@ -33,7 +41,7 @@ def _pool_geometry(attrs: Attrs, x: TensorType, op: str):
     return pads, (ho, wo)
 
 
-def _pool_infer(op: str):
+def _pool_infer(op: str) -> InferFn:
     def infer(attrs: Attrs, ins: Types) -> Types:
         x = ins[0]
         _, (ho, wo) = _pool_geometry(attrs, x, op)
@@ -54,6 +62,7 @@ def _pool_canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
 def _max_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     x = xs[0]
     pads, out_hw = _pool_geometry(attrs, TensorType(x.shape, str(x.dtype)), "max_pool2d")
+    assert pads is not None  # an array's sizes are numbers: its pads are known
     low = np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     win = windows(pad_nchw(x, pads, low), attrs["kernel"], attrs["stride"], (1, 1), out_hw)
     return (win.max(axis=(-2, -1)).astype(x.dtype),)
@@ -62,6 +71,7 @@ def _max_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
 def _avg_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     x = xs[0]
     pads, out_hw = _pool_geometry(attrs, TensorType(x.shape, str(x.dtype)), "avg_pool2d")
+    assert pads is not None  # an array's sizes are numbers: its pads are known
     kernel, stride = attrs["kernel"], attrs["stride"]
     sums = windows(pad_nchw(x.astype(np.float64), pads), kernel, stride, (1, 1), out_hw)
     sums = sums.sum(axis=(-2, -1))
@@ -73,8 +83,9 @@ def _avg_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return ((sums / counts).astype(x.dtype),)
 
 
-def _pool_export(onnx_type: str):
-    def export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _pool_export(onnx_type: str) -> ExportFn:
+    def export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+               types: Types) -> None:
         extra: dict[str, Any] = {}
         if onnx_type == "AveragePool":
             extra["count_include_pad"] = int(attrs["count_include_pad"])
@@ -90,7 +101,8 @@ def _pool_export(onnx_type: str):
 
 
 def _pool_flops(attrs: Attrs, ins: Types, outs: Types) -> int:
-    return outs[0].numel * attrs["kernel"][0] * attrs["kernel"][1]
+    kernel: tuple[int, int] = attrs["kernel"]
+    return outs[0].numel * kernel[0] * kernel[1]
 
 
 def _torch_pads(attrs: Attrs, x: TensorType) -> tuple[Pads, bool]:
@@ -181,7 +193,7 @@ register(OpDef(
 
 
 @onnx_importer("MaxPool", "AveragePool")
-def _import_pool(ctx, node):
+def _import_pool(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     x = ctx.inputs(node)[0]
     x_t = ctx.type_of(x)
     if x_t.rank != 4 or (len(node.output) > 1 and ctx.is_used(node.output[1])):
@@ -209,7 +221,7 @@ def _import_pool(ctx, node):
 
 
 @onnx_importer("GlobalAveragePool")
-def _import_gap(ctx, node):
+def _import_gap(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
     return ctx.add("global_avg_pool", ctx.inputs(node))
 
 

@@ -24,8 +24,8 @@ lacks, float zero points of `MatMulNBits` and its `g_idx`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from onnx import TensorProto, helper
@@ -33,12 +33,19 @@ from onnx import TensorProto, helper
 from graphsub.errors import ShapeError
 from graphsub.tensors.symbolic import Dim, ceildiv
 from graphsub.tensors.types import Attrs, TensorType
-from graphsub.ops.base import (AttrSpec, Category, OpDef, Role, TorchFn, TorchLowering, Types,
-                               ints, is_float, norm_axis, onnx_importer, pair, register,
-                               same_dim)
+from graphsub.ops.base import (AttrSpec, CanonFn, Category, ExportFn, OpDef, Role, TorchFn,
+                               TorchLowering, Types, ints, is_float, norm_axis, onnx_importer, pair,
+                               register, same_dim)
 from graphsub.ops.conv import (conv2d_reference, onnx_conv_attrs, padding_attr, resolve_pads,
                                same_over_sizes, window_out)
 from graphsub.ops.linalg import matmul_shape
+
+if TYPE_CHECKING:
+    import onnx
+
+    from graphsub.ir.graph import Value
+    from graphsub.onnx_io.exporter import ExportContext
+    from graphsub.onnx_io.importer import ImportContext
 
 #: The integer types graphsub quantizes to, with their ranges.
 QUANT_RANGES: dict[str, tuple[int, int]] = {
@@ -77,7 +84,7 @@ def _check_params(op: str, x: TensorType, axis: int, scale: TensorType,
                          f"{scale.shape}")
 
 
-def _axis_canon(op: str):
+def _axis_canon(op: str) -> CanonFn:
     def canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
         if len(ins) >= 2 and _per_axis(ins[1]):
             values["axis"] = norm_axis(values["axis"], ins[0].rank, op)
@@ -103,7 +110,7 @@ def _saturate(values: np.ndarray, dtype: str) -> np.ndarray:
     return np.asarray(np.clip(values, lo, hi).astype(dtype))
 
 
-def _quantize_values(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | int,
+def _quantize_values(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | np.integer | int,
                      dtype: str) -> np.ndarray:
     """onnxruntime's quantization: round half to even of x / scale, divided in float32."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -126,7 +133,8 @@ def _torch_saturate(t: TorchLowering, values: Any, dtype: str) -> Any:
     return values.clamp(lo, hi).to(t.dtype(dtype))
 
 
-def _import_dtype(ctx, node, zero_point_position: int) -> str | None:
+def _import_dtype(ctx: ImportContext, node: onnx.NodeProto, zero_point_position: int
+                  ) -> str | None:
     """The quantized type a node writes: its zero point's, else opset 21's `output_dtype`,
     else uint8."""
     names = list(node.input)
@@ -136,7 +144,7 @@ def _import_dtype(ctx, node, zero_point_position: int) -> str | None:
     return helper.tensor_dtype_to_np_dtype(code).name if code else "uint8"
 
 
-def _slots(node) -> tuple[int, ...]:
+def _slots(node: onnx.NodeProto) -> tuple[int, ...]:
     """The positions of the inputs a node gives (an optional input left out is '')."""
     return tuple(i for i, name in enumerate(node.input) if name)
 
@@ -171,7 +179,7 @@ def _quantize_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, 
     return (_quantize_values(x, _along(xs[1], axis, x.ndim), zero_point, attrs["dtype"]),)
 
 
-def _as_float32(ctx, name: str, t: TensorType) -> str:
+def _as_float32(ctx: ExportContext, name: str, t: TensorType) -> str:
     """A float16 value cast to float32, for opsets before 19, whose (de)quantization takes
     float32 alone: exact, and onnxruntime computes in float32 anyway."""
     if t.dtype == "float32" or ctx.opset >= 19:
@@ -181,7 +189,8 @@ def _as_float32(ctx, name: str, t: TensorType) -> str:
     return out
 
 
-def _quantize_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _quantize_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+                     types: Types) -> None:
     inputs = [_as_float32(ctx, n, t) for n, t in zip(ins[:2], types)] + list(ins[2:])
     if len(inputs) == 2 and attrs["dtype"] != "uint8":  # the type is the zero point's
         inputs.append(ctx.const(np.zeros(types[1].shape, attrs["dtype"]), "zero_point"))
@@ -193,7 +202,7 @@ def _quantize_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> 
     shape, dtype = _along_shape(ins[1], attrs["axis"], ins[0].rank), attrs["dtype"]
     torch = t.torch
 
-    def quantize(x, scale, zero_point=None):
+    def quantize(x: Any, scale: Any, zero_point: Any = None) -> tuple[Any, ...]:
         q = torch.round(x.float() / scale.reshape(shape).float())
         if zero_point is not None:
             q = q + zero_point.reshape(shape).float()
@@ -215,7 +224,7 @@ register(OpDef(
 
 
 @onnx_importer("QuantizeLinear")
-def _import_quantize(ctx, node):
+def _import_quantize(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     if ctx.attr(node, "block_size", 0):
         return None  # blocked quantization: onnxruntime runs it
     dtype = _import_dtype(ctx, node, 2)
@@ -250,7 +259,7 @@ def _dequantize_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray
                        .astype(xs[1].dtype)),)
 
 
-def _dequantize_export(ctx, attrs: Attrs, ins: list[str], outs: list[str],
+def _dequantize_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                        types: Types) -> None:
     extra = {"axis": attrs["axis"]} if _per_axis(types[1]) else {}
     scale = _as_float32(ctx, ins[1], types[1])
@@ -265,7 +274,7 @@ def _dequantize_export(ctx, attrs: Attrs, ins: list[str], outs: list[str],
 def _dequantize_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
     shape, out = _along_shape(ins[1], attrs["axis"], ins[0].rank), t.dtype(outs[0].dtype)
 
-    def dequantize(q, scale, zero_point=None):
+    def dequantize(q: Any, scale: Any, zero_point: Any = None) -> tuple[Any, ...]:
         shifted = q.to(t.torch.int32)
         if zero_point is not None:
             shifted = shifted - zero_point.reshape(shape).to(t.torch.int32)
@@ -287,7 +296,7 @@ register(OpDef(
 
 
 @onnx_importer("DequantizeLinear")
-def _import_dequantize(ctx, node):
+def _import_dequantize(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     ins = ctx.inputs(node)
     if ctx.attr(node, "block_size", 0) or ctx.type_of(ins[0]).dtype not in DEQUANT_TYPES \
             or ctx.type_of(ins[1]).dtype not in _SCALE_TYPES:
@@ -320,7 +329,7 @@ def _dynamic_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, .
 def _dynamic_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
     torch = t.torch
 
-    def dynamic_quantize(x):
+    def dynamic_quantize(x: Any) -> tuple[Any, ...]:
         zero = x.new_zeros(())
         low, high = torch.minimum(x.min(), zero), torch.maximum(x.max(), zero)
         scale = torch.where(high == low, torch.ones_like(high), (high - low) / 255.0)
@@ -342,7 +351,7 @@ register(OpDef(
 
 
 @onnx_importer("DynamicQuantizeLinear")
-def _import_dynamic_quantize(ctx, node):
+def _import_dynamic_quantize(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     if not all(node.output):
         return None
     return ctx.add("dynamic_quantize", ctx.inputs(node))
@@ -414,7 +423,7 @@ def _matmul_integer_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Type
     b_shape = _shape_of(ins, slots, 3, b_rank - 1, b_rank)
     torch = t.torch
 
-    def matmul_integer(a, b, *zero_points):
+    def matmul_integer(a: Any, b: Any, *zero_points: Any) -> tuple[Any, ...]:
         by_slot = dict(zip(slots[2:], zero_points))
         a_ = _torch_shifted(t, a, by_slot.get(2), a_shape)
         b_ = _torch_shifted(t, b, by_slot.get(3), b_shape)
@@ -423,8 +432,9 @@ def _matmul_integer_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Type
     return matmul_integer
 
 
-def _export_slots(onnx_type: str, **fixed: Any):
-    def export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _export_slots(onnx_type: str, **fixed: Any) -> ExportFn:
+    def export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+               types: Types) -> None:
         extra = {k: fn(attrs, types) for k, fn in fixed.items()}
         ctx.emit(onnx_type, _placed(ins, attrs["slots"]), outs,
                  **{k: v for k, v in extra.items() if v is not None})
@@ -446,7 +456,7 @@ register(OpDef(
 
 
 @onnx_importer("MatMulInteger")
-def _import_matmul_integer(ctx, node):
+def _import_matmul_integer(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     ins = ctx.inputs(node)
     if ctx.type_of(ins[0]).rank < 2 or ctx.type_of(ins[1]).rank < 2:
         return None
@@ -476,7 +486,8 @@ def _integer_conv(attrs: Attrs, x: np.ndarray, w: np.ndarray, out_shape: Sequenc
                         attrs["dilation"])
     out = conv2d_reference(x.astype(np.float64), w.astype(np.float64), None, attrs["stride"],
                            pads, attrs["dilation"], tuple(out_shape[2:]))
-    return np.rint(out).astype(np.int64)
+    rounded: np.ndarray = np.rint(out)
+    return rounded.astype(np.int64)
 
 
 def _conv_integer_infer(attrs: Attrs, ins: Types) -> Types:
@@ -493,7 +504,8 @@ def _conv_integer_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarr
     return (_integer_conv(attrs, x, w, out_shape).astype(np.int32),)
 
 
-def _torch_conv(t: TorchLowering, attrs: Attrs, x_type: TensorType, w_type: TensorType):
+def _torch_conv(t: TorchLowering, attrs: Attrs, x_type: TensorType, w_type: TensorType
+                ) -> Callable[[Any, Any], Any]:
     """conv2d of float64 operands with the node's stride, padding and dilation."""
     F = t.F
     groups = x_type.shape[1] // w_type.shape[1]
@@ -508,7 +520,7 @@ def _conv_integer_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types)
     slots, conv = attrs["slots"], _torch_conv(t, attrs, ins[0], ins[1])
     x_shape, w_shape = _shape_of(ins, slots, 2, 1, 4), _shape_of(ins, slots, 3, 0, 4)
 
-    def conv_integer(x, w, *zero_points):
+    def conv_integer(x: Any, w: Any, *zero_points: Any) -> tuple[Any, ...]:
         by_slot = dict(zip(slots[2:], zero_points))
         out = conv(_torch_shifted(t, x, by_slot.get(2), x_shape),
                    _torch_shifted(t, w, by_slot.get(3), w_shape))
@@ -527,7 +539,7 @@ def _conv_onnx_attrs(attrs: Attrs, types: Types, x_at: int, w_at: int) -> dict[s
     return out
 
 
-def _conv_integer_export(ctx, attrs: Attrs, ins: list[str], outs: list[str],
+def _conv_integer_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                          types: Types) -> None:
     ctx.emit("ConvInteger", _placed(ins, attrs["slots"]), outs,
              **_conv_onnx_attrs(attrs, types, 0, 1))
@@ -548,7 +560,7 @@ register(OpDef(
 
 
 @onnx_importer("ConvInteger")
-def _import_conv_integer(ctx, node):
+def _import_conv_integer(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     ins = ctx.inputs(node)
     conv = onnx_conv_attrs(ctx, node, ctx.type_of(ins[0]), ctx.type_of(ins[1]))
     if conv is None:
@@ -616,7 +628,8 @@ def _qlinear_matmul_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Type
     b_scale_shape = (-1,) if ins[4].numel > 1 else ()
     torch = t.torch
 
-    def qlinear_matmul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
+    def qlinear_matmul(a: Any, a_scale: Any, a_zp: Any, b: Any, b_scale: Any, b_zp: Any,
+                       y_scale: Any, y_zp: Any) -> tuple[Any, ...]:
         acc = torch.matmul(_torch_shifted(t, a, a_zp, ()), _torch_shifted(t, b, b_zp, b_zp_shape))
         multiplier = _torch_multiplier(t, a_scale, b_scale.reshape(b_scale_shape), y_scale)
         return (_torch_requantize(t, torch.round(acc), multiplier, y_zp, dtype),)
@@ -636,7 +649,7 @@ register(OpDef(
 
 
 @onnx_importer("QLinearMatMul")
-def _import_qlinear_matmul(ctx, node):
+def _import_qlinear_matmul(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     ins = ctx.inputs(node)
     if len(ins) != 8 or ctx.type_of(ins[0]).rank < 2 or ctx.type_of(ins[3]).rank < 2:
         return None
@@ -674,7 +687,8 @@ def _qlinear_conv_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types)
     per_channel = (1, -1, 1, 1) if ins[4].numel > 1 else ()
     torch = t.torch
 
-    def qlinear_conv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias=None):
+    def qlinear_conv(x: Any, x_scale: Any, x_zp: Any, w: Any, w_scale: Any, w_zp: Any,
+                     y_scale: Any, y_zp: Any, bias: Any = None) -> tuple[Any, ...]:
         acc = torch.round(conv(_torch_shifted(t, x, x_zp, ()),
                                _torch_shifted(t, w, w_zp, w_zp_shape)))
         if bias is not None:
@@ -700,7 +714,7 @@ register(OpDef(
 
 
 @onnx_importer("QLinearConv")
-def _import_qlinear_conv(ctx, node):
+def _import_qlinear_conv(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     ins = ctx.inputs(node)
     if len(ins) != len(node.input) or len(ins) < 8:
         return None
@@ -722,7 +736,8 @@ def _unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
 
 
 def _nbits_blocks(attrs: Attrs) -> int:
-    return -(-attrs["K"] // attrs["block_size"])
+    blocks: int = -(-attrs["K"] // attrs["block_size"])
+    return blocks
 
 
 def _nbits_weight(attrs: Attrs, packed: np.ndarray, scales: np.ndarray,
@@ -783,7 +798,7 @@ def _nbits_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Tor
     n, bits, block, k = attrs["N"], attrs["bits"], attrs["block_size"], attrs["K"]
     blocks, mask, per_byte = _nbits_blocks(attrs), (1 << bits) - 1, 8 // bits
 
-    def unpack(packed, shape, count):
+    def unpack(packed: Any, shape: tuple[int, ...], count: int) -> Any:
         """`packed` as `shape` bytes, each split into its values, the last axis cut to
         `count` (every shape fixed here: the program is traced)."""
         shifts = torch.arange(per_byte, device=packed.device, dtype=torch.int32) * bits
@@ -793,7 +808,7 @@ def _nbits_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Tor
     b_bytes = block * bits // 8
     zp_bytes = -(-blocks * bits // 8)
 
-    def matmul_nbits(*xs):
+    def matmul_nbits(*xs: Any) -> tuple[Any, ...]:
         given = _nbits_inputs(attrs, xs)
         q = unpack(given["b"], (n, blocks, b_bytes), block)
         if "zero_points" in given:
@@ -811,7 +826,8 @@ def _nbits_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Tor
     return matmul_nbits
 
 
-def _nbits_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _nbits_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+                  types: Types) -> None:
     ctx.emit("MatMulNBits", _placed(ins, attrs["slots"]), outs, domain="com.microsoft",
              K=attrs["K"], N=attrs["N"], bits=attrs["bits"], block_size=attrs["block_size"],
              **({"accuracy_level": attrs["accuracy_level"]} if attrs["accuracy_level"] else {}))
@@ -833,7 +849,7 @@ register(OpDef(
 
 
 @onnx_importer("com.microsoft.MatMulNBits")
-def _import_matmul_nbits(ctx, node):
+def _import_matmul_nbits(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     slots = _slots(node)
     ins = ctx.inputs(node)
     if 4 in slots or (3 in slots and ctx.type_of(ins[slots.index(3)]).dtype != "uint8"):

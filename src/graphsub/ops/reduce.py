@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphsub.tensors.types import Attrs, TensorType
 from graphsub.errors import ConversionError
 from graphsub.ops.base import (AXES_TRIES, AtenBuilder, AtenCall, AtenImportFn, AttrSpec,
-                               Category, LowerFn, OpDef, TorchFn, TorchLowering, Types,
+                               Category, ExportFn, LowerFn, OpDef, TorchFn, TorchLowering, Types,
                                aten_importer, ints, is_float, norm_axis, onnx_importer, register)
+
+if TYPE_CHECKING:
+    import onnx
+
+    from graphsub.ir.graph import Value
+    from graphsub.onnx_io.exporter import ExportContext
+    from graphsub.onnx_io.importer import ImportContext
 
 
 def _canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
@@ -31,8 +38,9 @@ def _infer(attrs: Attrs, ins: Types) -> Types:
     return (TensorType(shape, x.dtype),)
 
 
-def _export(onnx_type: str, axes_as_input_from: int):
-    def export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _export(onnx_type: str, axes_as_input_from: int) -> ExportFn:
+    def export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+               types: Types) -> None:
         keep = int(attrs["keepdims"])
         if not attrs["axes"]:  # reducing over nothing: the identity
             ctx.emit("Identity", ins, outs)
@@ -63,7 +71,8 @@ def _torch(kind: str) -> LowerFn:
     return lower
 
 
-def _reduce(name: str, onnx_type: str, fn: Callable[..., np.ndarray], axes_input_from: int) -> None:
+def _reduce(name: str, onnx_type: str, fn: Callable[..., np.ndarray | np.generic],
+            axes_input_from: int) -> None:
     register(OpDef(
         name=name, inputs=(1, 1), torch=_torch(name.removeprefix("reduce_")),
         category=Category.REDUCE,
@@ -79,11 +88,11 @@ def _reduce(name: str, onnx_type: str, fn: Callable[..., np.ndarray], axes_input
     ))
 
 
-def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray | np.generic:
     return np.mean(x, axis=axis, keepdims=keepdims, dtype=np.float64)
 
 
-def _sum(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+def _sum(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray | np.generic:
     acc = np.float64 if x.dtype.kind == "f" else None
     return np.sum(x, axis=axis, keepdims=keepdims, dtype=acc)
 
@@ -96,8 +105,9 @@ _IMPORTS = {"ReduceSum": "reduce_sum", "ReduceMean": "reduce_mean", "ReduceMax":
 
 
 @onnx_importer(*_IMPORTS)
-def _import_reduce(ctx, node):
+def _import_reduce(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     x = ctx.inputs(node)[0]
+    axes: Sequence[int] | None
     if len(node.input) > 1 and node.input[1]:
         c = ctx.constant(node.input[1])
         if c is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,13 @@ from graphsub.tensors.symbolic import is_symbolic
 from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AttrSpec, Category, OpDef, Role, Shape, TorchFn, TorchLowering,
                                Types, is_float, onnx_importer, register, same_dtype)
+
+if TYPE_CHECKING:
+    import onnx
+
+    from graphsub.ir.graph import Value
+    from graphsub.onnx_io.exporter import ExportContext
+    from graphsub.onnx_io.importer import ImportContext
 
 
 @dataclass(frozen=True)
@@ -151,7 +158,8 @@ def _torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
     return rotate
 
 
-def _export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+            types: Types) -> None:
     h = _heads(attrs, types[0])
     if ctx.opset >= 23:
         given = {"num_heads": attrs["num_heads"]} if attrs["num_heads"] else {}
@@ -162,7 +170,7 @@ def _export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) ->
     _export_primitives(ctx, attrs, h, ins, outs, types[0])
 
 
-def _export_primitives(ctx, attrs: Attrs, h: _Heads, ins: list[str], outs: list[str],
+def _export_primitives(ctx: ExportContext, attrs: Attrs, h: _Heads, ins: list[str], outs: list[str],
                        x_type: TensorType) -> None:
     """ONNX's definition of RotaryEmbedding in the operators of earlier opsets. The last node
     writes the output; `last(cond)` names it where `cond` says the node is the last."""
@@ -236,7 +244,7 @@ register(OpDef(
 
 
 @onnx_importer("RotaryEmbedding")
-def _import_rotary_embedding(ctx, node):
+def _import_rotary_embedding(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
     return ctx.add("rotary_embedding", ctx.inputs(node),
                    interleaved=bool(ctx.attr(node, "interleaved", 0)),
                    rotary_embedding_dim=ctx.attr(node, "rotary_embedding_dim", 0),

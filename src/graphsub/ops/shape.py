@@ -10,19 +10,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from graphsub.errors import ShapeError
 from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AXES_TRIES, AXIS_TRIES, AtenBuilder, AtenCall, AttrSpec, Category,
-                               OpDef, Shape, TorchFn, TorchLowering, Types, aten_importer,
+                               ExportFn, OpDef, Shape, TorchFn, TorchLowering, Types, aten_importer,
                                broadcast_shapes, broadcasts_to, choice, f32, ints, is_float,
                                norm_axis, onnx_importer, register, same_dim, same_dtype,
                                size_dims)
 from graphsub.tensors.symbolic import (Dim, at_most, ceildiv, floordiv, is_negative,
                                   is_symbolic, product)
+
+if TYPE_CHECKING:
+    import onnx
+    import sympy
+
+    from graphsub.ir.graph import Value
+    from graphsub.onnx_io.exporter import ExportContext
+    from graphsub.onnx_io.importer import ImportContext
 
 
 def _torch_reshape(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
@@ -86,7 +94,8 @@ def _split_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...
     return tuple(np.split(xs[0], cuts, axis=attrs["axis"]))
 
 
-def _split_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _split_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+                  types: Types) -> None:
     ctx.emit("Split", [ins[0], ctx.sizes(attrs["sizes"])], outs, axis=attrs["axis"])
 
 
@@ -94,7 +103,7 @@ def _split_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Tor
     sizes, axis, n = list(attrs["sizes"]), attrs["axis"], len(attrs["sizes"])
     split_ = t.torch.split
 
-    def split(x):
+    def split(x: Any) -> tuple[Any, ...]:
         parts = split_(x, sizes, axis)  # views
         return tuple(parts[i] for i in range(n))  # indexed: a traced split is not iterable
 
@@ -118,15 +127,16 @@ register(OpDef(
 
 
 @onnx_importer("Concat")
-def _import_concat(ctx, node):
+def _import_concat(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
     return ctx.add("concat", ctx.inputs(node), axis=ctx.attr(node, "axis"))
 
 
 @onnx_importer("Split")
-def _import_split(ctx, node):
+def _import_split(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     x = ctx.inputs(node)[0]
     t = ctx.type_of(x)
     axis = norm_axis(ctx.attr(node, "axis", 0), t.rank, "Split")
+    sizes: Sequence[Dim] | None
     if len(node.input) > 1 and node.input[1]:
         sizes = ctx.sizes_of(node.input[1])
         if sizes is None:
@@ -179,7 +189,7 @@ register(OpDef(
 
 
 @onnx_importer("Transpose")
-def _import_transpose(ctx, node):
+def _import_transpose(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
     x = ctx.inputs(node)[0]
     rank = ctx.type_of(x).rank
     perm = ctx.attr(node, "perm", tuple(reversed(range(rank))))
@@ -195,7 +205,8 @@ def _reshape_infer(attrs: Attrs, ins: Types) -> Types:
     return (TensorType(shape, x.dtype),)
 
 
-def _export_reshape(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _export_reshape(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+                    types: Types) -> None:
     ctx.emit("Reshape", [ins[0], ctx.reshape_target(types[0].shape, attrs["shape"])], outs)
 
 
@@ -230,7 +241,7 @@ def resolve_reshape(src: tuple[Dim, ...], target: Sequence[Dim], allowzero: bool
 
 
 @onnx_importer("Reshape")
-def _import_reshape(ctx, node):
+def _import_reshape(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     x = ctx.inputs(node)[0]
     target = ctx.sizes_of(node.input[1])
     if target is None:
@@ -267,7 +278,7 @@ register(OpDef(
 
 
 @onnx_importer("Flatten")
-def _import_flatten(ctx, node):
+def _import_flatten(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
     return ctx.add("flatten", ctx.inputs(node), axis=ctx.attr(node, "axis", 1))
 
 
@@ -289,8 +300,9 @@ def _squeeze_infer(attrs: Attrs, ins: Types) -> Types:
                        x.dtype),)
 
 
-def _axes_export(onnx_type: str):
-    def export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _axes_export(onnx_type: str) -> ExportFn:
+    def export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+               types: Types) -> None:
         ctx.emit(onnx_type, [ins[0], ctx.const(np.array(attrs["axes"], dtype=np.int64))], outs)
 
     return export
@@ -365,7 +377,7 @@ register(OpDef(
 
 
 @onnx_importer("Expand")
-def _import_expand(ctx, node):
+def _import_expand(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     """Expand with a shape known at import (numbers or size expressions); its output is the
     broadcast of the input's shape and the given one, as ONNX defines it."""
     x = ctx.inputs(node)[0]
@@ -378,7 +390,8 @@ def _import_expand(ctx, node):
     return ctx.add("expand", [x], shape=shape)
 
 
-def _axes_input(ctx, node, attr_name: str = "axes") -> list[int] | None | bool:
+def _axes_input(ctx: ImportContext, node: onnx.NodeProto, attr_name: str = "axes"
+                ) -> list[int] | None | bool:
     """Axes given as the second input (opset 13+) or as an attribute (older). False when the
     input is computed at run time (unsupported)."""
     if len(node.input) > 1 and node.input[1]:
@@ -389,7 +402,7 @@ def _axes_input(ctx, node, attr_name: str = "axes") -> list[int] | None | bool:
 
 
 @onnx_importer("Squeeze")
-def _import_squeeze(ctx, node):
+def _import_squeeze(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     axes = _axes_input(ctx, node)
     if axes is False:
         return None
@@ -403,7 +416,8 @@ def _import_squeeze(ctx, node):
                 if d == 1:
                     axes.append(i)
                 continue
-            (symbol, *more), offset = d.free_symbols, d - sum(d.free_symbols)
+            size: sympy.Expr = d
+            (symbol, *more), offset = size.free_symbols, size - sum(size.free_symbols)
             if more or not offset.is_Integer:
                 return None
             ctx.at_least(symbol.name, 2 - int(offset))
@@ -411,7 +425,7 @@ def _import_squeeze(ctx, node):
 
 
 @onnx_importer("Unsqueeze")
-def _import_unsqueeze(ctx, node):
+def _import_unsqueeze(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     axes = _axes_input(ctx, node)
     if axes is False or axes is None:
         return None
@@ -507,11 +521,12 @@ def _from_the_end(bound: Dim, n: Dim) -> Dim:
     be read as the last index there (campaign 30000, seed 30844)."""
     if type(bound) is int or type(n) is int:
         return bound
-    offset = bound - n
+    offset: sympy.Expr = bound - n
     return int(offset) if offset.is_Integer and offset < 0 else bound
 
 
-def _slice_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _slice_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+                  types: Types) -> None:
     shape = types[0].shape
     # An end of -1 with a negative step means "through index 0"; ONNX reads -1 as the last
     # index, so say it with a value that clamps to before the start instead.
@@ -530,7 +545,7 @@ def _index_then_gather(t: TorchLowering, key: tuple[slice, ...],
     computed when the program is built."""
     index_select = t.torch.index_select
 
-    def index_then_gather(x):
+    def index_then_gather(x: Any) -> tuple[Any, ...]:
         y = x[key]
         for axis, index in gathers:
             y = index_select(y, axis, index)
@@ -564,7 +579,7 @@ register(OpDef(
 
 
 @onnx_importer("Slice")
-def _import_slice(ctx, node):
+def _import_slice(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     consts: list[Any] = []
     for i in range(1, 5):
         if len(node.input) > i and node.input[i]:
@@ -610,7 +625,8 @@ def _pad_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return (np.pad(x, width, mode="reflect" if attrs["mode"] == "reflect" else "edge"),)
 
 
-def _pad_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _pad_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+                types: Types) -> None:
     pads = ctx.const(np.array(attrs["pads"], dtype=np.int64))
     inputs = [ins[0], pads]
     if attrs["mode"] == "constant" and attrs["value"] != 0:
@@ -634,7 +650,7 @@ def _pad_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torch
     # numpy's own pad computes (exact for every rank and pad width).
     shape = ins[0].shape
     crop = tuple(slice(max(-pads[i], 0), shape[i] - max(-pads[i + rank], 0)) for i in range(rank))
-    np_mode = "reflect" if mode == "reflect" else "edge"
+    np_mode: Literal["reflect", "edge"] = "reflect" if mode == "reflect" else "edge"
     gathers = []
     for axis in range(rank):
         before, after = max(pads[axis], 0), max(pads[axis + rank], 0)
@@ -656,13 +672,13 @@ register(OpDef(
 
 
 @onnx_importer("Pad")
-def _import_pad(ctx, node):
+def _import_pad(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
     x = ctx.inputs(node)[0]
     rank = ctx.type_of(x).rank
-    pads = ctx.constant(node.input[1]) if len(node.input) > 1 else None
-    if pads is None:
+    given = ctx.constant(node.input[1]) if len(node.input) > 1 else None
+    if given is None:
         return None
-    pads = [int(p) for p in pads]
+    pads = [int(p) for p in given]
     value = 0.0
     if len(node.input) > 2 and node.input[2]:
         c = ctx.constant(node.input[2])
@@ -670,11 +686,11 @@ def _import_pad(ctx, node):
             return None
         value = float(c)
     if len(node.input) > 3 and node.input[3]:
-        axes = ctx.constant(node.input[3])
-        if axes is None:
+        given_axes = ctx.constant(node.input[3])
+        if given_axes is None:
             return None
         full = [0] * (2 * rank)
-        axes = [norm_axis(int(a), rank, "Pad") for a in axes]
+        axes = [norm_axis(int(a), rank, "Pad") for a in given_axes]
         for i, a in enumerate(axes):
             full[a], full[a + rank] = pads[i], pads[i + len(axes)]
         pads = full

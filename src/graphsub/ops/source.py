@@ -7,7 +7,7 @@ Its inputs are the tensors whose dimensions define its symbols, which is what it
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,8 +17,12 @@ from graphsub.tensors.symbolic import bind_all, evaluate_size, is_static
 from graphsub.ops.base import (AttrSpec, Category, OpDef, TorchFn, TorchLowering, Types, ints,
                                register, size_dims)
 
+if TYPE_CHECKING:
+    from graphsub.onnx_io.exporter import ExportContext
 
-def _no_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+
+def _no_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+               types: Types) -> None:
     raise AssertionError("inputs and weights are written by the exporter itself")
 
 
@@ -88,7 +92,8 @@ def _sizes_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Tor
     return sizes
 
 
-def _sizes_export(ctx, attrs: Attrs, ins: list[str], outs: list[str], types: Types) -> None:
+def _sizes_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+                  types: Types) -> None:
     ctx.emit_sizes(attrs["values"], attrs["shape"], attrs["dtype"], outs[0])
 
 

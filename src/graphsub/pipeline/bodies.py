@@ -176,7 +176,7 @@ class BodySearcher:
             names = (avoid | set(captures)) - _interface(body)
             try:
                 new = self._body(body, formal, types, inside, where, names)
-            except (GraphsubError, ValueError, RuntimeError, *ORT_ERRORS) as exc:
+            except (GraphsubError, ValueError, RuntimeError) + ORT_ERRORS as exc:
                 # One body that cannot be searched degrades the result; it never ends the run.
                 self.outcomes.append(BodyOutcome(where, len(body.node), math.nan, math.nan,
                                                  False, f"not searched: {exc}"))

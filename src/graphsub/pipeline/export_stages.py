@@ -103,6 +103,7 @@ def ort_fusions(context: RunContext, clock: StageClock, found: Found,
     for candidate, data in sources:
         if data is None:
             continue
+        assert not isinstance(data, DetachedModel)  # such a model returned above
         try:
             fused = ort_fusions_module.fuse(data)
         except GraphsubError as exc:
@@ -191,7 +192,7 @@ def _op_counts(model: ModelData) -> Counter[str]:
 #: With the time limit spent, no candidate is written (the original is kept, as read).
 EXPORT = Stage("export", export, out_of_time=lambda context, found, peers=(): [])
 ORT_FUSIONS = Stage("ort-fusions", ort_fusions,
-                    out_of_time=lambda context, found, exported: exported)
+                    out_of_time=lambda context, found, exported: list(exported))
 PEERS = Stage("peers", peer_candidates, out_of_time=lambda context: [])
 
 __all__ = ["EXPORT", "Exported", "ORT_FUSIONS", "PEERS"]

@@ -140,7 +140,7 @@ def _not_slower_at(context: RunContext, exported: Sequence[Exported], selection:
     try:
         run_s = max(time_once(original, feeds), time_once(chosen, feeds))
         _, result = sequential(original, chosen, feeds, until, min_gain=0.0,
-                               **timing_options(run_s))  # type: ignore[arg-type]
+                               **timing_options(run_s))
     finally:
         original.close()
         chosen.close()
@@ -151,6 +151,7 @@ def _not_slower_at(context: RunContext, exported: Sequence[Exported], selection:
         selection.notes.append(f"candidate {selection.chosen} is faster at "
                                f"{selection.timings['profile'][0]['shape']} but slower at "
                                f"{shape} ({describe(result.as_dict())}): the original is kept")
+        assert selection.runnable is not None  # set with `chosen`
         selection.runnable.close()
         selection.chosen, selection.runnable, selection.outcome = None, None, "slower-at-shape"
     return not slower
@@ -197,6 +198,7 @@ def verify(context: RunContext, clock: StageClock, exported: Sequence[Exported],
         index, comparison = selection.mismatch
         chosen, data = exported[index][0], None
     else:
+        assert selection.chosen is not None and selection.runnable is not None
         chosen, data = exported[selection.chosen][0], written(context, exported,
                                                               selection.chosen)
         if data is None:  # it cannot be written as ONNX: the original stays (a note says why)
@@ -315,7 +317,7 @@ def check_equivalence_by_reference(original: Graph, candidate: Graph, runnable: 
     onnxruntime has no kernels for."""
     from graphsub.runtime.reference import evaluate
 
-    def by_reference(graph: Graph) -> Callable[[Mapping[str, np.ndarray]], dict]:
+    def by_reference(graph: Graph) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
         return lambda feeds: evaluate(graph, dict(feeds))
 
     comparison = compare_runners(by_reference(original), runnable.run, bindings[0], tolerance,

@@ -7,7 +7,7 @@ import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import Any, overload
 
 from graphsub.budget import StageClock
 from graphsub.ir.graph import Graph
@@ -72,14 +72,15 @@ def report(context: RunContext, clock: StageClock, found: Found, exported: Seque
                       "profile": [str(p) for p in context.profile],
                       "default_profile": source == "default", "profile_source": source,
                       "verified_at": list(verified.verified_at)}
-    peer_steps = [s.rule for s in chosen.trace if s.kind is StepKind.PEER] if chosen else []
-    if peer_steps and len(chosen.trace) == 1:
+    trace = chosen.trace if chosen else ()
+    peer_steps = [s.rule for s in trace if s.kind is StepKind.PEER]
+    if peer_steps and len(trace) == 1:
         rep.notes.append(f"the model kept is what {peer_steps[0]} made of the original: it "
                          "measured fastest of graphsub's candidates and the other optimizers' "
                          "outputs")
     elif peer_steps:
         rep.notes.append(f"the model kept is built on what {peer_steps[0]} made of the "
-                         f"original, rewritten further by graphsub ({len(chosen.trace) - 1} "
+                         f"original, rewritten further by graphsub ({len(trace) - 1} "
                          "steps): it measured fastest of graphsub's candidates and the other "
                          "optimizers' outputs")
     if not settings.objective.latency_only:
@@ -99,6 +100,10 @@ def _fission_report(found: Found, chosen: Candidate | None) -> dict[str, Any]:
     return {**found.fission.as_dict(), "kept": kept}
 
 
+@overload
+def ms(seconds: float) -> float: ...
+@overload
+def ms(seconds: float | None) -> float | None: ...
 def ms(seconds: float | None) -> float | None:
     """A predicted cost (seconds, the cost models' unit) in the report's unit."""
     return None if seconds is None else seconds * 1e3

@@ -106,7 +106,8 @@ def search(context: RunContext, clock: StageClock, peers: Sequence[Exported] = (
     recorder = ProgressRecorder(context.progress)
     start = time.perf_counter()
     from_peer, peer_seconds = None, 0.0
-    cost_model, bodies = context.time_model, ()
+    cost_model = context.time_model
+    bodies: Sequence[BodyOutcome] = ()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # untimed operators: in the notes

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from graphsub.executors import Executor
 from graphsub.rules.ast import Rule
 from graphsub.rules.parser import parse_rules, print_rule
 from graphsub.proofs.prover import Verdict, verify_rule
@@ -19,7 +20,7 @@ def verify_texts(texts: Sequence[str], timeout_ms: int, numeric: bool) -> list[V
     return out
 
 
-def verify_rules(rules: Sequence[Rule], timeout_ms: int, executor,
+def verify_rules(rules: Sequence[Rule], timeout_ms: int, executor: Executor,
                  numeric: bool = True,
                  progress: Callable[[str, int, int], None] | None = None) -> list[Verdict]:
     """Verdicts for `rules`, in their order. `numeric` also tests each rule on random inputs,

@@ -7,6 +7,7 @@ time. Below both the prover (rules) and the lemmas (which are proven from the ax
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -59,8 +60,8 @@ def _patterned_axioms() -> tuple[z3.BoolRef, ...]:
     return tuple(with_patterns(ax.formula) for ax in axioms())
 
 
-def _check(goal: z3.BoolRef, premises, hints, params: dict[str, Any],
-           timeout_ms: int) -> z3.CheckSatResult:
+def _check(goal: z3.BoolRef, premises: Iterable[z3.BoolRef], hints: Iterable[z3.ExprRef],
+           params: dict[str, Any], timeout_ms: float) -> z3.CheckSatResult:
     solver = z3.Solver()
     for key, value in params.items():
         solver.set(key, value)
@@ -73,7 +74,8 @@ def _check(goal: z3.BoolRef, premises, hints, params: dict[str, Any],
     return solver.check()
 
 
-def _entails_one(goal: z3.BoolRef, timeout_ms: float, lemma_formulas, hints) -> tuple[bool, str]:
+def _entails_one(goal: z3.BoolRef, timeout_ms: float, lemma_formulas: tuple[z3.BoolRef, ...],
+                 hints: Iterable[z3.ExprRef]) -> tuple[bool, str]:
     start = time.monotonic()
     first = min(timeout_ms, max(250.0, timeout_ms / 4))
     premises = _patterned_axioms() + tuple(with_patterns(f) for f in lemma_formulas)
@@ -89,7 +91,8 @@ def _entails_one(goal: z3.BoolRef, timeout_ms: float, lemma_formulas, hints) -> 
     return False, "timeout" if result == z3.unknown else "the axioms do not entail it"
 
 
-def entails_all(goals: list[z3.BoolRef], timeout_ms: float, lemma_formulas: tuple = (),
+def entails_all(goals: list[z3.BoolRef], timeout_ms: float,
+                lemma_formulas: tuple[z3.BoolRef, ...] = (),
                 hints: list[z3.ExprRef] | tuple[z3.ExprRef, ...] = ()) -> tuple[bool, str]:
     """Whether the axioms and `lemma_formulas` entail every goal, each proven on its own, all
     within `timeout_ms` together."""

@@ -36,6 +36,7 @@ from graphsub.ir import Graph, Value
 from graphsub.ops import get_op
 from graphsub.ops.attention import causal_mask
 from graphsub.ops.quant import _along
+from graphsub.tensors.types import Attrs
 
 #: The identity test's points, and random functions' values: eighths in [-SPREAD, SPREAD]
 #: (exact in float32, and mostly not whole numbers, so that a rounding whose one built-in
@@ -160,12 +161,12 @@ def to_floats(a: np.ndarray) -> np.ndarray:
 _USES = [0]
 
 
-def _canonical(part: object) -> object:
+def _canonical(part: Any) -> object:
     """A value as the hash reads it: the same number the same way, however it was made (a
     Python int from a sum's start, a Fraction from a product)."""
     if isinstance(part, tuple):
         return tuple(_canonical(p) for p in part)
-    return part if isinstance(part, (str, _NegInf)) else Fraction(part)  # type: ignore[arg-type]
+    return part if isinstance(part, (str, _NegInf)) else Fraction(part)
 
 
 def hashed(key: str, *parts: object, whole: bool = False) -> Fraction:
@@ -183,7 +184,7 @@ def elementwise(key: str, *xs: np.ndarray) -> np.ndarray:
     parts = np.broadcast_arrays(*xs)
     out = np.empty(parts[0].shape, dtype=object)
     for index in np.ndindex(out.shape):
-        args = tuple(p[index] for p in parts)
+        args: tuple[Any, ...] = tuple(p[index] for p in parts)
         if any(a is NEG_INF for a in args):
             raise NotExact(f"{key} of -inf")
         out[index] = hashed(key, *args)
@@ -247,14 +248,14 @@ def _conv(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
                  zip(x.shape[2:], w.shape[2:], attrs["stride"], attrs["dilation"],
                      (top, left), (bottom, right)))
     # padded here with exact zeros (the reference pads with 0.0, a float among fractions)
-    padded = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)),
-                    constant_values=Fraction(0))
+    padded = np.pad(  # type: ignore[call-overload]  # numpy's stubs: no object fill value
+        x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=Fraction(0))
     out = conv2d_reference(padded, w, xs[2] if len(xs) > 2 else None, attrs["stride"],
                            (0, 0, 0, 0), attrs["dilation"], size)
     return _activation(attrs.get("activation", "none"), out)
 
 
-def _avg_pool(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
+def _avg_pool(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> Any:
     """Window sums over the kernel's area; padded cells count as zeros where
     count_include_pad says so (elsewhere the divisor varies: not modelled)."""
     from graphsub.ops.conv import resolve_pads
@@ -264,7 +265,8 @@ def _avg_pool(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
                                             (sh, sw), (1, 1))
     if any((top, left, bottom, right)) and not attrs.get("count_include_pad"):
         raise NotExact("average pooling that leaves padded cells out")
-    x = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=Fraction(0))
+    x = np.pad(  # type: ignore[call-overload]  # numpy's stubs: no object fill value
+        x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=Fraction(0))
     ho, wo = (x.shape[2] - kh) // sh + 1, (x.shape[3] - kw) // sw + 1
     out = np.empty(x.shape[:2] + (ho, wo), dtype=object)
     for i in range(ho):
@@ -273,7 +275,7 @@ def _avg_pool(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
     return out / (kh * kw)
 
 
-def _dequantize(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
+def _dequantize(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> Any:
     q, axis = xs[0], attrs["axis"]
     shifted = q - _along(xs[2], axis, q.ndim) if len(xs) > 2 else q
     return shifted * _along(xs[1], axis, q.ndim)
@@ -291,7 +293,8 @@ def _quantize(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
     ratio, zero = np.broadcast_arrays(x / _along(xs[1], axis, x.ndim), zero)
     out = np.empty(ratio.shape, dtype=object)
     for index in np.ndindex(out.shape):
-        t, z = ratio[index], zero[index]
+        t: Any = ratio[index]
+        z: Any = zero[index]
         if t is NEG_INF:
             raise NotExact("quantizing -inf")
         whole = Fraction(t).denominator == 1
@@ -301,7 +304,7 @@ def _quantize(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
     return out
 
 
-def _attention(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
+def _attention(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> Any:
     """Its definition (ops.attention's numpy reference): softmax(scale * q k^T + mask) v, keys
     and values repeated over grouped heads, left out where a boolean mask or the causal flag
     says so."""
@@ -317,11 +320,11 @@ def _attention(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray
             keep &= xs[3]
         else:
             scores = scores + xs[3]
-    scores = np.where(keep, scores, NEG_INF)
+    scores = np.where(keep, scores, NEG_INF)  # type: ignore[call-overload]  # an object scalar
     return np.matmul(softmax_rows(scores, -1, guarded=True), v)
 
 
-def _batch_norm(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
+def _batch_norm(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> Any:
     """(x - mean) * scale / sqrt(var + epsilon) + bias over the channel axis."""
     x, scale, bias, mean, var = xs
     shape = (1, -1) + (1,) * (x.ndim - 2)
@@ -335,7 +338,7 @@ INV_SQRT2, TANH_SCALE, TANH_CUBIC = (read_float(c) for c in
                                      (1 / math.sqrt(2), math.sqrt(2 / math.pi), 0.044715))
 
 
-def _gelu(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
+def _gelu(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> Any:
     """Its definition: x/2 (1 + erf(x / sqrt 2)), or with tanh(sqrt(2/pi) (x + 0.044715 x^3))."""
     x = xs[0]
     if attrs["approximate"] == "tanh":
@@ -345,7 +348,9 @@ def _gelu(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
     return x * Fraction(1, 2) * (1 + inner)
 
 
-Exact = Callable[[Mapping[str, Any], Sequence[np.ndarray]], np.ndarray]
+#: An operator's exact semantics: its result as numpy's object arithmetic makes it, an array
+#: or, from 0-d operands, a bare value (`_run` makes it an array).
+Exact = Callable[[Mapping[str, Any], Sequence[np.ndarray]], Any]
 
 
 def _random_function(name: str) -> Exact:
@@ -380,7 +385,7 @@ EXACT: dict[str, Exact] = {
                                                  "exp")},
 }
 
-def _run(op: str, attrs: Mapping[str, Any], args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+def _run(op: str, attrs: Attrs, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     """One operator's exact outputs. A case its exact semantics does not meet (a softmax over
     a scalar) leaves the instance untested rather than ending the verification."""
     try:
@@ -406,7 +411,7 @@ def _in_type(op: str, x: np.ndarray, dtype: str) -> np.ndarray:
     low, high = INTEGER_RANGE.get(dtype, (-2 ** 63, 2 ** 63 - 1))
     out = np.empty(x.shape, dtype=object)
     for index in np.ndindex(x.shape):
-        v = x[index]
+        v: Any = x[index]
         whole = v is not NEG_INF and Fraction(v).denominator == 1 and low <= v <= high
         out[index] = v if whole else hashed(f"{op} in {dtype}", v, whole=True)
     return out

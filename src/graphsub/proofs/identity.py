@@ -44,7 +44,7 @@ class _Points:
         self._rng = np.random.default_rng(seed)
 
     def standard_normal(self, shape: Any = None) -> np.ndarray:
-        whole = self._rng.integers(-SPREAD * EIGHTHS, SPREAD * EIGHTHS + 1, shape)
+        whole: np.ndarray = self._rng.integers(-SPREAD * EIGHTHS, SPREAD * EIGHTHS + 1, shape)
         return whole.astype(np.float64) / EIGHTHS
 
     def __getattr__(self, name: str) -> Any:
@@ -104,7 +104,7 @@ class _Tally:
 
     def __init__(self) -> None:
         self.instances, self.bound = 0, 1.0
-        self.seen: set[tuple] = set()
+        self.seen: set[tuple[Any, ...]] = set()
         self.untestable = ""
 
     def add(self, instance: tuple[Graph, Graph, dict[str, np.ndarray]] | None,
@@ -140,7 +140,7 @@ class _Tally:
         return IdentityTest("passed", self.instances, self.bound)
 
 
-def _shapes(graph: Graph) -> tuple:
+def _shapes(graph: Graph) -> tuple[Any, ...]:
     """An instance as its operators, shapes and attributes, whatever its values."""
     return tuple(sorted((node.op, tuple(t.shape for t in node.outputs),
                          repr(sorted((k, v) for k, v in node.attrs.items() if k != "value")))

@@ -22,6 +22,7 @@ first proven from the axioms alone.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,7 +103,8 @@ def proof_scope(rule: Rule) -> str:
     return scope
 
 
-def _int_attr(e: Any, env: dict[str, z3.ArithRef], convert) -> z3.ArithRef | int:
+def _int_attr(e: Any, env: dict[str, z3.ArithRef], convert: Callable[[Any], int]
+              ) -> z3.ArithRef | int:
     if isinstance(e, AVar):
         return env.setdefault(e.name, z3.Int(f"attr_{e.name}"))
     if isinstance(e, Lit):
@@ -146,7 +148,7 @@ class _Translator:
         self.attrs: dict[str, z3.ArithRef] = {}
         self.lets: dict[str, OpTerm] = dict(rule.lets)  # type: ignore[arg-type]
 
-    def attr(self, term: OpTerm, key: str, convert, default: Any) -> Any:
+    def attr(self, term: OpTerm, key: str, convert: Callable[[Any], int], default: Any) -> Any:
         for k, e in term.attrs:
             if k == key:
                 return _int_attr(e, self.attrs, convert)
@@ -169,8 +171,8 @@ class _Translator:
         if op == "transpose":
             perm = dict(t.attrs).get("perm")
             if not isinstance(perm, ListExpr) or not all(isinstance(i, Lit) for i in perm.items) \
-                    or [i.value for i in perm.items][-2:] != \
-                    [len(perm.items) - 1, len(perm.items) - 2]:  # type: ignore[attr-defined]
+                    or [i.value for i in perm.items if isinstance(i, Lit)][-2:] != \
+                    [len(perm.items) - 1, len(perm.items) - 2]:
                 raise Untranslatable("transpose other than of the last two axes")
             return s.transpose(args[0])
         if op == "matmul":
@@ -210,8 +212,8 @@ class _Translator:
         value = a["value"].value if isinstance(a.get("value"), Lit) else None  # type: ignore[union-attr]
         shape = a.get("shape")
         dims = list(shape.items) if isinstance(shape, ListExpr) else []
-        spatial = [d.value for d in dims[2:]] if len(dims) == 4 and all(
-            isinstance(d, Lit) for d in dims[2:]) else None  # type: ignore[attr-defined]
+        spatial = [d.value for d in dims[2:] if isinstance(d, Lit)] if len(dims) == 4 and all(
+            isinstance(d, Lit) for d in dims[2:]) else None
         if pattern == "eye" and value == 1.0:
             return s.i_matmul
         if pattern == "conv-identity" and value == 1.0 and spatial:

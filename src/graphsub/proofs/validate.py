@@ -55,7 +55,7 @@ from graphsub.proofs.axioms import (
     signature,
 )
 
-Tensor = np.ndarray  # dtype object; each element a Z3 real expression
+Tensor = np.ndarray[tuple[int, ...], np.dtype[np.object_]]  # each element a Z3 real expression
 Shape = tuple[int, ...]
 KernelSize = tuple[int, int]
 
@@ -94,12 +94,14 @@ def _same_shape(op: str, x: Tensor, y: Tensor) -> None:
 
 def ewadd(x: Tensor, y: Tensor) -> Tensor:
     _same_shape("ewadd", x, y)
-    return x + y
+    out: Tensor = x + y  # numpy types object arithmetic as Any
+    return out
 
 
 def ewmul(x: Tensor, y: Tensor) -> Tensor:
     _same_shape("ewmul", x, y)
-    return x * y
+    out: Tensor = x * y
+    return out
 
 
 def smul(x: Tensor, w: Tensor) -> Tensor:
@@ -215,7 +217,7 @@ def _pool_windows(kernel: KernelSize, stride: int, padding: int,
         raise ShapeError(f"pool: padding of {x.shape} is not smaller than the window {kernel}")
     shape = (n, c, window_out(h, kh, stride, 1, top, bottom, "pool"),
              window_out(wd, kw, stride, 1, left, right, "pool"))
-    windows = {}
+    windows: dict[tuple[int, ...], list[z3.ArithRef]] = {}
     for b, ch, i, j in np.ndindex(*shape):
         rows = [r for a in range(kh) if 0 <= (r := i * stride - top + a) < h]
         cols = [s for e in range(kw) if 0 <= (s := j * stride - left + e) < wd]
@@ -481,7 +483,7 @@ _EW = ({"x": _M, "y": _M, "z": _M, "w": ()},)  # w: the scale of smul
 _BATCHED = ({"x": _M, "y": _M, "w": ()}, {"x": ("b",) + _M, "y": ("b",) + _M, "w": ()})
 _PRODUCTS = ({"x": ("m", "n"), "y": ("n", "q"), "z": ("q", "r"), "w": ()},)
 _IMAGE, _KERNEL = (1, "c", "H", "H"), ("o", "c", "K", "K")  # ungrouped convolutions
-_CONV = ({"x": _IMAGE, "y": _KERNEL, "z": _KERNEL, "w": ()},)
+_CONV: tuple[ShapeScheme, ...] = ({"x": _IMAGE, "y": _KERNEL, "z": _KERNEL, "w": ()},)
 _TWO = ({"x": _M, "y": ("q", "r")},)  # concatenable along axis 0 or 1, or not at all
 _CAT_PAIRS = ({"x": _M, "y": _M, "z": ("q", "r"), "w": ("q", "r")},)  # x|z and y|w
 _IMAGES_0 = ({"x": ("n", "c", "H", "H"), "y": ("n2", "c", "H", "H")},)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from graphsub.cost.base import CostModel
-from graphsub.ir.graph import Graph, Node
+from graphsub.ir.graph import Graph, Node, Value
 from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import Rule
 from graphsub.rules.matcher import Match, find_matches
@@ -58,7 +58,7 @@ def _shape(graph: Graph, nid: int) -> str:
     return "×".join(str(d) for d in shape) if shape else "scalar"
 
 
-def _same_operator(a: Any, b: Any) -> bool:
+def _same_operator(a: Node, b: Node) -> bool:
     """Whether two nodes apply the same operator with the same attributes to inputs of the
     same types (what they read aside)."""
     if a.op != b.op or a.op in ("input", "weight") or len(a.inputs) != len(b.inputs):
@@ -160,7 +160,7 @@ def change_view(before: Graph, after: Graph) -> dict[str, Any]:
             "after": _view(after, new, context_after, len(added) - len(new))}
 
 
-def _recorded(graph: Graph, rule: Rule, step: Step) -> Match | None:
+def _recorded(graph: Graph, rule: Rule, step: Step) -> Match[Value] | None:
     """The match `step` recorded, found again in `graph` (which must be the graph the search
     applied it to: node ids carry over); None when it is not there."""
     if step.match is None:
@@ -187,7 +187,9 @@ def replay(graph: Graph, candidate: Candidate, rules: Sequence[Rule]
         if step.kind != StepKind.RULE:
             return steps
         rule = by_name.get(step.rule)
-        match = _recorded(current, rule, step) if rule is not None else None
+        if rule is None:
+            return None
+        match = _recorded(current, rule, step)
         if match is None:
             return None
         result = apply_match(current, match)

@@ -377,15 +377,15 @@ def _verification(r: Mapping[str, Any]) -> list[str]:
         out.append(f"<p>{esc(note[:1].upper() + note[1:])}.</p>")
     checked = [(i, c) for i, c in enumerate(r.get("candidates", [])) if c.get("check")]
     if checked:
-        rows = []
+        worst_rows = []
         for i, c in checked:
             worst = max(c["check"], key=lambda o: o.get("used", 0.0))
-            rows.append((f"candidate {i}", esc(worst["name"]), f"{worst['max_abs']:.3g}",
-                         f"{worst['max_rel']:.3g}", _used(worst), len(c["check"])))
+            worst_rows.append((f"candidate {i}", esc(worst["name"]), f"{worst['max_abs']:.3g}",
+                               f"{worst['max_rel']:.3g}", _used(worst), len(c["check"])))
         out.append("<p>Every timed candidate's outputs were first compared with the original's "
                    "on the timing inputs (a candidate that differs ends the run as an error):</p>")
         out.append(_table(["candidate", "worst output", "worst |diff|", "worst relative",
-                           "tolerance used", "outputs"], rows, numeric=(2, 3, 4, 5)))
+                           "tolerance used", "outputs"], worst_rows, numeric=(2, 3, 4, 5)))
     return out
 
 
@@ -487,5 +487,6 @@ def _compare_verdict(runs: Sequence[Mapping[str, Any]]) -> str:
 def _reached(run: Mapping[str, Any]) -> float:
     """When a run first had its final cost (its whole time when it recorded no progress)."""
     final = run["final_ms"]
-    return next((s for s, c in run.get("progress") or [] if c is not None and c <= final),
-                run["seconds"])
+    seconds: float = next((s for s, c in run.get("progress") or []
+                           if c is not None and c <= final), run["seconds"])
+    return seconds

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -93,7 +93,7 @@ def rejection_of(exc: GraphsubError) -> Rejection:
     return Rejection("target not buildable")
 
 
-class _TargetBuilder:
+class _TargetBuilder(Generic[H]):
     """Instantiates target terms into a sink, sharing identical subterms (hash-consing)."""
 
     def __init__(self, sink: TargetSink[H], env: Env[H], rule: Rule | None = None) -> None:

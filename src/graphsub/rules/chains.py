@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import wraps
-from typing import Any, TypeVar
+from typing import Any, TypeVar, final
 
 import numpy as np
 
@@ -38,6 +38,7 @@ MAX_CHAIN = 6
 PRODUCT_VIEWS = ("smul", "div", "pow")
 
 
+@final
 @dataclass(frozen=True)
 class Reciprocal:
     """A handle for 1 / c, c a float constant of the graph that a division divides by: what

@@ -213,7 +213,7 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
         if name in values:
             return values[name]
         role = roles.get(name, ("", 0))
-        choices = _role_shapes(role)
+        choices: tuple[Shape, ...] | list[Shape] = _role_shapes(role)
         if name in shaped:  # (eq (shape ?name) E): E's value, once what it reads is drawn
             try:
                 has_value, shape = try_evaluate(shaped[name],
@@ -295,7 +295,7 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
                 if value is not None:
                     attrs[spec.name] = value
         attrs = {k: v for k, v in attrs.items() if v is not None}
-        out = b.op(t.op, *args, **attrs)
+        out: Value | tuple[Value, ...] = b.op(t.op, *args, **attrs)
         return out[t.index] if isinstance(out, tuple) and not isinstance(out, Value) else out
 
     try:
@@ -355,7 +355,7 @@ def _rank_plans(rule: Rule, rng: np.random.Generator) -> list[dict[str, int] | N
         return [None]
     plans: list[dict[str, int] | None] = [dict(zip(names, combo))
                                           for combo in itertools.product(*options)]
-    rng.shuffle(plans)  # type: ignore[arg-type]
+    rng.shuffle(plans)
     return plans
 
 

@@ -118,8 +118,10 @@ def _failed_condition(graph: Graph, rule: Rule, bindings: list[Any], nid: int
                       ) -> tuple[str, str | None, int | None]:
     """The first `where` condition that fails for the first source's bindings at `nid`."""
     host = host_for(graph, rule)
+    source = rule.sources[0]
+    assert isinstance(source, OpTerm)  # explain() checked it
     for st in bindings:
-        env = Env(host, st.tensors, st.attrs, (Value(nid, rule.sources[0].index),))
+        env = Env(host, st.tensors, st.attrs, (Value(nid, source.index),))
         for cond in rule.conditions:
             ok, value = try_evaluate(cond, env)
             if not ok or not value:

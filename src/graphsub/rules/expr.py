@@ -15,7 +15,7 @@ import ml_dtypes
 import numpy as np
 
 from graphsub.errors import GraphsubError
-from graphsub.tensors.symbolic import at_most, equal, is_symbolic
+from graphsub.tensors.symbolic import Dim, at_most, equal, is_symbolic
 from graphsub.tensors.types import Constant, TensorType, WeightDataUnavailable
 from graphsub.rules.ast import AVar, Call, Expr, Lit, ListExpr, OutRef
 
@@ -25,20 +25,21 @@ class RuleError(GraphsubError):
 
 
 H = TypeVar("H")
+H_contra = TypeVar("H_contra", contravariant=True)
 
 
-class TensorHost(Protocol[H]):
+class TensorHost(Protocol[H_contra]):
     """What rule expressions read of whatever a rule's tensor variables are bound to: a
     graph's values (graphsub.rules.matcher.GraphHost), an e-graph's classes
     (graphsub.egraph.ematch.EGraphHost), a rule example under construction (rules.check)."""
 
-    def type_of(self, handle: H) -> TensorType: ...
+    def type_of(self, handle: H_contra) -> TensorType: ...
 
-    def is_weight(self, handle: H) -> bool:
+    def is_weight(self, handle: H_contra) -> bool:
         """Whether the tensor is computed from weights alone."""
         ...
 
-    def constant(self, handle: H) -> Constant | None:
+    def constant(self, handle: H_contra) -> Constant | None:
         """The tensor's value when it is a weight, else None."""
         ...
 
@@ -76,30 +77,31 @@ def _show(e: Expr) -> str:
     return print_expr(e)
 
 
-def _dim(env: Env, t: Expr, i: Expr) -> int:
+def _dim(env: Env[Any], t: Expr, i: Expr) -> Dim:
     shape = env.tensor_type(t).shape
-    k = evaluate(i, env)
+    k: int = evaluate(i, env)
     if not -len(shape) <= k < len(shape):
         raise _NoValue()
     return shape[k]
 
 
-def _all_equal(env: Env, t: Expr, x: Expr) -> bool:
+def _all_equal(env: Env[Any], t: Expr, x: Expr) -> bool:
     """Whether the matched tensor is a weight whose elements all equal x."""
     constant = env.constant(t)
     return constant is not None and constant.all_equal(evaluate(x, env))
 
 
-def _close_to(env: Env, t: Expr, x: Expr) -> bool:
+def _close_to(env: Env[Any], t: Expr, x: Expr) -> bool:
     """Whether the matched tensor is a weight whose elements all equal x to its dtype's
     precision: a constant such as 1/sqrt(2) is written in float64 and stored in float32."""
     constant = env.constant(t)
-    value = constant.uniform() if constant is not None else None
-    if value is None:
+    if constant is None or (value := constant.uniform()) is None:
         return False
-    eps = (float(ml_dtypes.finfo(constant.type.dtype).eps)
+    # ml_dtypes.finfo is unannotated
+    eps = (float(ml_dtypes.finfo(constant.type.dtype).eps)  # type: ignore[no-untyped-call]
            if constant.type.dtype.startswith(("float", "bfloat")) else 0)
-    return abs(value - evaluate(x, env)) <= 4 * eps * max(1.0, abs(value))
+    target: float = evaluate(x, env)
+    return abs(value - target) <= 4 * eps * max(1.0, abs(value))
 
 
 #: Scores at or below this are masked out: -inf, or the dtype's lowest value as Hugging Face's
@@ -111,10 +113,11 @@ def masked_at(dtype: str) -> float:
     """The score at or below which a mask of this float type masks: MASKED, or the type's
     lowest value where that is higher (float16: exp(-65504 - max) is 0 in float32 as
     exp(-inf) is)."""
-    return max(MASKED, float(ml_dtypes.finfo(dtype).min))
+    # ml_dtypes.finfo is unannotated
+    return max(MASKED, float(ml_dtypes.finfo(dtype).min))  # type: ignore[no-untyped-call]
 
 
-def _is_causal(env: Env, t: Expr) -> bool:
+def _is_causal(env: Env[Any], t: Expr) -> bool:
     """Whether the matched tensor is an additive causal mask: a weight whose last two axes are
     0 where key j <= query i and masked (-inf, or the dtype's lowest) above, its other axes 1."""
     constant = env.constant(t)
@@ -128,7 +131,7 @@ def _is_causal(env: Env, t: Expr) -> bool:
                 and np.all(arr[~below] <= masked_at(constant.type.dtype)))
 
 
-def _unmasked_rows(env: Env, t: Expr) -> bool:
+def _unmasked_rows(env: Env[Any], t: Expr) -> bool:
     """Whether the matched tensor is an additive mask that leaves every row (along its last
     axis) a score: a weight without NaN or +inf with an entry above MASKED in every row. A
     softmax of scores plus such a mask has no fully masked row, so it is NaN only where the
@@ -142,7 +145,7 @@ def _unmasked_rows(env: Env, t: Expr) -> bool:
                 and np.all(np.any(arr > masked_at(constant.type.dtype), axis=-1)))
 
 
-def _uniform_value(env: Env, t: Expr) -> float:
+def _uniform_value(env: Env[Any], t: Expr) -> float:
     """The one value of a weight whose elements are all equal (an epsilon a rule carries over
     into an attribute); no value (no match) otherwise."""
     constant = env.constant(t)
@@ -152,7 +155,7 @@ def _uniform_value(env: Env, t: Expr) -> float:
     return value
 
 
-def _is_weight(env: Env, t: Expr) -> bool:
+def _is_weight(env: Env[Any], t: Expr) -> bool:
     return env.is_weight(t)
 
 
@@ -282,7 +285,7 @@ FUNCTIONS = sorted(set(_ARITH) | set(_TENSOR_FNS) | {"and", "or", "not", "in", "
                                                      "with-dim", "swap-last", "exact-cast"})
 
 
-def evaluate(e: Expr, env: Env) -> Any:
+def evaluate(e: Expr, env: Env[Any]) -> Any:
     if isinstance(e, Lit):
         return e.value
     if isinstance(e, AVar):
@@ -379,7 +382,7 @@ def undecided_conditions() -> int:
     return _undecided
 
 
-def try_evaluate(e: Expr, env: Env) -> tuple[bool, Any]:
+def try_evaluate(e: Expr, env: Env[Any]) -> tuple[bool, Any]:
     """(True, value), or (False, None) when the expression has no value for this match."""
     global _undecided
     try:

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from graphsub.ir.graph import Graph
+from graphsub.ir.graph import Graph, Value
 from graphsub.rules.ast import OpTerm, Rule, Term, Var
 from graphsub.rules.matcher import (Match, conditions_hold, find_matches, host_for, reads_forms,
                                     root_ops)
@@ -76,7 +76,7 @@ class IncrementalMatcher:
         self.max_radius = max(finite, default=0)
         self.counts = MatchCounts()
 
-    def matches(self, graph: Graph) -> list[list[Match]]:
+    def matches(self, graph: Graph) -> list[list[Match[Value]]]:
         """For each rule, its matches in `graph`."""
         found = graph.memo.get(self)
         if found is None:
@@ -90,8 +90,8 @@ class IncrementalMatcher:
             graph.memo[self] = found
         return found
 
-    def _from_parent(self, graph: Graph, parent: list[list[Match]], changed: frozenset[int],
-                     gone: frozenset[int]) -> list[list[Match]]:
+    def _from_parent(self, graph: Graph, parent: list[list[Match[Value]]],
+                     changed: frozenset[int], gone: frozenset[int]) -> list[list[Match[Value]]]:
         near = _distances(graph, changed, self.max_radius)
         # Nodes near the change by radius and op: most rules' first root op is not among
         # them, and those rules need no matching run at all.

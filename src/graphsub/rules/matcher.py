@@ -32,6 +32,7 @@ from graphsub.rules.ast import AVar, Lit, OpTerm, Rule, Term, Var
 from graphsub.rules.expr import Env, RuleError, TensorHost, try_evaluate
 
 H = TypeVar("H")
+H_contra = TypeVar("H_contra", contravariant=True)
 
 
 class NodeView(Protocol):
@@ -49,15 +50,15 @@ class NodeView(Protocol):
 Producer = tuple[int, NodeView, tuple[Any, ...]]
 
 
-class PatternHost(TensorHost[H], Protocol[H]):
+class PatternHost(TensorHost[H_contra], Protocol[H_contra]):
     """A place patterns are matched in: the tensors expressions read, and the nodes that
     compute a handle."""
 
-    def producers(self, term: OpTerm, handle: H) -> Sequence[Producer]:
+    def producers(self, term: OpTerm, handle: H_contra) -> Sequence[Producer]:
         """The nodes of op `term.op` whose output `term.index` is `handle`."""
         ...
 
-    def same(self, bound: H, handle: H) -> bool:
+    def same(self, bound: H_contra, handle: H_contra) -> bool:
         """Whether a variable bound to `bound` may also be bound to `handle`."""
         ...
 
@@ -220,8 +221,9 @@ def match_term(host: PatternHost[H], term: Term, handle: H, st: Bindings[H],
         return
     if not isinstance(term, OpTerm):
         raise RuleError("let-bound names may appear only in targets")
-    if type(host) is FormsHost and (chain := pattern_chain(term)) is not None:
-        yield from _match_chain(host, term, chain, host.chain_views, handle, st, tracer)
+    forms: PatternHost[Any] = host  # a FormsHost matches graph values only: H cannot say so
+    if type(forms) is FormsHost and (chain := pattern_chain(term)) is not None:
+        yield from _match_chain(host, term, chain, forms.chain_views, handle, st, tracer)
         return
     producers = host.producers(term, handle)
     if not producers and tracer is not None:

@@ -90,7 +90,7 @@ def _op(buf: bytes) -> TasoOp:
     op = TasoOp(0, [], {})
     for num, val in _fields(buf):
         if num == 1:
-            op.type = int(val)  # type: ignore[arg-type]
+            op.type = int(val)
         elif num == 2:
             t = dict(_fields(val))  # type: ignore[arg-type]
             op.inputs.append((int(t.get(1, 0)), int(t.get(2, 0))))
@@ -110,7 +110,7 @@ def read_taso_rules(path: str | Path) -> list[TasoRule]:
 
 
 def _read_taso_rules(data: bytes) -> list[TasoRule]:
-    rules = []
+    rules: list[TasoRule] = []
     for num, rbuf in _fields(data):
         if num != 1:
             continue

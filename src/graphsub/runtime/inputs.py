@@ -33,7 +33,7 @@ def graph_input_specs(graph: Graph, binding: Mapping[str, int] | None = None
     """The graph's inputs and their types; with symbolic sizes, at `binding`'s values; the
     inputs given values (graph.meta["input_values"]) as GivenInput."""
     given = graph.meta.get("input_values") or {}
-    specs = []
+    specs: list[InputSpec] = []
     for i in graph.inputs:
         name, t = graph[i].attrs["name"], graph[i].type
         if name in given:
@@ -69,7 +69,7 @@ def given_values(graph: Graph, values: Mapping[str, Any]) -> dict[str, np.ndarra
     return found
 
 
-def random_array(t: TensorType, rng: np.random.Generator) -> np.ndarray:
+def random_array(t: TensorType, rng: np.random.Generator) -> Any:
     """Standard-normal floats; small non-negative integers (valid as indices into any
     non-empty axis of size >= 2); random booleans."""
     if isinstance(t, GivenInput):

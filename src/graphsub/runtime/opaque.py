@@ -19,7 +19,8 @@ from graphsub.runtime.ort import (bfloat16_through_float32, make_model, make_ses
 @lru_cache(maxsize=256)
 def _session(node_bytes: bytes, domain_opsets: tuple[tuple[str, int], ...],
              in_types: tuple[TensorType, ...], out_types: tuple[TensorType, ...],
-             slots: tuple[int, ...], captures: tuple[str, ...]):
+             slots: tuple[int, ...], captures: tuple[str, ...]
+             ) -> tuple[Any, list[str], list[str], tuple[frozenset[str], frozenset[str]]]:
     node = opaque.node_proto(node_bytes)
     # A body reads its captured values by their own names; the node's inputs and outputs get
     # names no body uses.

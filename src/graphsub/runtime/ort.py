@@ -64,7 +64,8 @@ def _as_bytes(model: Any) -> bytes | str:
         return bytes(model)
     if isinstance(model, (str, Path)):
         return str(model)
-    return model.SerializeToString()
+    serialized: bytes = model.SerializeToString()
+    return serialized
 
 
 def make_model(graph: onnx.GraphProto, opsets: Sequence[tuple[str, int]]) -> onnx.ModelProto:
@@ -109,7 +110,7 @@ def forget_custom_ops() -> None:
 
 
 def make_session(model: Any, threads: int | None = None, optimize: bool = True,
-                 providers: Sequence[str] = (), quiet: bool = False, timed: bool = False):
+                 providers: Sequence[str] = (), quiet: bool = False, timed: bool = False) -> Any:
     """An onnxruntime session with onnxruntime's default settings, as users run it.
     `optimize` turns on all of its graph optimizations (the baseline graphsub must beat);
     threads defaults to the core count; providers default to the CPU provider alone. A
@@ -181,7 +182,7 @@ def file_mapping(array: np.ndarray) -> Any:
     """The mmap.mmap an array views (a weight of a memory-mapped data file), or None."""
     import mmap
 
-    base = array
+    base: object = array  # numpy types .base as an array, but a mapped one's is the mmap
     while isinstance(base, np.ndarray):
         base = base.base
     return base if isinstance(base, mmap.mmap) else None

@@ -26,7 +26,7 @@ from onnx import numpy_helper
 from graphsub.ir.graph import Graph
 from graphsub.ops.control_flow import all_graphs
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
-from graphsub.runtime.ort import DetachedModel, make_session, quiet_run
+from graphsub.runtime.ort import DetachedModel, ModelData, make_session, quiet_run
 from graphsub.tensors.symbolic import SymbolRange
 
 #: Sizes an open dimension is tried at where the default fails, in order: the sizes text
@@ -54,7 +54,7 @@ class Probe:
     error: str = ""
 
 
-def probe(graph: Graph, model: object, binding: Mapping[str, int], free_sizes: bool,
+def probe(graph: Graph, model: ModelData, binding: Mapping[str, int], free_sizes: bool,
           seconds: float, threads: int | None = None) -> Probe | None:
     """Run `model` (the original of `graph`) at `binding` and the inputs graphsub makes up;
     where that fails, at other sizes (when `free_sizes`: the user fixed none) and at the
@@ -118,7 +118,7 @@ def leading_symbols(graph: Graph) -> set[str]:
     found = set()
     for i in graph.inputs:
         shape = graph[i].type.shape
-        if len(shape) < 2 or type(shape[0]) is int or not shape[0].is_Symbol:
+        if len(shape) < 2 or isinstance(shape[0], int) or not shape[0].is_Symbol:
             continue
         if len(shape) >= 3 or any(type(d) is not int for d in shape[1:]):
             found.add(shape[0].name)
@@ -181,7 +181,7 @@ def compared_values(model: onnx.ModelProto) -> dict[str, list[np.ndarray]]:
     return found
 
 
-def fixed_declaration_error(graph: Graph, model: object) -> str:
+def fixed_declaration_error(graph: Graph, model: ModelData) -> str:
     """Why onnxruntime cannot build `model` with its inputs declared at `graph`'s input
     types ("" where it can): the sizes the user fixed, declared in place of the open ones,
     can break onnxruntime's typing of control flow (a branch that squeezes a size of 1 is
@@ -195,7 +195,7 @@ def fixed_declaration_error(graph: Graph, model: object) -> str:
             continue
         for d, size in zip(vi.type.tensor_type.shape.dim, t.shape):
             d.dim_value = int(size)
-    data: object = proto.SerializeToString() if not isinstance(model, DetachedModel) else \
+    data: ModelData = proto.SerializeToString() if not isinstance(model, DetachedModel) else \
         DetachedModel(proto.SerializeToString(), model.weights)
     try:
         make_session(data, 1, quiet=True)
@@ -204,7 +204,7 @@ def fixed_declaration_error(graph: Graph, model: object) -> str:
     return ""
 
 
-def _proto(model: object) -> onnx.ModelProto:
+def _proto(model: ModelData) -> onnx.ModelProto:
     """The ModelProto of a model as graphsub hands it to onnxruntime (runtime.ort.ModelData)."""
     return onnx.load_from_string(model.proto if isinstance(model, DetachedModel) else model)
 

@@ -33,6 +33,7 @@ def evaluate(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndar
         remaining[v.node] = remaining.get(v.node, 0) + 1
     for nid in graph.topo_order():
         node = graph[nid]
+        outs: tuple[np.ndarray, ...]
         if node.op == "input" and node.type.is_opaque:
             outs = (feeds[node.attrs["name"]],)  # a sequence, optional or strings: as given
         elif node.op == "input":
@@ -40,7 +41,7 @@ def evaluate(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndar
             if arr.shape != node.type.shape or str(arr.dtype) != node.type.dtype:
                 raise GraphsubError(f"input {node.attrs['name']!r}: expected {node.type}, got "
                                     f"{arr.dtype}[{'x'.join(map(str, arr.shape))}]")
-            outs: tuple[np.ndarray, ...] = (arr,)
+            outs = (arr,)
         else:
             args = [values[v] for v in node.inputs]
             outs = _evaluate_node(node, args)

@@ -78,7 +78,7 @@ def required_speedup(min_gain: float = MIN_GAIN) -> float:
 def confidence(look: int, final: bool) -> float:
     """The confidence of the interval at the `look`-th look (from 1): see the module's
     docstring; the final look spends the rest of the error allowance."""
-    return 1 - ALPHA / 2 ** (look - 1 if final else look)
+    return 1 - ALPHA / 2.0 ** (look - 1 if final else look)
 
 
 def fewest_rounds(level: float) -> int:

@@ -15,7 +15,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Self
 
 import numpy as np
 
@@ -44,7 +44,7 @@ class DeviceEvent(Protocol):
 
     def synchronize(self) -> None: ...
 
-    def elapsed_time(self, end: DeviceEvent) -> float: ...  # milliseconds
+    def elapsed_time(self, end: Self) -> float: ...  # milliseconds
 
 
 def event_timed_calls(call: Callable[[], object], n: int,

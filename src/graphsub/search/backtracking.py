@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from graphsub.cost.base import CostModel
-from graphsub.ir.graph import Graph
+from graphsub.ir.graph import Graph, Value
 from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
@@ -61,7 +61,7 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], cost_model: CostMod
     # A queued graph is kept as (parent, match) with the parent's trace, and rebuilt when
     # dequeued: holding thousands of child graphs (or their traces' steps) would cost memory
     # and time for each, rebuilding one costs one rewrite.
-    queue: list[tuple[float, int, Graph | tuple[Graph, Match], tuple[Step, ...]]] = [
+    queue: list[tuple[float, int, Graph | tuple[Graph, Match[Value]], tuple[Step, ...]]] = [
         (initial_cost, next(counter), graph, ())]
     best.offer(graph, initial_cost, ())
 

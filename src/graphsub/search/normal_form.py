@@ -57,10 +57,9 @@ def normal_form(graph: Graph, rules: Sequence[Rule], cost_model: CostModel
     # under it the normal form is one move: every step carries the cost after the last
     costs = [] if cost_model.compiles else [price_rewrite(before, match, cost_model)
                                             for before, match in steps[:-1]]
-    return graph, tuple(
-        Step.applying(match, final if i >= len(costs) or isinstance(costs[i], Rejection)
-                      else costs[i].cost)
-        for i, (_, match) in enumerate(steps))
+    paid = [final if isinstance(c, Rejection) else c.cost for c in costs]
+    return graph, tuple(Step.applying(match, paid[i] if i < len(paid) else final)
+                        for i, (_, match) in enumerate(steps))
 
 
 def with_start(result: OptimizeResult, steps: tuple[Step, ...],

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from graphsub.cost.base import CostModel
-from graphsub.ir.graph import Graph
+from graphsub.ir.graph import Graph, Value
 from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import Rule
 from graphsub.rules.incremental import IncrementalMatcher
@@ -47,7 +47,7 @@ class Substitution:
     """One substitution of a sequence: its match, where it sits (1-based) in the sequence, and
     what the order needs: the latest substitution it depends on and the alpha of Def. 8."""
 
-    match: Match
+    match: Match[Value]
     position: int
     depends_on: frozenset[int]  # positions of the substitutions it depends on (N = 0)
     latest: int
@@ -76,7 +76,7 @@ def initial_sequence(graph: Graph, cost: float) -> SubstitutionSequence:
     return SubstitutionSequence(graph, cost, (), {nid: (N, nid) for nid in graph.nodes}, ())
 
 
-def substitution(seq: SubstitutionSequence, match: Match) -> Substitution:
+def substitution(seq: SubstitutionSequence, match: Match[Value]) -> Substitution:
     """The substitution `match` would be as the next element of `seq`."""
     labels = [seq.labels[n] for n in match.nodes]
     depends = frozenset(p for p, _ in labels)
@@ -124,7 +124,7 @@ class _Search:
         """Whether a limit stops the search (between expansions: the budget counts)."""
         return self.run.check_limits(budgeted=True) is not None
 
-    def matches(self, graph: Graph) -> Iterator[Match]:
+    def matches(self, graph: Graph) -> Iterator[Match[Value]]:
         if self.matcher is not None:
             for ms in self.matcher.matches(graph):
                 yield from ms

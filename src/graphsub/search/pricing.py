@@ -66,7 +66,7 @@ class _DryEditor:
         return tuple(Value(nid, i) for i in range(len(node.outputs)))
 
 
-def price_rewrite(graph: Graph, match: Match, cost_model: CostModel
+def price_rewrite(graph: Graph, match: Match[Value], cost_model: CostModel
                   ) -> PricedRewrite | Rejection:
     """The cost and size `apply_match(graph, match)` would have, or its rejection. Cyclic
     results are the exception: they are priced, and rejected only when built."""
@@ -84,7 +84,7 @@ def price_rewrite(graph: Graph, match: Match, cost_model: CostModel
     return priced if priced is not None else _built_and_priced(graph, match, cost_model)
 
 
-def _built_and_priced(graph: Graph, match: Match, cost_model: CostModel
+def _built_and_priced(graph: Graph, match: Match[Value], cost_model: CostModel
                       ) -> PricedRewrite | Rejection:
     new = apply_match(graph, match)
     return new if isinstance(new, Rejection) else PricedRewrite(cost_model.graph_cost(new),

@@ -67,6 +67,10 @@ def declare(name: str, module: str, summary: str) -> None:
     DECLARED[name] = Declared(module, summary)
 
 
+#: A default budget: an int, or None for unbounded.
+D = TypeVar("D", bound=int | None)
+
+
 @dataclass(frozen=True)
 class Limits:
     """When a search stops and whom it tells how it goes: the same for every algorithm.
@@ -81,7 +85,7 @@ class Limits:
     keep: int = 5
     progress: ProgressFn | None = None
 
-    def budget_or(self, default: int | None) -> int | None:
+    def budget_or(self, default: D) -> int | D:
         return default if self.budget is None else self.budget
 
 

@@ -57,7 +57,7 @@ def partitioned(graph: Graph) -> list[int]:
             if graph[nid].inputs and nid not in weight_only]
 
 
-def operator_capacities(graph: Graph, matches: Iterable[Match]) -> Counter[int]:
+def operator_capacities(graph: Graph, matches: Iterable[Match[Value]]) -> Counter[int]:
     """Cap(o): how many matches hold one of o's producers, o, and one of o's readers."""
     users = graph.users()
     cap: Counter[int] = Counter()
@@ -106,7 +106,8 @@ def min_cut_split(graph: Graph, ops: Sequence[int], capacity: Counter[int]
     return upstream, downstream
 
 
-def split_graph(graph: Graph, threshold: int, matches: Sequence[Match]) -> list[list[int]]:
+def split_graph(graph: Graph, threshold: int, matches: Sequence[Match[Value]]
+                ) -> list[list[int]]:
     """Algorithm 2: the graph's operators in parts of at most `threshold`, each part in
     topological order and the parts in an order in which they can run."""
     if threshold < 2:
@@ -203,8 +204,8 @@ def stitch(graph: Graph, replacements: Sequence[tuple[Region, Graph]]
                 renamed[outer(old)] = replacement
     result = editor.finish()
     for nid in origin:
-        node = result.nodes.get(nid)
-        if node is not None and node.op == "weight" and isinstance(node.attrs["value"], ConstantStub):
+        made = result.nodes.get(nid)
+        if made is not None and made.op == "weight" and isinstance(made.attrs["value"], ConstantStub):
             raise GraphsubError(f"a part's search made a new weight node (#{nid}) from a weight "
                                 "whose data stayed behind; run the split with executor='serial'")
     return result, {nid: i for nid, i in origin.items() if nid in result.nodes}

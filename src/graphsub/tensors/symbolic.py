@@ -23,7 +23,7 @@ import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, TypeGuard, Union
 
 import numpy as np
 
@@ -44,7 +44,7 @@ def size_symbol(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True, positive=True)
 
 
-def _expr(value: Any) -> bool:
+def _expr(value: Any) -> TypeGuard[sympy.Basic]:
     """Whether `value` is a sympy object (none exists before sympy is imported)."""
     if type(value) is int:
         return False

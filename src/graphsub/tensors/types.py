@@ -204,7 +204,8 @@ class Constant:
 
 def mapped_region(array: np.ndarray) -> tuple[str, int] | None:
     """(file, byte offset) of an array that views a memory-mapped file, or None."""
-    root, base = None, array
+    root: np.memmap | None = None
+    base: np.ndarray | None = array
     while isinstance(base, np.ndarray):
         if isinstance(base, np.memmap):
             root = base

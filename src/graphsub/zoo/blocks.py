@@ -36,7 +36,7 @@ def dense(b: GraphBuilder, x: Value, units: int, bias: bool = False) -> Value:
     misplaces one changes the output measurably.
     """
     fan_in = b.shape(x)[-1]
-    y = b.matmul(x, normal_weight(b, (fan_in, units), fan_in))
+    y: Value = b.matmul(x, normal_weight(b, (fan_in, units), fan_in))
     if bias:
         y = b.add(y, b.uniform_weight((units,), -0.1, 0.1))
     return y
@@ -46,8 +46,9 @@ def layer_norm(b: GraphBuilder, x: Value, epsilon: float) -> Value:
     """Layer normalization over the last axis, with a scale near 1 and a small shift (random
     rather than 1 and 0, so that scale and shift are visibly part of the computation)."""
     width = b.shape(x)[-1]
-    return b.layer_norm(x, b.uniform_weight((width,), 0.8, 1.2),
-                        b.uniform_weight((width,), -0.1, 0.1), axis=-1, epsilon=epsilon)
+    normed: Value = b.layer_norm(x, b.uniform_weight((width,), 0.8, 1.2),
+                                 b.uniform_weight((width,), -0.1, 0.1), axis=-1, epsilon=epsilon)
+    return normed
 
 
 def split_heads(b: GraphBuilder, x: Value, heads: int, perm: tuple[int, int, int]) -> Value:
@@ -57,4 +58,5 @@ def split_heads(b: GraphBuilder, x: Value, heads: int, perm: tuple[int, int, int
     (1, 2, 0) gives (heads, head_dim, seq), the transposed keys, in one transpose node.
     """
     seq, hidden = b.shape(x)
-    return b.transpose(b.reshape(x, shape=(seq, heads, hidden // heads)), perm=perm)
+    heads_x: Value = b.transpose(b.reshape(x, shape=(seq, heads, hidden // heads)), perm=perm)
+    return heads_x

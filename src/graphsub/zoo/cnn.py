@@ -56,7 +56,8 @@ def conv(b: GraphBuilder, x: Value, cout: int, kernel: KernelSize = 1, stride: i
     relu = activation == "relu" if relu_follows is None else relu_follows
     w = init_weight(b, (cout, cin // groups, kh, kw), fan_in, relu, damping)
     inputs = [x, w] + ([b.uniform_weight((cout,))] if bias else [])
-    return b.conv2d(*inputs, stride=stride, padding=padding, activation=activation)
+    y: Value = b.conv2d(*inputs, stride=stride, padding=padding, activation=activation)
+    return y
 
 
 def sym_pad(kernel: KernelSize) -> tuple[int, int, int, int]:
@@ -74,14 +75,15 @@ def batch_norm(b: GraphBuilder, x: Value) -> Value:
     shift = b.uniform_weight((c,), -0.1, 0.1)
     mean = b.uniform_weight((c,), -0.1, 0.1)
     var = b.uniform_weight((c,), 0.5, 1.5)
-    return b.batch_norm(x, scale, shift, mean, var)
+    y: Value = b.batch_norm(x, scale, shift, mean, var)
+    return y
 
 
 def fc(b: GraphBuilder, x: Value, cout: int, activation: str = "none") -> Value:
     """A fully connected layer on (N, Cin): matmul by a (Cin, Cout) weight plus a bias, then
     the activation (a separate node, since it must come after the bias)."""
     cin = b.shape(x)[-1]
-    y = b.matmul(x, init_weight(b, (cin, cout), cin, activation == "relu"))
+    y: Value = b.matmul(x, init_weight(b, (cin, cout), cin, activation == "relu"))
     y = b.add(y, b.uniform_weight((cout,)))
     return b.relu(y) if activation == "relu" else y
 
@@ -95,7 +97,8 @@ def taso_stem(b: GraphBuilder, x: Value, width: int = 64) -> Value:
     """TASO's ResNeXt/NASNet stem: 7x7/2 convolution with ReLU, then 3x3/2 max pool (SAME),
     224x224 -> 56x56."""
     x = conv(b, x, width, 7, stride=2)
-    return b.max_pool2d(x, kernel=3, stride=2, padding="same")
+    x = b.max_pool2d(x, kernel=3, stride=2, padding="same")
+    return x
 
 
 def finish(b: GraphBuilder, y: Value) -> Graph:
@@ -117,7 +120,8 @@ def bottleneck(b: GraphBuilder, x: Value, width: int, stride: int, expansion: in
     t = conv(b, t, cout, 1, activation="none", damping=RESIDUAL_DAMPING)
     if stride > 1 or b.shape(x)[1] != cout:
         x = conv(b, x, cout, 1, stride=stride)
-    return b.relu(b.add(x, t))
+    y: Value = b.relu(b.add(x, t))
+    return y
 
 
 BlockFn = Callable[[GraphBuilder, Value, int, int], Value]
@@ -192,7 +196,8 @@ def fire(b: GraphBuilder, x: Value, squeeze: int, expand: int) -> Value:
     s = conv(b, x, squeeze, 1, bias=True)
     e1 = conv(b, s, expand, 1, bias=True)
     e3 = conv(b, s, expand, 3, padding=sym_pad(3), bias=True)
-    return b.concat(e1, e3, axis=1)
+    y: Value = b.concat(e1, e3, axis=1)
+    return y
 
 
 #: (squeeze, expand) of each fire module; None marks a 3x3/2 max pool.
@@ -267,7 +272,8 @@ def ocggs_resnet_block(b: GraphBuilder, x: Value) -> Value:
     t = conv(b, x, c, 3)
     t = conv(b, t, c, 3, activation="none", damping=2)
     shortcut = conv(b, x, c, 1, damping=2)
-    return b.relu(b.add(shortcut, t))
+    y: Value = b.relu(b.add(shortcut, t))
+    return y
 
 
 @register("resnet_blocks", "n ResNet blocks on 1x256x14x14 (OCGGS scaling family)",
@@ -296,7 +302,8 @@ def inception_e(b: GraphBuilder, x: Value, pool: str = "avg", nested: bool = Fal
     branch3dbl = split_pair(conv(b, conv(b, x, 448, 1), 384, 3))
     pool_fn = b.max_pool2d if pool == "max" else b.avg_pool2d
     branch_pool = conv(b, pool_fn(x, kernel=3, stride=1, padding="same"), 192, 1)
-    return b.concat(branch1, *branch3, *branch3dbl, branch_pool, axis=1)
+    y: Value = b.concat(branch1, *branch3, *branch3dbl, branch_pool, axis=1)
+    return y
 
 
 @register("inception_e_blocks", "n InceptionE blocks on 1x1280x8x8 (OCGGS scaling family)",

@@ -64,13 +64,15 @@ def _rms_norm(b: GraphBuilder, x: Value, c: _Shared) -> Value:
     last = len(b.shape(x)) - 1
     mean = b.reduce_mean(b.pow(x, c.two), axes=(last,), keepdims=True)
     normed = b.mul(x, b.reciprocal(b.sqrt(b.add(mean, c.eps))))
-    return b.mul(b.uniform_weight((width,), 0.8, 1.2), normed)
+    y: Value = b.mul(b.uniform_weight((width,), 0.8, 1.2), normed)
+    return y
 
 
 def _heads(b: GraphBuilder, x: Value, heads: int) -> Value:
     """(1, seq, heads * d) -> (1, heads, seq, d): view, then transpose(1, 2)."""
     _, seq, width = b.shape(x)
-    return b.transpose(b.reshape(x, shape=(1, seq, heads, width // heads)), perm=(0, 2, 1, 3))
+    y: Value = b.transpose(b.reshape(x, shape=(1, seq, heads, width // heads)), perm=(0, 2, 1, 3))
+    return y
 
 
 def _rotate(b: GraphBuilder, x: Value, c: _Shared) -> Value:
@@ -80,7 +82,8 @@ def _rotate(b: GraphBuilder, x: Value, c: _Shared) -> Value:
     first = b.slice(x, starts=(0,), ends=(d // 2,), axes=(3,), steps=(1,))
     second = b.slice(x, starts=(d // 2,), ends=(d,), axes=(3,), steps=(1,))
     rotated = b.concat(b.neg(second), first, axis=3)
-    return b.add(b.mul(x, c.cos), b.mul(rotated, c.sin))
+    y: Value = b.add(b.mul(x, c.cos), b.mul(rotated, c.sin))
+    return y
 
 
 def _repeat_kv(b: GraphBuilder, x: Value, c: _Shared) -> Value:
@@ -91,9 +94,10 @@ def _repeat_kv(b: GraphBuilder, x: Value, c: _Shared) -> Value:
     shape = tuple(b.node(c.repeat_shape.node).attrs["value"].array.tolist())
     expanded = TensorType(shape, b.type_of(x).dtype)
     node = onnx.helper.make_node("Expand", ["input", "shape"], ["output"], name="repeat_kv")
-    return b.opaque(b.unsqueeze(x, axes=(2,)), c.repeat_shape,
-                    onnx_node=node.SerializeToString(), opsets=(("", DEFAULT_OPSET),),
-                    output_types=(expanded,), input_slots=(0, 1), op_type="Expand")
+    y: Value = b.opaque(b.unsqueeze(x, axes=(2,)), c.repeat_shape,
+                        onnx_node=node.SerializeToString(), opsets=(("", DEFAULT_OPSET),),
+                        output_types=(expanded,), input_slots=(0, 1), op_type="Expand")
+    return y
 
 
 def _attention(b: GraphBuilder, x: Value, heads: int, kv_heads: int, c: _Shared) -> Value:

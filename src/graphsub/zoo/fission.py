@@ -66,13 +66,15 @@ _MIT_B0 = ((32, 2, 1, 8, 7, 4), (64, 2, 2, 4, 3, 2), (160, 2, 5, 2, 3, 2), (256,
 def _tokens(b: GraphBuilder, image: Value) -> Value:
     """(1, C, H, W) -> (H*W, C)."""
     _, c, h, w = b.shape(image)
-    return b.transpose(b.reshape(image, shape=(c, h * w)), perm=(1, 0))
+    tokens: Value = b.transpose(b.reshape(image, shape=(c, h * w)), perm=(1, 0))
+    return tokens
 
 
 def _image(b: GraphBuilder, tokens: Value, h: int, w: int) -> Value:
     """(H*W, C) -> (1, C, H, W)."""
     c = b.shape(tokens)[-1]
-    return b.reshape(b.transpose(tokens, perm=(1, 0)), shape=(1, c, h, w))
+    image: Value = b.reshape(b.transpose(tokens, perm=(1, 0)), shape=(1, c, h, w))
+    return image
 
 
 def _conv(b: GraphBuilder, x: Value, out: int, kernel: int, stride: int, groups: int = 1
@@ -81,9 +83,10 @@ def _conv(b: GraphBuilder, x: Value, out: int, kernel: int, stride: int, groups:
     c = b.shape(x)[1]
     fan_in = (c // groups) * kernel * kernel
     pad = kernel // 2
-    return b.conv2d(x, normal_weight(b, (out, c // groups, kernel, kernel), fan_in),
-                    b.uniform_weight((out,), -0.1, 0.1), stride=stride,
-                    padding=(pad, pad, pad, pad))
+    y: Value = b.conv2d(x, normal_weight(b, (out, c // groups, kernel, kernel), fan_in),
+                        b.uniform_weight((out,), -0.1, 0.1), stride=stride,
+                        padding=(pad, pad, pad, pad))
+    return y
 
 
 def _efficient_attention(b: GraphBuilder, x: Value, h: int, w: int, heads: int,
@@ -126,7 +129,8 @@ def _upsample(b: GraphBuilder, image: Value, factor: int) -> Value:
     _, c, h, w = b.shape(image)
     spread = b.mul(b.reshape(image, shape=(c, h, 1, w, 1)),
                    b.weight(np.ones((1, 1, factor, 1, factor), np.float32)))
-    return b.reshape(spread, shape=(1, c, h * factor, w * factor))
+    upsampled: Value = b.reshape(spread, shape=(1, c, h * factor, w * factor))
+    return upsampled
 
 
 @register("segformer", "Segformer (MiT-B0 encoder, all-MLP decoder), 512x512, 150 classes: "

@@ -24,12 +24,14 @@ def stem(b: GraphBuilder, x: Value) -> Value:
     x = b.max_pool2d(x, kernel=3, stride=2)            # 64 x 73 x 73
     x = conv(b, x, 80, 1)                              # 80 x 73 x 73
     x = conv(b, x, 192, 3, padding="valid")            # 192 x 71 x 71
-    return b.max_pool2d(x, kernel=3, stride=2)         # 192 x 35 x 35
+    x = b.max_pool2d(x, kernel=3, stride=2)            # 192 x 35 x 35
+    return x
 
 
 def avg_pool_same(b: GraphBuilder, x: Value) -> Value:
     """The 3x3/1 SAME average pool of the pooled branches."""
-    return b.avg_pool2d(x, kernel=3, stride=1, padding="same")
+    pooled: Value = b.avg_pool2d(x, kernel=3, stride=1, padding="same")
+    return pooled
 
 
 def inception_a(b: GraphBuilder, x: Value, pool_features: int) -> Value:
@@ -38,7 +40,8 @@ def inception_a(b: GraphBuilder, x: Value, pool_features: int) -> Value:
     b5 = conv(b, conv(b, x, 48, 1), 64, 5)
     b3 = conv(b, conv(b, conv(b, x, 64, 1), 96, 3), 96, 3)
     bp = conv(b, avg_pool_same(b, x), pool_features, 1)
-    return b.concat(b1, b5, b3, bp, axis=1)
+    y: Value = b.concat(b1, b5, b3, bp, axis=1)
+    return y
 
 
 def inception_b(b: GraphBuilder, x: Value) -> Value:
@@ -46,7 +49,8 @@ def inception_b(b: GraphBuilder, x: Value) -> Value:
     b3 = conv(b, x, 384, 3, stride=2, padding="valid")
     bd = conv(b, conv(b, conv(b, x, 64, 1), 96, 3), 96, 3, stride=2, padding="valid")
     bp = b.max_pool2d(x, kernel=3, stride=2)
-    return b.concat(b3, bd, bp, axis=1)
+    y: Value = b.concat(b3, bd, bp, axis=1)
+    return y
 
 
 def inception_c(b: GraphBuilder, x: Value, c7: int) -> Value:
@@ -60,7 +64,8 @@ def inception_c(b: GraphBuilder, x: Value, c7: int) -> Value:
         bd = conv(b, bd, c7, kernel)
     bd = conv(b, bd, 192, (1, 7))
     bp = conv(b, avg_pool_same(b, x), 192, 1)
-    return b.concat(b1, b7, bd, bp, axis=1)
+    y: Value = b.concat(b1, b7, bd, bp, axis=1)
+    return y
 
 
 def inception_d(b: GraphBuilder, x: Value) -> Value:
@@ -72,7 +77,8 @@ def inception_d(b: GraphBuilder, x: Value) -> Value:
     b7 = conv(b, b7, 192, (7, 1))
     b7 = conv(b, b7, 192, 3, stride=2, padding="valid")
     bp = b.max_pool2d(x, kernel=3, stride=2)
-    return b.concat(b3, b7, bp, axis=1)
+    y: Value = b.concat(b3, b7, bp, axis=1)
+    return y
 
 
 @register("inception_v3", "Inception-v3 as in TASO (no BN, fused ReLU), 299x299, 1000 classes",

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from graphsub.errors import UnknownModelError
-from graphsub.ir.graph import Graph, make_node
+from graphsub.ir.graph import Graph, Value, make_node
 from graphsub.tensors.types import Constant
 from graphsub.zoo import register
 
@@ -84,7 +84,7 @@ def _source_weights(graph: Graph, nid: int) -> set[int]:
     return found | ({nid} if graph[nid].op == "weight" else set())
 
 
-def _logit_layer_weights(graph: Graph, value) -> set[int] | None:
+def _logit_layer_weights(graph: Graph, value: Value) -> set[int] | None:
     """The weights that scale `value` linearly: those of the last conv or matmul upstream of
     it (through biases, activations, pools and reshapes), with the biases on the way; None
     where the path is not of that kind."""

@@ -48,12 +48,14 @@ def fit(b: GraphBuilder, cur: Value, prev: Value) -> Value:
 
 def avg3(b: GraphBuilder, x: Value, stride: int = 1) -> Value:
     """TASO's 3x3 SAME average pool (padding excluded from the count, as in cuDNN's mode)."""
-    return b.avg_pool2d(x, kernel=3, stride=stride, padding="same")
+    pooled: Value = b.avg_pool2d(x, kernel=3, stride=stride, padding="same")
+    return pooled
 
 
 def max3(b: GraphBuilder, x: Value, stride: int = 1) -> Value:
     """TASO's 3x3 SAME max pool."""
-    return b.max_pool2d(x, kernel=3, stride=stride, padding="same")
+    pooled: Value = b.max_pool2d(x, kernel=3, stride=stride, padding="same")
+    return pooled
 
 
 def normal_cell(b: GraphBuilder, prev: Value, cur: Value, channels: int) -> Value:
@@ -66,7 +68,8 @@ def normal_cell(b: GraphBuilder, prev: Value, cur: Value, channels: int) -> Valu
              (avg3(b, cur), prev),
              (avg3(b, prev), avg3(b, prev)),
              (separable(b, prev, channels, 3), separable(b, prev, channels, 3)))
-    return b.concat(*(b.add(left, right) for left, right in pairs), axis=1)
+    y: Value = b.concat(*(b.add(left, right) for left, right in pairs), axis=1)
+    return y
 
 
 def reduction_cell(b: GraphBuilder, prev: Value, cur: Value, channels: int) -> Value:
@@ -79,7 +82,8 @@ def reduction_cell(b: GraphBuilder, prev: Value, cur: Value, channels: int) -> V
     o2 = b.add(avg3(b, cur, 2), separable(b, prev, channels, 5, 2))
     o3 = b.add(max3(b, cur, 2), separable(b, o0, channels, 3))
     o4 = b.add(avg3(b, o0), o1)
-    return b.concat(o0, o1, o2, o3, o4, axis=1)
+    y: Value = b.concat(o0, o1, o2, o3, o4, axis=1)
+    return y
 
 
 NORMAL_CELLS = 5

@@ -60,7 +60,8 @@ def _post_norm_layer(b: GraphBuilder, x: Value, heads: int, epsilon: float) -> V
 def _pre_norm_layer(b: GraphBuilder, x: Value, heads: int, mlp: int, epsilon: float) -> Value:
     """A ViT encoder block: x + attention(LN(x)), then x + MLP(LN(x)), with biases as in ViT."""
     x = b.add(x, _attention(b, layer_norm(b, x, epsilon), heads, bias=True))
-    return b.add(x, _feed_forward(b, layer_norm(b, x, epsilon), mlp, bias=True))
+    x = b.add(x, _feed_forward(b, layer_norm(b, x, epsilon), mlp, bias=True))
+    return x
 
 
 @register("bert", "BERT encoder (TASO): 8 post-norm layers, seq 64, hidden 1024, 16 heads",
@@ -125,7 +126,8 @@ def _step_inputs(b: GraphBuilder, steps: int, width: int) -> list[Value]:
 def _nas_combine(b: GraphBuilder, x: Value, h: Value, hidden: int) -> Value:
     """x @ W + h @ U: one gate pre-activation, two matmuls with fresh weights (TASO's
     combine())."""
-    return b.add(dense(b, x, hidden), dense(b, h, hidden))
+    y: Value = b.add(dense(b, x, hidden), dense(b, h, hidden))
+    return y
 
 
 def _nas_cell(b: GraphBuilder, x: Value, h: Value, hidden: int) -> Value:
@@ -139,7 +141,8 @@ def _nas_cell(b: GraphBuilder, x: Value, h: Value, hidden: int) -> Value:
     m4 = b.add(b.sigmoid(m1), b.tanh(m2))
     m5 = b.mul(b.tanh(m0), b.tanh(m3))
     m6 = b.mul(b.tanh(m4), b.tanh(m5))
-    return b.tanh(m6)
+    y: Value = b.tanh(m6)
+    return y
 
 
 @register("nasrnn", "NasRNN, hidden 512, 5 steps, batch 1 (TASO)", "taso-sosp19",

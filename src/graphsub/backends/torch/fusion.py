@@ -59,7 +59,8 @@ class Fusion:
 
 
 def linear_available(device: torch.device) -> bool:
-    return (device.type == "cpu" and torch.backends.mkldnn.is_available()
+    return (device.type == "cpu"
+            and torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]  # unannotated
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
@@ -117,7 +118,8 @@ class _Finder:
     def scaled(self, v: Value) -> tuple[Value, float, set[int]]:
         """(x, s, nodes) with v = x * s for a scalar constant s: what smul/mul/div by a
         scalar hide (the nodes), walked through only where nothing else reads them."""
-        s, nodes = 1.0, set()
+        s = 1.0
+        nodes: set[int] = set()
         while True:
             n = self.g[v.node]
             if n.op not in ("smul", "mul", "div") or self.only_user(v.node) is None:
@@ -307,9 +309,12 @@ def _linear(x: torch.Tensor, w_t: torch.Tensor, b: torch.Tensor | None, attr: st
             return y + other
         return F.gelu(y, approximate=algorithm) if attr == "gelu" else _POST[attr](y)
     x = x.contiguous()
+    fused: torch.Tensor  # torch.ops' operators are untyped
     if other is not None:
-        return torch.ops.mkldnn._linear_pointwise.binary(x, other.contiguous(), w_t, b, "add")
-    return torch.ops.mkldnn._linear_pointwise(x, w_t, b, attr, [], algorithm)
+        fused = torch.ops.mkldnn._linear_pointwise.binary(x, other.contiguous(), w_t, b, "add")
+    else:
+        fused = torch.ops.mkldnn._linear_pointwise(x, w_t, b, attr, [], algorithm)
+    return fused
 
 
 def _linear_builder(has_bias: bool, post: tuple[str, str], residual: bool) -> Callable[..., Any]:

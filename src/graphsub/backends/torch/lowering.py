@@ -13,8 +13,8 @@ transposed view hands the transpose to the BLAS as an operand layout (TASO secti
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -22,9 +22,12 @@ import torch.nn.functional as F
 
 from graphsub.backends.torch.arrays import to_torch
 from graphsub.errors import NoLoweringError
-from graphsub.tensors.types import Attrs, TensorType
+from graphsub.tensors.types import TensorType
 from graphsub.ops import all_ops, get_op
 from graphsub.ops.base import TorchFn
+
+if TYPE_CHECKING:
+    from graphsub.backends.torch.program import ComputedType
 
 Types = tuple[TensorType, ...]
 
@@ -87,7 +90,8 @@ class LowerContext:
             from torch.fx.experimental.proxy_tensor import make_fx
 
             with torch.no_grad(), tracing(None):
-                compiled = compile_fx(make_fx(fn)(*examples), examples)
+                # a callable here: torch types compile_fx's result as a union of outputs
+                compiled = cast(Callable[..., Any], compile_fx(make_fx(fn)(*examples), examples))
         except Exception as exc:  # inductor's failures have no common type
             warnings.warn(f"graphsub: a generated kernel runs uncompiled: inductor failed "
                           f"({type(exc).__name__}: {str(exc)[:200]})", RuntimeWarning,
@@ -104,9 +108,15 @@ class LowerContext:
         return call
 
 
-def lower(ctx: LowerContext, op: str, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
-    """The torch function of one node, built by its operator's lowering."""
-    fn = get_op(op).torch
+def lower(ctx: LowerContext, op: str, attrs: Mapping[str, Any],
+          ins: tuple[TensorType | ComputedType, ...],
+          outs: tuple[TensorType | ComputedType, ...]) -> TorchFn:
+    """The torch function of one node, built by its operator's lowering. In a program over
+    size symbols, its attributes and types hold the sizes computed (program.computed_attrs,
+    program.ComputedType), which lowerings read as they read static ones."""
+    # Called as ops.base.LowerFn is not: it names the static forms only, and mypy takes
+    # LowerContext's `torch` and `F` for read-only, which TorchLowering's are not.
+    fn: Callable[..., TorchFn] | None = get_op(op).torch
     if fn is None:
         raise NoLoweringError(f"graphsub's torch backend cannot run operator {op!r}")
     return fn(ctx, attrs, ins, outs)

@@ -56,7 +56,7 @@ def symbol_sources(graph: Graph) -> dict[str, tuple[int, int]]:
     for k, nid in enumerate(graph.inputs):
         for axis, d in enumerate(graph[nid].type.shape):
             needed |= symbols_in((d,))
-            if getattr(d, "is_Symbol", False):
+            if not isinstance(d, int) and d.is_Symbol:
                 sources.setdefault(d.name, (k, axis))
     unread = sorted(needed - set(sources))
     if unread:
@@ -232,7 +232,8 @@ class TorchProgram:
         return binding
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return self.module(*inputs)
+        outputs: tuple[torch.Tensor, ...] = self.module(*inputs)
+        return outputs
 
     def inputs_from(self, feeds: Mapping[str, np.ndarray]) -> list[torch.Tensor]:
         missing = [n for n in self.input_names if n not in feeds]
@@ -307,7 +308,8 @@ class SizedTorchProgram:
         return program
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return self.at(self.binding(inputs)).module(*inputs)
+        outputs: tuple[torch.Tensor, ...] = self.at(self.binding(inputs)).module(*inputs)
+        return outputs
 
     def _at_feeds(self, feeds: Mapping[str, np.ndarray]) -> TorchProgram:
         shapes = {n: np.shape(feeds[n]) for n in self.input_names if n in feeds}
@@ -338,7 +340,7 @@ class CudaGraphReplay:
 
     def __init__(self, fn: Any, inputs: Sequence[torch.Tensor], warmup: int = 3) -> None:
         self.inputs = list(inputs)
-        stream = torch.cuda.Stream()
+        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # unannotated in torch
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream), torch.inference_mode():
             for _ in range(warmup):  # cuDNN autotuning and allocations happen here
@@ -346,7 +348,7 @@ class CudaGraphReplay:
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
         with torch.inference_mode(), torch.cuda.graph(self.graph):
-            self.outputs = fn(*self.inputs)
+            self.outputs: tuple[torch.Tensor, ...] = fn(*self.inputs)
 
     def replay(self) -> tuple[torch.Tensor, ...]:
         self.graph.replay()
@@ -355,7 +357,7 @@ class CudaGraphReplay:
 
 def cuda_event() -> torch.cuda.Event:
     """A CUDA event that records its time: what `event_timed_calls` times a GPU with."""
-    return torch.cuda.Event(enable_timing=True)
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # unannotated
 
 
 class TorchRunnable(Runnable):
@@ -363,7 +365,8 @@ class TorchRunnable(Runnable):
     the CPU; CUDA events around a CUDA-graph replay (or an eager call) on a GPU, each run
     synchronized, so a sample is one inference's latency."""
 
-    def __init__(self, program: TorchProgram, cuda_graphs: bool = True, label: str = "") -> None:
+    def __init__(self, program: TorchProgram | SizedTorchProgram, cuda_graphs: bool = True,
+                 label: str = "") -> None:
         self.program = program
         self.label = label
         self.cuda = program.device.type == "cuda"

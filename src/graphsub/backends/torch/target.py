@@ -158,8 +158,8 @@ class TorchTarget(Target):
         return self._strides[key]
 
     # ---- pricing one operator ------------------------------------------------------------
-    def _signature_program(self, sig: OpSignature,
-                           replicas: int = 1) -> tuple[TorchProgram, list[torch.Tensor]]:
+    def _signature_program(self, sig: OpSignature, replicas: int = 1
+                           ) -> tuple[TorchProgram | SizedTorchProgram, list[torch.Tensor]]:
         graph, feeds = signature_graph(sig, replicas)
         program = self.program(graph)
         layouts = sig.layouts or (None,) * len(sig.inputs)
@@ -262,7 +262,8 @@ class TorchCudaTarget(TorchTarget):
 
         props = torch.cuda.get_device_properties(0)
         details = {"torch": torch.__version__, "cuda": str(torch.version.cuda),
-                   "cudnn": str(torch.backends.cudnn.version()),
+                   # (cudnn.version is unannotated in torch)
+                   "cudnn": str(torch.backends.cudnn.version()),  # type: ignore[no-untyped-call]
                    "capability": f"{props.major}.{props.minor}",
                    "cuda_graphs": "on" if self.cuda_graphs else "off",
                    "tf32": "on" if self.allow_tf32 else "off"}
@@ -288,7 +289,8 @@ class TorchCudaTarget(TorchTarget):
     def cache_bytes(self) -> int:
         return int(torch.cuda.get_device_properties(0).L2_cache_size)
 
-    def _time_repeated(self, program: TorchProgram, inputs: list[torch.Tensor], k: int) -> float:
+    def _time_repeated(self, program: TorchProgram | SizedTorchProgram,
+                       inputs: list[torch.Tensor], k: int) -> float:
         """Median seconds of k back-to-back calls, by CUDA events around each replay (or each
         eager batch of calls)."""
         from graphsub.backends.torch.program import CudaGraphReplay
@@ -326,7 +328,7 @@ def _strided_like(t: torch.Tensor, strides: Strides) -> torch.Tensor:
     return base.as_strided(t.shape, strides)
 
 
-def _is_view(program: TorchProgram, inputs: list[torch.Tensor]) -> bool:
+def _is_view(program: TorchProgram | SizedTorchProgram, inputs: list[torch.Tensor]) -> bool:
     """Whether every output of the one-node program shares memory with an input."""
     with torch.inference_mode():
         outs = program(*inputs)
