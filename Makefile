@@ -1,5 +1,5 @@
 # Two entry points (see README): `make demo` runs the main job on a zoo model, `make test`
-# runs the whole test suite. Both create the virtual environment they need from scratch.
+# runs the fast test suite (`make test-slow` the rest). Both create the virtual environment they need from scratch.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -9,7 +9,7 @@ DEMO_ARGS ?=
 DEMO_INSTALL ?= -e .
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast typecheck bench bench-generate bench-targets bench-cpu bench-search bench-egraph fuzz clean
+.PHONY: demo test test-slow typecheck bench bench-generate bench-targets bench-cpu bench-search bench-egraph fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,15 +31,17 @@ demo: $(VENV)/.demo-installed
 	mkdir -p out
 	$(BIN)/graphsub optimize $(DEMO_MODEL) -o out/$(DEMO_MODEL).opt.onnx --report out/$(DEMO_MODEL).report.html $(DEMO_ARGS)
 
+# The fast suite (under 15 minutes on 2 cores); the tests marked slow run with `make test-slow`
+# (CI runs both).
 test: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 -m "not slow" $(PYTEST_ARGS)
 
-# mypy over src/ (configured in pyproject.toml; strict on tensors, ir, ops, rules, search)
+test-slow: $(VENV)/.test-installed
+	$(BIN)/python -m pytest -n 2 -m slow $(PYTEST_ARGS)
+
+# mypy over src/, strictly (configured in pyproject.toml)
 typecheck: $(VENV)/.test-installed
 	$(BIN)/python -m mypy
-
-test-fast: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -n 2 -m "not slow" $(PYTEST_ARGS)
 
 bench: $(VENV)/.test-installed
 	$(BIN)/python bench/bench_ir.py

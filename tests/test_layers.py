@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -145,6 +146,7 @@ def in_a_fresh_interpreter(script: str) -> str:
                           check=True, cwd=SRC).stdout
 
 
+@pytest.mark.slow  # one interpreter per module: about a minute
 def test_every_module_imports_first_in_a_fresh_interpreter():
     """Each module imported before any other graphsub module: a cycle that an eager package
     `__init__` hides shows up as an ImportError here (an optional package that is not

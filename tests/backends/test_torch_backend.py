@@ -59,6 +59,7 @@ def test_zoo_model_on_torch_cpu_matches_onnxruntime(name):
     assert_close(expected, TorchProgram(graph, "cpu").run(feeds))
 
 
+@pytest.mark.slow
 def test_zoo_logits_are_spread_so_the_comparison_means_something():
     """Light models ship with every weight equal (every logit the same); the zoo redraws
     them, so the softmax neither saturates nor ties."""

@@ -100,6 +100,7 @@ def test_llama_decodes_over_a_static_cache_as_eager_does():
     decode_loop("llama", padding=False, grad_mode=torch.no_grad, options=QUICK)
 
 
+@pytest.mark.slow
 def test_qwen2_decodes_a_left_padded_batch_in_inference_mode_as_eager_does():
     decode_loop("qwen2", padding=True, grad_mode=torch.inference_mode, options=QUICK)
 

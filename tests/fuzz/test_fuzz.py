@@ -50,7 +50,9 @@ def _stages(seed: int) -> tuple[str, ...]:
     return DEFAULT_STAGES + (("pipeline",) if (seed - FIRST_SEED) % MODELS_PER_CHUNK == 0 else ())
 
 
-@pytest.mark.parametrize("chunk", range(CHUNKS))
+# the first chunk runs in the fast suite, the others with the slow tests (about 2 min each)
+@pytest.mark.parametrize("chunk", [0] + [pytest.param(c, marks=pytest.mark.slow)
+                                         for c in range(1, CHUNKS)])
 def test_fuzz_campaign(chunk: int) -> None:
     found = []
     start = FIRST_SEED + chunk * MODELS_PER_CHUNK

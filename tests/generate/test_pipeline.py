@@ -43,6 +43,7 @@ def test_generated_file_loads_checks_and_marks_every_rule(matrix_rules, tmp_path
     for r in loaded:
         assert ("verified: proven by Z3" in r.doc) == (report.verdicts[r.name][0] == "proven")
 
+@pytest.mark.slow
 def test_distributivity_is_found_at_three_operators_and_proven():
     (wanted,) = parse_rules("rule d: (add :same-shapes true (matmul :activation none ?a ?b) "
                             "(matmul :activation none ?a ?c)) => (matmul :activation none ?a "
@@ -54,6 +55,7 @@ def test_distributivity_is_found_at_three_operators_and_proven():
     assert report.graphs["matrix"][3] > report.graphs["matrix"][2] > report.graphs["matrix"][1]
 
 
+@pytest.mark.slow
 def test_process_pool_and_dask_find_the_same_rules_as_one_process():
     serial, _ = generate(2, MATRIX_OPS, executor=make_executor("serial"), verify=False)
     for kind in ("process", "dask"):
@@ -124,6 +126,7 @@ def test_verify_refutes_a_wrong_rule(tmp_path):
     assert json.loads(r.stdout)["refuted"] == 1
 
 
+@pytest.mark.slow  # generation at three operators: minutes (its numerical pruning)
 def test_optimize_uses_generated_rules_with_a_checked_result(tmp_path, monkeypatch):
     """TASO figure 2b's merge comes out of the generator and applies to SRU's three matmuls
     that share their input; the optimized graph computes the same outputs."""

@@ -14,8 +14,7 @@ from graphsub.runtime.equivalence import Tolerance
 
 #: Models that build, export and run in well under a few seconds on 2 cores.
 FAST = {"nasrnn", "sru", "squeezenet", "mobilenet_v2", "resnet_blocks", "inception_e_blocks",
-        "light_bvlc_alexnet", "light_inception_v1", "light_squeezenet", "light_zfnet512",
-        "light_resnet50", "light_shufflenet"}
+        "light_inception_v1", "light_squeezenet", "light_resnet50", "light_shufflenet"}
 
 
 def zoo_params(filter_fn=lambda name: True):
