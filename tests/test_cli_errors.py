@@ -141,6 +141,7 @@ def _read_until(stream, fragment: str, seen: list[str]) -> None:
     raise AssertionError(f"{fragment!r} never came; stderr was: {''.join(seen)}")
 
 
+@pytest.mark.slow  # a whole run after the interrupt: over a minute on 2 cores
 def test_ctrl_c_ends_the_search_and_the_run_goes_on(tmp_path):
     proc, out = _start_long_search(tmp_path)
     seen: list[str] = []

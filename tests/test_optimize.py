@@ -118,7 +118,8 @@ def test_nothing_faster_means_the_original_is_written(tmp_path):
 
 
 @requires_torch
-@pytest.mark.parametrize("spec", ["squeezenet", "bert:layers=1,seq=16,hidden=64,heads=4"])
+@pytest.mark.parametrize("spec", [pytest.param("squeezenet", marks=pytest.mark.slow),
+                                  "bert:layers=1,seq=16,hidden=64,heads=4"])
 def test_optimize_for_torch_cpu_is_verified_and_reports_the_target(spec):
     """Measuring gets its own limit: within a 10 s whole-run limit, a loaded machine timing
     torch-cpu operators from an empty cache may leave no time to measure the original."""
