@@ -428,10 +428,10 @@ def bound_by_slice(ranges: dict[str, SymbolRange], shape: Sequence[Dim],
         axis = axes[i] if axes is not None else i
         n = shape[axis if axis >= 0 else axis + len(shape)]
         for bound in (s, e):
-            if isinstance(n, int) and not isinstance(bound, int) and bound.is_Symbol:
+            if not is_symbolic(n) and is_symbolic(bound) and bound.is_Symbol:
                 name = bound.name  # table[:seq] needs seq <= rows
                 ranges[name] = ranges.get(name, SymbolRange()).narrowed(high=int(n))
-            elif not isinstance(n, int) and isinstance(bound, int) and 0 < bound < 2 ** 31:
+            elif is_symbolic(n) and type(bound) is int and 0 < bound < 2 ** 31:
                 offset = n - sum(n.free_symbols)  # x[4:5] of seq + c rows needs seq >= 5 - c
                 if len(n.free_symbols) == 1 and offset.is_Integer:
                     name = next(iter(n.free_symbols)).name

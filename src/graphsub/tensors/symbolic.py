@@ -78,7 +78,7 @@ def dim(value: Any) -> Dim:
     raise TypeError(f"a dimension must be an int or a size expression, got {value!r}")
 
 
-def is_symbolic(d: Any) -> bool:
+def is_symbolic(d: Any) -> TypeGuard[sympy.Basic]:
     return _expr(d)
 
 
