@@ -81,7 +81,7 @@ def main() -> None:
     p.add_argument("--out", default="out/bench/compiled_cost.json")
     args = p.parse_args()
 
-    from graphsub.backends import get_target
+    from graphsub.targets import get_target
     from graphsub.cost import make_cost_model
     from graphsub.pipeline import load_rule_files
     from graphsub.search.normal_form import normal_form, normal_form_rules

@@ -35,8 +35,9 @@ import graphsub  # noqa: E402
 from graphsub import zoo  # noqa: E402
 from graphsub.onnx_io import to_onnx_bytes  # noqa: E402
 from graphsub.optimizer import optimize_model  # noqa: E402
-from graphsub.runtime import Timing, compare_models, graph_input_specs, time_models  # noqa: E402
-from graphsub.runtime.equivalence import Tolerance  # noqa: E402
+from graphsub.runtime import Timing, graph_input_specs, time_models  # noqa: E402
+from graphsub.verdicts import compare_models
+from graphsub.verdicts.equivalence import Tolerance  # noqa: E402
 
 HF = {
     "bert": ("bert", dict(hidden_size=384, num_hidden_layers=4, num_attention_heads=6,

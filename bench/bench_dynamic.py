@@ -44,9 +44,10 @@ import graphsub  # noqa: E402
 from graphsub.tensors.types import TensorType  # noqa: E402
 from graphsub.onnx_io.importer import model_data  # noqa: E402
 from graphsub.optimizer import optimize_model  # noqa: E402
-from graphsub.runtime import Timing, compare_models, time_models  # noqa: E402
-from graphsub.runtime.bindings import parse_profile  # noqa: E402
-from graphsub.runtime.equivalence import Tolerance  # noqa: E402
+from graphsub.runtime import Timing, time_models  # noqa: E402
+from graphsub.verdicts import compare_models
+from graphsub.runtime.check_sizes import parse_profile  # noqa: E402
+from graphsub.verdicts.equivalence import Tolerance  # noqa: E402
 
 CONFIGS = {
     "bert": dict(hidden_size=384, num_hidden_layers=4, num_attention_heads=6,

@@ -28,7 +28,7 @@ from rich.table import Table  # noqa: E402
 
 from graphsub import zoo  # noqa: E402
 from graphsub.cost import AnalyticCostModel, make_cost_model  # noqa: E402
-from graphsub.backends import get_target  # noqa: E402
+from graphsub.targets import get_target  # noqa: E402
 from graphsub.optimizer import optimize  # noqa: E402
 from graphsub.rules import builtin_rules, load_rules  # noqa: E402
 

@@ -21,7 +21,7 @@ import time
 
 import graphsub
 from graphsub import zoo
-from graphsub.backends import get_target
+from graphsub.targets import get_target
 from graphsub.cost import AnalyticCostModel, make_cost_model
 from graphsub.fission import fission, fission_rules, kernel_rules
 from graphsub.fission.stage import fission_and_orchestrate

@@ -51,8 +51,9 @@ from tables import markdown, peer_models, save_rows  # noqa: E402
 
 import graphsub  # noqa: E402
 from graphsub.optimizer import optimize_model  # noqa: E402
-from graphsub.runtime import Timing, compare_models, graph_input_specs, time_models  # noqa: E402
-from graphsub.runtime.equivalence import Tolerance  # noqa: E402
+from graphsub.runtime import Timing, graph_input_specs, time_models  # noqa: E402
+from graphsub.verdicts import compare_models
+from graphsub.verdicts.equivalence import Tolerance  # noqa: E402
 
 #: onnxruntime's transformers optimizer: model type, heads and hidden size per model.
 ORT_TYPES = {"bert": ("bert", 12, 768), "llama": ("gpt2", 8, 512), "vit": ("vit", 12, 768),
@@ -196,7 +197,7 @@ def main() -> None:
             print(rows[-1], flush=True)
     import onnxruntime
 
-    from graphsub.backends.ort import cpu_model
+    from graphsub.targets.ort import cpu_model
 
     meta = {"date": date.today().isoformat(), "processor": cpu_model(),
             "machine": platform.machine(), "onnxruntime": onnxruntime.__version__,

@@ -431,7 +431,7 @@ def main() -> None:
     if args.device == "cuda":
         device_name = torch.cuda.get_device_name()
     else:
-        from graphsub.backends.ort import cpu_model
+        from graphsub.targets.ort import cpu_model
 
         device_name = f"{cpu_model()}, {torch.get_num_threads()} threads"
     meta = {"date": date.today().isoformat(), "device": device_name,

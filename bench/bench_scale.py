@@ -139,7 +139,7 @@ def peer(name: str, path: Path, folder: Path, timeout: float) -> dict[str, Any]:
 
 def head_to_head(original: Path, other: Path, seconds: float) -> dict[str, Any]:
     """The other model against the original in onnxruntime, two sessions, interleaved."""
-    from graphsub.runtime.ort import OrtRunnable
+    from graphsub.runtime.ort_sessions import OrtRunnable
     from graphsub.runtime.timing import compare_runnables
     from graphsub.selection import time_once, timing_options
 

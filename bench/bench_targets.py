@@ -40,8 +40,8 @@ import torch  # noqa: E402
 
 import graphsub  # noqa: E402
 from graphsub import zoo  # noqa: E402
-from graphsub.backends import get_target  # noqa: E402
-from graphsub.backends.torch import TorchProgram, TorchRunnable  # noqa: E402
+from graphsub.targets import get_target  # noqa: E402
+from graphsub.targets.torch import TorchProgram, TorchRunnable  # noqa: E402
 from graphsub.cost import make_cost_model  # noqa: E402
 from graphsub.optimizer import optimize_model  # noqa: E402
 from graphsub.runtime import Runnable, graph_input_specs, random_feeds, time_runnables  # noqa: E402

@@ -30,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from graphsub.backends.torch import TorchProgram  # noqa: E402
+from graphsub.targets.torch import TorchProgram  # noqa: E402
 from graphsub.onnx_io import load  # noqa: E402
 
 SEQ = 128

@@ -51,7 +51,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from graphsub.backends import TargetUnavailableError, get_target
+from graphsub.targets import TargetUnavailableError, get_target
 from graphsub.fuzz.classes import generate, model_class
 from graphsub.fuzz.differential import (DEFAULT_STAGES, FAILURES, GC_OVERRUN, INHERITED,
                                         STATUSES, check_model, default_rules)

@@ -24,7 +24,7 @@ from bench_real_models import simplified, with_input_shapes  # noqa: E402
 
 import graphsub  # noqa: E402
 from graphsub.runtime import graph_input_specs, random_feeds, time_models  # noqa: E402
-from graphsub.runtime.bindings import default_profile  # noqa: E402
+from graphsub.runtime.check_sizes import default_profile  # noqa: E402
 from graphsub.runtime.inputs import given_values  # noqa: E402
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from graphsub import zoo
-from graphsub.backends import get_target
+from graphsub.targets import get_target
 from graphsub.cost import MeasuredCostModel
 from graphsub.ir.graph import Graph
 from graphsub.onnx_io import to_onnx_bytes

@@ -7,7 +7,7 @@ build's seconds, the runs' (first, then the median of five) and the process's pe
 import sys, time, resource
 import numpy as np
 from graphsub.onnx_io.importer import model_data
-from graphsub.runtime import ort as gort
+from graphsub.runtime import ort_sessions as gort
 if sys.argv[1] == "off":
     gort.RELEASE_INTERVAL = 1e9
 m = model_data(sys.argv[2])

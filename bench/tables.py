@@ -32,7 +32,7 @@ def cpu_meta() -> dict[str, Any]:
 
     import onnxruntime
 
-    from graphsub.backends.ort import cpu_model
+    from graphsub.targets.ort import cpu_model
 
     return {"date": date.today().isoformat(), "host": platform.node(),
             "processor": cpu_model(), "onnxruntime": onnxruntime.__version__,

@@ -7,10 +7,10 @@ model run between torch's rounds (as verification or the probe would), then alon
 """
 import statistics, sys
 from graphsub import zoo
-from graphsub.backends import get_target
+from graphsub.targets import get_target
 from graphsub.onnx_io import to_onnx_bytes
 from graphsub.runtime import graph_input_specs, random_feeds
-from graphsub.runtime.ort import make_session
+from graphsub.runtime.ort_sessions import make_session
 
 g = zoo.build(sys.argv[1] if len(sys.argv) > 1 else "llama")
 target = get_target("torch-cpu")

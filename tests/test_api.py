@@ -15,7 +15,7 @@ from graphsub.errors import GraphsubError
 from graphsub.onnx_io import external, importer
 from graphsub.report.files import load_report
 from graphsub.report.optimize import OptimizeReport
-from graphsub.runtime.ort import run
+from graphsub.runtime.ort_sessions import run
 from tests.runtime.test_probe import rate_model
 
 

@@ -78,7 +78,7 @@ def test_ort_cpu_refuses_bfloat16_with_the_targets_that_run_it(tmp_path):
 
 def test_bfloat16_models_are_optimized_for_torch_and_verified_by_the_reference(tmp_path):
     pytest.importorskip("torch")
-    from graphsub.backends import get_target
+    from graphsub.targets import get_target
     from graphsub.pipeline.measure_stages import check_equivalence_by_reference
 
     graph = load(bf16_model().SerializeToString())

@@ -102,7 +102,7 @@ def test_bench_reports_the_statistic_selection_decides_on(models, monkeypatch):
     medians: here most rounds take A and B alike (a ratio of 1), while their medians, 3 ms
     against 2 ms, would give 1.5."""
     from graphsub import runtime
-    from graphsub.runtime.speedup import describe
+    from graphsub.verdicts.speedup import describe
     from graphsub.runtime.timing import Timing
 
     a = (1.0, 2.0, 2.0, 2.0, 3.0, 3.0, 4.0, 5.0, 6.0, 7.0)

@@ -174,12 +174,12 @@ def test_the_targets_table_prints_install_hints_literally(monkeypatch):
     """`pip install 'graphsub[torch]'` in a "why not" cell lost its `[torch]` to rich markup."""
     from typer.testing import CliRunner
 
-    import graphsub.backends as backends
-    from graphsub.backends import TargetStatus
+    import graphsub.targets as targets
+    from graphsub.targets import TargetStatus
     from graphsub.cli import app
 
     hint = "target torch-cpu needs PyTorch, which is not installed: pip install 'graphsub[torch]'"
-    monkeypatch.setattr(backends, "target_statuses", lambda: [
+    monkeypatch.setattr(targets, "target_statuses", lambda: [
         TargetStatus("ort-cpu", "onnxruntime [CPU]", True, "", True),
         TargetStatus("torch-cpu", "torch [CPU]", False, hint, False)])
     result = CliRunner().invoke(app, ["info", "--targets"], env={"COLUMNS": "300"})

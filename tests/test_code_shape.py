@@ -1,6 +1,6 @@
 """What the code promises about its own shape: settings travel in one object, so no function
 (but the command line's, which typer reads option by option) takes more than 12 parameters.
-(That no stage reads a target's name is tests/backends/test_capabilities.py's.)"""
+(That no stage reads a target's name is tests/targets/test_capabilities.py's.)"""
 
 from __future__ import annotations
 

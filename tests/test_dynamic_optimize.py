@@ -21,7 +21,7 @@ from graphsub.pipeline.measure_stages import verify
 from graphsub.rules.expr import undecided_conditions
 from graphsub.rules.matcher import find_matches
 from graphsub.rules.parser import parse_rules
-from graphsub.runtime.bindings import (ProfileShape, complete_profile, default_profile,
+from graphsub.runtime.check_sizes import (ProfileShape, complete_profile, default_profile,
                                        parse_profile)
 from graphsub.search.result import Candidate
 from graphsub.selection import Selection
@@ -167,7 +167,7 @@ def test_an_operator_reading_sizes_is_timed_at_the_sizes_it_will_see():
     """A Tile by the input's own shape (a `sizes` node; Tile is an operator graphsub does not
     model) is timed with that shape bound at the profile, not with made-up values that do not
     run."""
-    from graphsub.backends import get_target
+    from graphsub.targets import get_target
     from graphsub.cost import make_cost_model
 
     nodes = [helper.make_node("Shape", ["x"], ["s"]),

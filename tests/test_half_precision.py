@@ -10,8 +10,9 @@ import pytest
 import graphsub
 from graphsub import zoo
 from graphsub.pipeline.measure_stages import model_tolerance
-from graphsub.runtime import compare_models, graph_input_specs
-from graphsub.runtime.equivalence import value_dtypes
+from graphsub.runtime import graph_input_specs
+from graphsub.verdicts import compare_models
+from graphsub.verdicts.equivalence import value_dtypes
 
 
 def float16_bert(keep_io_types: bool) -> onnx.ModelProto:

@@ -27,18 +27,18 @@ LAYERS: list[tuple[str, ...]] = [
     ("graphsub.ops",),
     ("graphsub.ir",),
     ("graphsub.runtime",),
+    ("graphsub.verdicts",),
     ("graphsub.onnx_io",),
     ("graphsub.rules",),
     ("graphsub.cost", "graphsub.proofs"),
-    ("graphsub.backends",),
+    ("graphsub.targets",),
     ("graphsub.search", "graphsub.generate", "graphsub.fission"),
     ("graphsub.egraph",),
     ("graphsub.selection", "graphsub.report", "graphsub.zoo", "graphsub.loaded"),
     ("graphsub.pipeline",),
     ("graphsub.optimizer",),
     ("graphsub", "graphsub.compare", "graphsub.fuzz"),
-    ("graphsub.frontends", "graphsub.cli", "graphsub.cli_common", "graphsub.cli_generate",
-     "graphsub.cli_explain"),
+    ("graphsub.frontends", "graphsub.cli"),
 ]
 
 
@@ -77,10 +77,6 @@ def _graphsub_imports(path: Path) -> list[tuple[str, int]]:
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                for stmt in child.orelse:
-                    visit(stmt)
-                continue
             if isinstance(child, ast.Import):
                 found.extend((a.name, child.lineno) for a in child.names)
             elif isinstance(child, ast.ImportFrom):

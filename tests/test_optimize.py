@@ -15,8 +15,9 @@ from graphsub.cli import app
 from graphsub.ir import GraphBuilder
 from graphsub.optimizer import VerificationError, optimize_model
 from graphsub.rules import parse_rules
-from graphsub.runtime import compare_models, graph_input_specs
-from graphsub.runtime.equivalence import Comparison, Tolerance, diff_arrays
+from graphsub.runtime import graph_input_specs
+from graphsub.verdicts import compare_models
+from graphsub.verdicts.equivalence import Comparison, Tolerance, diff_arrays
 from tests.markers import requires_torch
 
 runner = CliRunner()

@@ -86,7 +86,7 @@ def test_every_imported_package_is_declared() -> None:
 
 #: Packages of optional extras, and the graphsub packages that may import them at module level
 #: (they are only imported once the extra is known to be installed).
-OPTIONAL_HOMES = {"torch": ("backends/torch/", "frontends/"),
+OPTIONAL_HOMES = {"torch": ("targets/torch/", "frontends/"),
                   "distributed": ("executors.py",)}
 
 

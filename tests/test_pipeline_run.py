@@ -13,7 +13,7 @@ import pytest
 from onnx import helper
 
 import graphsub
-from graphsub.backends import get_target
+from graphsub.targets import get_target
 from graphsub.budget import PRICING_SHARE, Budget, StageClock
 from graphsub.cost import AnalyticCostModel, MeasuredCostModel
 from graphsub.pipeline import (EXPORT, FISSION, SEARCH, Found, RunContext, Settings, Stage,
@@ -126,9 +126,9 @@ def test_search_fission_and_export_hand_on_values():
     assert split.fission is not None and split is not found
     assert found.fission is None  # what the search made is unchanged
     exported = run_stage(context, EXPORT, split, ())
-    assert exported and all(data is not None for _, data in exported)
-    assert [c.graph.structural_hash() for c, _ in exported] == list(dict.fromkeys(
-        c.graph.structural_hash() for c, _ in exported))
+    assert exported and all(e.model is not None for e in exported)
+    assert [e.candidate.graph.structural_hash() for e in exported] == list(dict.fromkeys(
+        e.candidate.graph.structural_hash() for e in exported))
 
 
 def test_the_probe_changes_no_graph_it_was_handed():

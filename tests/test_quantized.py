@@ -12,8 +12,9 @@ import graphsub
 from graphsub.ir import GraphBuilder
 from graphsub.rules import apply_match, builtin_rules, find_matches
 from graphsub.rules.applier import AT_QUANTIZATION, Rejection
-from graphsub.runtime import compare_models, evaluate, graph_input_specs, random_feeds, run
-from graphsub.runtime.equivalence import SAME_FUNCTION
+from graphsub.runtime import evaluate, graph_input_specs, random_feeds, run
+from graphsub.verdicts import compare_models
+from graphsub.verdicts.equivalence import SAME_FUNCTION
 from tests.ops.helpers import run_on_torch, torch_devices
 
 

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 import graphsub
-from graphsub.backends import get_target
+from graphsub.targets import get_target
 from graphsub.ir import GraphBuilder
 from graphsub.budget import StageClock, measure_reserve
 from graphsub.optimizer import optimize_model
 from graphsub.report.optimize import OptimizeReport, verdict
 from graphsub.report.words import stopped
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
-from graphsub.runtime.speedup import MIN_ROUNDS, decide, describe, fewest_rounds
+from graphsub.verdicts.speedup import MIN_ROUNDS, decide, describe, fewest_rounds
 from graphsub.runtime.timing import PairedComparison, Runnable, Timing
 from graphsub.search.result import Candidate, StopReason
 from graphsub.selection import CandidateReport, Selection, measure_and_choose
@@ -204,7 +204,7 @@ def test_the_fuzzers_candidate_that_onnxruntime_breaks_is_dropped_with_a_note():
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
-    from graphsub.runtime.ort import run
+    from graphsub.runtime.ort_sessions import run
 
     w = np.random.default_rng(0).standard_normal((5, 2)).astype(np.float32)
 
@@ -354,7 +354,7 @@ class StandIns:
 def test_an_undecided_confirmation_spends_the_time_left_then_keeps_the_original(
         monkeypatch, load, outcome):
     from graphsub import selection as sel
-    from graphsub.runtime import speedup
+    from graphsub.verdicts import speedup
 
     monkeypatch.setattr(speedup, "read_load", lambda: load)
     monkeypatch.setattr(sel, "read_load", lambda: load)

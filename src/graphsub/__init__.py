@@ -25,7 +25,7 @@ _EXPORTS = {
     "load": "graphsub.onnx_io", "save": "graphsub.onnx_io", "to_onnx": "graphsub.onnx_io",
     "optimize": "graphsub.optimizer", "optimize_model": "graphsub.optimizer",
     "open_model": "graphsub.loaded", "LoadedModel": "graphsub.loaded",
-    "use_custom_ops": "graphsub.runtime.ort",
+    "use_custom_ops": "graphsub.runtime.ort_sessions",
 }
 __all__ = ["Graph", "GraphBuilder", "GraphsubError", "LoadedModel", "Node", "TensorType", "Value",
            "load", "open_model", "optimize", "optimize_model", "save", "to_onnx",
@@ -38,4 +38,4 @@ if TYPE_CHECKING:
     from graphsub.loaded import LoadedModel, open_model
     from graphsub.onnx_io import load, save, to_onnx
     from graphsub.optimizer import optimize, optimize_model
-    from graphsub.runtime.ort import use_custom_ops
+    from graphsub.runtime.ort_sessions import use_custom_ops

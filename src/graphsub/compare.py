@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from graphsub.backends import Target, get_target
+from graphsub.targets import Target, get_target
 from graphsub.cost import make_cost_model
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph

@@ -20,7 +20,7 @@ from graphsub.errors import GraphsubError
 if TYPE_CHECKING:
     from graphsub.ir.graph import Graph
     from graphsub.runtime.inputs import InputSpec
-    from graphsub.runtime.ort import ModelData
+    from graphsub.runtime.ort_sessions import ModelData
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class LoadedModel:
     def sizes(self) -> dict[str, int]:
         """The sizes a model with symbolic sizes is run at by default (the default profile's
         first shape; none for a static one)."""
-        from graphsub.runtime.bindings import default_profile
+        from graphsub.runtime.check_sizes import default_profile
 
         profile = default_profile(self.graph.meta.get("symbols") or {})
         return profile[0].values if profile else {}
@@ -59,7 +59,7 @@ def open_model(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
     (its operators of other domains are typed by running them). The file is parsed once."""
     from graphsub.onnx_io.importer import load_with_original
     from graphsub.runtime.inputs import given_values
-    from graphsub.runtime.ort import use_custom_ops
+    from graphsub.runtime.ort_sessions import use_custom_ops
 
     use_custom_ops(custom_ops)
     if isinstance(source, (str, os.PathLike)) and _names_a_file(source):

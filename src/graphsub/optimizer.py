@@ -1,7 +1,7 @@
 """The optimizer's Python API: `optimize` (the search alone) and `optimize_model` (search,
 measure, choose, verify, report), both running graphsub.pipeline's stages.
 
-The target (`graphsub.backends`) names where the model will run: onnxruntime on the CPU or a
+The target (`graphsub.targets`) names where the model will run: onnxruntime on the CPU or a
 GPU, or graphsub's torch backend on the CPU or a GPU. Search costs are predictions (measured
 per operator on the target, or analytic). After the search, the original model and the few
 best candidates are timed end to end on the target, side by side; the fastest is then timed
@@ -31,7 +31,7 @@ from graphsub.pipeline import (SEARCH, Settings, VerificationError, optimize_sta
 from graphsub.progress import StepLog, current_reporter, reporting
 from graphsub.report.optimize import OptimizeReport
 from graphsub.rules import Rule
-from graphsub.runtime.ort import ModelData
+from graphsub.runtime.ort_sessions import ModelData
 from graphsub.search import OptimizeResult
 from graphsub.search.result import ProgressFn
 

@@ -3,7 +3,7 @@ the target side by side, the fastest confirmed against the original head to head
 
 Predicted costs are sums of one-operator timings; what a user gets is the latency of the whole
 model, so a candidate replaces the original only when a head-to-head comparison decides it is
-faster: the interval of its median round's speedup clears MIN_GAIN (`runtime.speedup`, the
+faster: the interval of its median round's speedup clears MIN_GAIN (`verdicts.speedup`, the
 one statistic and decision of every comparison graphsub makes). The comparison goes on,
 block after block, until it decides or the time is up; undecided then, the original is kept
 and the outcome says why. Every step fits the time the run has left: a model whose runs take
@@ -22,15 +22,15 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from graphsub.backends import Target
+from graphsub.targets import Target
 from graphsub.budget import StageClock
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.report.optimize import CandidateReport
-from graphsub.runtime.equivalence import (SAME_FUNCTION, Comparison, OutputDiff, Tolerance,
+from graphsub.verdicts.equivalence import (SAME_FUNCTION, Comparison, OutputDiff, Tolerance,
                                           compare_outputs)
-from graphsub.runtime.ort import ModelData
-from graphsub.runtime.speedup import (MIN_GAIN, Decision, HeadToHead, confidence, decide,
+from graphsub.runtime.ort_sessions import ModelData
+from graphsub.verdicts.speedup import (MIN_GAIN, Decision, HeadToHead, confidence, decide,
                                       describe, fewest_rounds, highest_load, read_load,
                                       sequential)
 from graphsub.runtime.timing import PairedComparison, Runnable, Timing, time_runnables

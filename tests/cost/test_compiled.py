@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from graphsub import zoo
-from graphsub.backends import get_target
+from graphsub.targets import get_target
 from graphsub.cost import AnalyticCostModel, CompiledCostModel, make_cost_model
 from graphsub.cost.compiled import compiled_kernels, fused_signature, is_generated
 from graphsub.errors import GraphsubError

@@ -9,7 +9,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from graphsub.backends import get_target
+from graphsub.targets import get_target
 from graphsub.cost import (AnalyticCostModel, MeasuredCostModel, MultiObjectiveCostModel,
                            Weights, node_signature)
 from graphsub.cost.measured import CostCache

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphsub.backends import get_target
+from graphsub.targets import get_target
 from graphsub.cost import AnalyticCostModel, MeasuredCostModel, make_cost_model
 from graphsub.cost.base import costs_nothing, runs_as_view
 from graphsub.errors import GraphsubError

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import graphsub
-from graphsub.backends import get_target
+from graphsub.targets import get_target
 from graphsub.cost import MeasuredCostModel, node_signature
 from graphsub.optimizer import optimize_model
 

@@ -118,7 +118,7 @@ def test_attention_is_recognized_in_its_primitives(name):
 def test_orchestrated_attention_runs_in_torch_on_transposed_keys():
     """The attention kernel reads keys that are a transposed view of the graph's k^T input:
     torch's CPU flash kernel needs its operands' last axis contiguous, the lowering sees to it."""
-    from graphsub.backends.torch import TorchProgram
+    from graphsub.targets.torch import TorchProgram
 
     graph = zoo.build("softmax_subgraph:heads=2,seq=16,head_dim=8")
     outcome = fission_and_orchestrate(graph, AnalyticCostModel())

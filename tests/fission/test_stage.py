@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import graphsub
-from graphsub.backends import get_target
+from graphsub.targets import get_target
 from graphsub.cli import app
 from graphsub.cost import AnalyticCostModel
 from graphsub.fission import fission

@@ -20,7 +20,7 @@ from graphsub.frontends.fx_fold import fold_constants  # noqa: E402
 from graphsub.frontends.fx_import import convert_graph  # noqa: E402
 from graphsub.rules import builtin_rules  # noqa: E402
 from graphsub.runtime import evaluate, graph_input_specs, random_feeds  # noqa: E402
-from graphsub.runtime.equivalence import SAME_FUNCTION, compare_outputs  # noqa: E402
+from graphsub.verdicts.equivalence import SAME_FUNCTION, compare_outputs  # noqa: E402
 from graphsub.search.normal_form import normal_form, normal_form_rules  # noqa: E402
 
 SEQ = 12
@@ -246,7 +246,7 @@ def test_hand_written_attention_becomes_one_operator(form, dtype, masked, kv_hea
 def test_the_attention_operator_runs_as_the_original_in_torch():
     """The rewritten graph as graphsub's torch program (torch's SDPA, grouped heads and the
     causal flag given to it) computes what the original module computes."""
-    from graphsub.backends.torch import TorchProgram
+    from graphsub.targets.torch import TorchProgram
 
     model = tiny("llama").eval()
     ids = torch.randint(0, 100, (1, SEQ))

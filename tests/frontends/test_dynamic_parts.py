@@ -82,7 +82,7 @@ def test_encoders_and_decoders_with_dynamic_sizes_are_optimized_part_by_part(kin
 def test_a_part_that_fails_stays_in_torch_alone(monkeypatch):
     """The first part's program cannot be built: that part stays as captured, with the reason
     in its report; the others are optimized and the graph is right."""
-    from graphsub.backends.torch.target import TorchTarget
+    from graphsub.targets.torch.target import TorchTarget
 
     built = TorchTarget.program
     calls = []
@@ -115,7 +115,7 @@ def test_graphsubs_own_kernel_compilations_leave_dynamos_shape_environment_alone
     a size changed)."""
     import numpy as np
 
-    from graphsub.backends.torch.lowering import LowerContext
+    from graphsub.targets.torch.lowering import LowerContext
     from graphsub.tensors.types import TensorType
     from torch._guards import TracingContext
 

@@ -17,7 +17,7 @@ from graphsub.errors import GraphsubError  # noqa: E402
 from graphsub.fission import stage as fission_stage  # noqa: E402
 from graphsub.frontends import torch_compile  # noqa: E402
 from graphsub.frontends.side_effects import PrivateInputs, Writes  # noqa: E402
-from graphsub.runtime.speedup import Decision, decide  # noqa: E402
+from graphsub.verdicts.speedup import Decision, decide  # noqa: E402
 from graphsub.runtime.timing import PairedComparison, Timing  # noqa: E402
 
 

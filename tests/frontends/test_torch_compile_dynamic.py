@@ -97,7 +97,7 @@ def test_rewritten_layouts_are_restored_at_every_size(monkeypatch):
 def test_parts_checked_at_other_sizes_catch_a_size_specific_error(monkeypatch):
     # A part that is right at the example's size and wrong at others must be kept as it
     # was: the check runs the optimized graph at sizes other than the example's.
-    from graphsub.backends.torch.target import TorchTarget
+    from graphsub.targets.torch.target import TorchTarget
 
     real_program = TorchTarget.program
 

@@ -15,8 +15,9 @@ from graphsub.cli import app
 from graphsub.generate import generate, make_executor, rules_text
 from graphsub.generate.recall import canonical_forms
 from graphsub.rules import load_rules, parse_rules
-from graphsub.runtime import compare_models, graph_input_specs
-from graphsub.runtime.equivalence import Tolerance
+from graphsub.runtime import graph_input_specs
+from graphsub.verdicts import compare_models
+from graphsub.verdicts.equivalence import Tolerance
 from graphsub.proofs import verify_rule
 
 runner = CliRunner()
@@ -103,7 +104,7 @@ def test_cli_generate_then_verify(tmp_path):
 
 
 def test_cli_help_lists_every_generator_operator():
-    from graphsub.cli_generate import GENERATOR_OPS
+    from graphsub.cli.generate import GENERATOR_OPS
     from graphsub.generate.opset import OPS
 
     assert GENERATOR_OPS.split(", ") == list(OPS)

@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 import graphsub
-from graphsub.backends import get_target
+from graphsub.targets import get_target
 from graphsub.cost import make_cost_model
 from graphsub.errors import ModelLoadError
 from graphsub.ops.control_flow import captured_names, defined_names

@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 
 import graphsub
-from graphsub.runtime import compare_models, graph_input_specs
-from graphsub.runtime.bindings import MIN_BINDINGS, check_bindings, parse_profile
-from graphsub.runtime.equivalence import Tolerance
+from graphsub.runtime import graph_input_specs
+from graphsub.verdicts import compare_models
+from graphsub.runtime.check_sizes import MIN_BINDINGS, check_bindings, parse_profile
+from graphsub.verdicts.equivalence import Tolerance
 from tests.dynamic_models import EXPORTERS, TEXT_MODELS, export_cnn, export_ocr, export_text
 from tests.markers import requires_torch, requires_transformers
 
@@ -85,7 +86,7 @@ def test_optimize_writes_a_model_that_keeps_its_sizes_and_equals_the_original(fo
     import onnx
 
     from graphsub.onnx_io.importer import model_data
-    from graphsub.runtime.ort import DetachedModel
+    from graphsub.runtime.ort_sessions import DetachedModel
 
     path = _exported(kind, exporter, folder)
     original = onnx.load(str(path))

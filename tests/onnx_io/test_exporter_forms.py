@@ -17,8 +17,9 @@ from graphsub.cli import app
 from graphsub.errors import GraphsubError
 from graphsub.onnx_io import to_onnx_bytes
 from graphsub.onnx_io.sizes import symbolic_inference
-from graphsub.runtime import compare_models, graph_input_specs, random_feeds
-from graphsub.runtime.equivalence import SAME_FUNCTION
+from graphsub.runtime import graph_input_specs, random_feeds
+from graphsub.verdicts import compare_models
+from graphsub.verdicts.equivalence import SAME_FUNCTION
 from graphsub.runtime.inputs import GivenInput, given_values
 from tests.markers import requires_ort_extensions
 from tests.onnx_io.helpers import init, make_model, vi
@@ -169,7 +170,7 @@ def test_a_custom_op_library_that_does_not_load_is_a_clear_error(tmp_path):
 def test_a_model_with_custom_ops_is_optimized_with_their_library(tmp_path):
     import onnxruntime_extensions
 
-    from graphsub.runtime.ort import forget_custom_ops
+    from graphsub.runtime.ort_sessions import forget_custom_ops
 
     src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
     onnx.save(custom_op_model(declared=True), src)

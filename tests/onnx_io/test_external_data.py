@@ -22,8 +22,9 @@ from graphsub.optimizer import optimize_model
 from graphsub.pipeline import Settings
 from graphsub.pipeline import run as pipeline_run
 from graphsub.progress import StepLog, reporting
-from graphsub.runtime import compare_models, graph_input_specs
-from graphsub.runtime.ort import DetachedModel, make_session
+from graphsub.runtime import graph_input_specs
+from graphsub.verdicts import compare_models
+from graphsub.runtime.ort_sessions import DetachedModel, make_session
 
 runner = CliRunner()
 
@@ -174,7 +175,7 @@ def test_weights_graphsub_computes_are_spilled_to_a_mapped_file(stored, tmp_path
     import os
     import tempfile
 
-    from graphsub.runtime.ort import _release_mapped_pages, file_mapping
+    from graphsub.runtime.ort_sessions import _release_mapped_pages, file_mapping
 
     monkeypatch.setattr(external, "SPILL_BYTES", 0)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

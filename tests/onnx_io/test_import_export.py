@@ -12,8 +12,9 @@ from onnx import helper
 import graphsub
 from graphsub.errors import CycleError, ExportError, ModelLoadError
 from graphsub.ir import GraphBuilder
-from graphsub.runtime import compare_models, evaluate, graph_input_specs, random_feeds, run
-from graphsub.runtime.equivalence import Tolerance
+from graphsub.runtime import evaluate, graph_input_specs, random_feeds, run
+from graphsub.verdicts import compare_models
+from graphsub.verdicts.equivalence import Tolerance
 from tests.onnx_io.helpers import init, make_model, vi
 
 

@@ -150,7 +150,7 @@ def test_the_tensor_part_around_opaque_values_is_optimized(make, tmp_path):
 
 @requires_torch
 def test_a_torch_target_refuses_opaque_values_by_name():
-    from graphsub.backends import get_target
+    from graphsub.targets import get_target
 
     reason = get_target("torch-cpu").cannot_run(graphsub.load(sequence_model()))
     assert reason is not None and "sequence" in reason

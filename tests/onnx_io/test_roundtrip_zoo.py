@@ -9,8 +9,9 @@ import pytest
 
 import graphsub
 from graphsub import zoo
-from graphsub.runtime import compare_models, evaluate, graph_input_specs, random_feeds, run
-from graphsub.runtime.equivalence import Tolerance
+from graphsub.runtime import evaluate, graph_input_specs, random_feeds, run
+from graphsub.verdicts import compare_models
+from graphsub.verdicts.equivalence import Tolerance
 
 #: Models that build, export and run in well under a few seconds on 2 cores.
 FAST = {"nasrnn", "sru", "squeezenet", "mobilenet_v2", "resnet_blocks", "inception_e_blocks",

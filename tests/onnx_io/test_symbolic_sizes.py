@@ -13,9 +13,10 @@ import graphsub
 from graphsub.tensors.symbolic import (SymbolRange, bind, ceildiv, equal, floordiv, parse_dim,
                                   size_symbol)
 from graphsub.tensors.types import TensorType
-from graphsub.runtime import compare_models, graph_input_specs
-from graphsub.runtime.bindings import MIN_BINDINGS, check_bindings
-from graphsub.runtime.equivalence import Tolerance
+from graphsub.runtime import graph_input_specs
+from graphsub.verdicts import compare_models
+from graphsub.runtime.check_sizes import MIN_BINDINGS, check_bindings
+from graphsub.verdicts.equivalence import Tolerance
 from tests.onnx_io.helpers import make_model, vi
 
 BATCH, SEQ = size_symbol("batch"), size_symbol("seq")

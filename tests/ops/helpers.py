@@ -12,7 +12,8 @@ import numpy as np
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
 from graphsub.onnx_io import to_onnx
-from graphsub.runtime import diff_arrays, evaluate, run
+from graphsub.runtime import evaluate, run
+from graphsub.verdicts import diff_arrays
 
 
 def torch_devices() -> list[str]:
@@ -25,7 +26,7 @@ def torch_devices() -> list[str]:
 
 
 def run_on_torch(graph: Graph, feeds: dict[str, np.ndarray], device: str) -> dict[str, np.ndarray]:
-    from graphsub.backends.torch import TorchProgram
+    from graphsub.targets.torch import TorchProgram
 
     return TorchProgram(graph, device).run(feeds)
 

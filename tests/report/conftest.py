@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from graphsub.backends import get_target
+from graphsub.targets import get_target
 from graphsub.ir import GraphBuilder
 from graphsub.optimizer import optimize_model
 from graphsub.runtime.timing import Runnable

@@ -11,12 +11,12 @@ import re
 
 from rich.console import Console
 
-from graphsub import cli
+from graphsub.cli import commands as cli
 from graphsub.report.files import render_html
 from graphsub.report.html import _latency_caption
 from graphsub.report.optimize import OptimizeReport, verdict
 from graphsub.report.words import stopped
-from graphsub.runtime.speedup import describe
+from graphsub.verdicts.speedup import describe
 from graphsub.selection import Selection
 
 

@@ -17,7 +17,7 @@ from graphsub.cost import AnalyticCostModel
 from graphsub.rules import builtin_rules, find_matches, parse_rules
 from graphsub.rules.explain import explain
 from graphsub.runtime import evaluate, graph_input_specs, random_feeds
-from graphsub.runtime.equivalence import SAME_FUNCTION, compare_outputs
+from graphsub.verdicts.equivalence import SAME_FUNCTION, compare_outputs
 from graphsub.search.normal_form import normal_form, normal_form_rules
 
 RULES = normal_form_rules(builtin_rules())

@@ -11,7 +11,7 @@ from graphsub.rules import apply_match, builtin_rules, find_matches, parse_rules
 from graphsub.rules.applier import PRECISION_CHANGED, Rejection
 from graphsub.rules.expr import exact_cast
 from graphsub.runtime import evaluate, graph_input_specs, random_feeds
-from graphsub.runtime.equivalence import SAME_FUNCTION, Tolerance, value_dtypes
+from graphsub.verdicts.equivalence import SAME_FUNCTION, Tolerance, value_dtypes
 
 RULES = {r.name: r for r in builtin_rules()}
 

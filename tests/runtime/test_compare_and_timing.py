@@ -7,8 +7,9 @@ import pytest
 
 import graphsub
 from graphsub.ir import GraphBuilder
-from graphsub.runtime import compare_models, diff_arrays, graph_input_specs, time_models
-from graphsub.runtime.equivalence import Tolerance
+from graphsub.runtime import graph_input_specs, time_models
+from graphsub.verdicts import compare_models, diff_arrays
+from graphsub.verdicts.equivalence import Tolerance
 from graphsub.runtime.inputs import random_feeds
 
 
@@ -71,7 +72,7 @@ def test_the_absolute_tolerance_scales_with_each_output_of_the_reference():
     near-zero elements of a large output may differ by rounding, and a small output next to a
     large one is held to its own scale (a shared scale once let it be wrong by 1e-4 x the
     other output's magnitude)."""
-    from graphsub.runtime.equivalence import SAME_FUNCTION, compare_outputs
+    from graphsub.verdicts.equivalence import SAME_FUNCTION, compare_outputs
 
     rng = np.random.default_rng(0)
     large = rng.standard_normal(100) * 1e4
@@ -92,7 +93,7 @@ def test_the_absolute_tolerance_scales_with_each_output_of_the_reference():
 def test_integer_outputs_are_equal_or_not():
     """A quantized output one step off is another answer, however loose the float tolerance
     (float16's scales with the output's magnitude: 4 epsilons of 255 is one step)."""
-    from graphsub.runtime.equivalence import SAME_FUNCTION, compare_outputs
+    from graphsub.verdicts.equivalence import SAME_FUNCTION, compare_outputs
 
     half = SAME_FUNCTION.for_precision({"float16"})
     q = np.arange(256, dtype=np.uint8)
@@ -197,7 +198,7 @@ def test_only_timed_sessions_keep_onnxruntime_spinning_threads():
     an operator) runs as users run onnxruntime, spinning included."""
     from onnx import TensorProto, helper
 
-    from graphsub.runtime.ort import OrtRunnable, make_session
+    from graphsub.runtime.ort_sessions import OrtRunnable, make_session
 
     model = helper.make_model(
         helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
@@ -219,7 +220,7 @@ def test_mapped_weights_pages_are_given_back_while_a_session_builds(monkeypatch)
     3.1 GB of them on top of both sessions' packed weights), and once more at the end."""
     import time
 
-    from graphsub.runtime import ort as graphsub_ort
+    from graphsub.runtime import ort_sessions as graphsub_ort
 
     calls: list[int] = []
     monkeypatch.setattr(graphsub_ort, "RELEASE_INTERVAL", 0.01)

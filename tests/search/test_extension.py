@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import graphsub
-from graphsub.backends import capabilities, target_names
+from graphsub.targets import capabilities, target_names
 from graphsub.cli import app
 from graphsub.egraph.extract import EXTRACTORS
 from graphsub.egraph.saturation import EqsatOptions
@@ -21,7 +21,7 @@ from graphsub.errors import GraphsubError
 from graphsub.pipeline import Settings
 from graphsub.search import ALGORITHMS, registry
 from graphsub.search.registry import DECLARED
-from tests.backends import stand_in_target
+from tests.targets import stand_in_target
 
 runner = CliRunner()
 
@@ -130,7 +130,7 @@ def test_the_command_lines_help_reads_the_registries_without_importing_what_they
 
     src = Path(__file__).resolve().parents[2] / "src"
     code = ("import sys, graphsub.cli; heavy = [m for m in ('graphsub.search.backtracking', "
-            "'graphsub.egraph.saturation', 'graphsub.backends.base', 'graphsub.cost', "
+            "'graphsub.egraph.saturation', 'graphsub.targets.base', 'graphsub.cost', "
             "'onnxruntime', 'torch', 'scipy') if m in sys.modules]; assert not heavy, heavy")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(src)})

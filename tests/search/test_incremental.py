@@ -15,7 +15,7 @@ from graphsub.cost.base import CostModel, OpSignature
 from graphsub.ir.graph import Graph
 from graphsub.rules import builtin_rules, find_matches
 from graphsub.rules.applier import Rejection, apply_match
-from graphsub.rules.incremental import IncrementalMatcher, rule_radius
+from graphsub.rules.rematching import IncrementalMatcher, rule_radius
 
 RULES = builtin_rules(check=False)
 MODELS = ["squeezenet", "sru", "nasrnn:steps=2", "inception_e_blocks:n=1", "bert:layers=1",

@@ -11,7 +11,7 @@ import pytest
 from graphsub import zoo
 from graphsub.cost import AnalyticCostModel
 from graphsub.rules import Rejection, builtin_rules
-from graphsub.rules.incremental import IncrementalMatcher
+from graphsub.rules.rematching import IncrementalMatcher
 import graphsub
 from graphsub.errors import GraphsubError
 from graphsub.search import (EnumerationOptions, Limits, SamplingOptions, SequenceOptions,

@@ -13,7 +13,7 @@ from graphsub.cost import AnalyticCostModel, MultiObjectiveCostModel, Weights
 from graphsub.rules import builtin_rules, load_rules
 from graphsub.search import pricing
 from graphsub.rules.applier import Rejection, apply_match
-from graphsub.rules.incremental import IncrementalMatcher
+from graphsub.rules.rematching import IncrementalMatcher
 from graphsub.search.pricing import price_rewrite
 
 TASO_PB = Path(__file__).resolve().parents[3] / "shared" / "data" / "taso" / "graph_subst.pb"

@@ -15,9 +15,10 @@ from graphsub.errors import GraphsubError
 from graphsub.ir.builder import GraphBuilder
 from graphsub.tensors.types import Constant, ConstantStub, WeightDataUnavailable
 from graphsub.rules import builtin_rules
-from graphsub.rules.incremental import IncrementalMatcher
-from graphsub.runtime import compare_models, graph_input_specs
-from graphsub.runtime.equivalence import Tolerance
+from graphsub.rules.rematching import IncrementalMatcher
+from graphsub.runtime import graph_input_specs
+from graphsub.verdicts import compare_models
+from graphsub.verdicts.equivalence import Tolerance
 from graphsub.search import ALGORITHMS, Limits, backtracking_search, splitting
 from graphsub.search import split as split_module
 from graphsub.search.split import (extract_region, min_cut_split, operator_capacities,

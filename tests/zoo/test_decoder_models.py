@@ -12,8 +12,9 @@ import pytest
 import graphsub
 from graphsub import zoo
 from graphsub.ir.graph import Graph, Value
-from graphsub.runtime import compare_models, evaluate, graph_input_specs, random_feeds, run
-from graphsub.runtime.equivalence import Tolerance
+from graphsub.runtime import evaluate, graph_input_specs, random_feeds, run
+from graphsub.verdicts import compare_models
+from graphsub.verdicts.equivalence import Tolerance
 from tests.zoo.test_sequence_models import assert_well_conditioned, op_counts
 
 SMALL = dict(layers=2, seq=16, hidden=32, heads=4, kv_heads=2, mlp=48)

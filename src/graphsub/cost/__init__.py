@@ -11,20 +11,15 @@ Costs are predictions; graphsub measures the final candidates end to end before 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from graphsub.cost.analytic import PROFILES, AnalyticCostModel, DeviceProfile
-from graphsub.cost.base import CostModel, OpSignature, node_signature
+from graphsub.cost.base import CostModel, OpSignature, TimingTarget, node_signature
 from graphsub.cost.compiled import CompiledCostModel
 from graphsub.cost.measured import MeasuredCostModel
 from graphsub.cost.multi import MultiObjectiveCostModel, Weights
 from graphsub.errors import GraphsubError
 
-if TYPE_CHECKING:
-    from graphsub.backends.base import Target
 
-
-def make_cost_model(name: str, target: Target | None = None,
+def make_cost_model(name: str, target: TimingTarget | None = None,
                     device: str | None = None) -> CostModel:
     """A cost model by name: `measured` (timed on the target), `analytic` (a roofline for
     the profile named by `device`, by default the one that approximates the target, with the
@@ -33,7 +28,7 @@ def make_cost_model(name: str, target: Target | None = None,
     if name == "measured":
         if target is None:
             raise GraphsubError("the measured cost model times operators on a target: give one "
-                                "(graphsub.backends.get_target('ort-cpu'))")
+                                "(graphsub.targets.get_target('ort-cpu'))")
         return MeasuredCostModel(target)
     if name == "analytic":
         if target is None:

@@ -13,18 +13,18 @@ import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from graphsub.errors import GraphsubError
 from graphsub.ir.binding import bound_value
 from graphsub.tensors.symbolic import bind_all
-from graphsub.ir.graph import Graph, Node
-from graphsub.ir.incremental import GraphDelta
+from graphsub.ir.graph import Graph, Node, Value
+from graphsub.ir.view import GraphDelta
 from graphsub.ir.hashing import attrs_key
 from graphsub.tensors.types import Attrs, Constant, TensorType
 from graphsub.ops import all_ops, get_op
 from graphsub.ops.base import Category
-from graphsub.runtime.bindings import ProfileShape
+from graphsub.runtime.check_sizes import ProfileShape
 
 #: Graph inputs and weights: nothing computes them.
 SOURCES = frozenset(name for name, op in all_ops().items() if op.category is Category.SOURCE)
@@ -162,6 +162,37 @@ def input_value(producer: Node) -> Constant | SizesValue | None:
     return None
 
 
+class DeviceKey(Protocol):
+    def key(self) -> str:
+        """A stable text that changes whenever cached operator timings stop applying."""
+        ...
+
+
+class TimingTarget(Protocol):
+    """What the measured and compiled cost models need of the target they time operators on
+    (graphsub.targets' `Target` is one, and says so): the cost layer sits below the targets,
+    which price their own graphs with its signatures, so it names them by this protocol."""
+
+    name: str
+    #: The view kinds (`OpDef.view`) the target runs without a kernel.
+    free_views: frozenset[str]
+    #: The analytic model's device profile for what cannot be timed.
+    analytic_profile: str
+    #: Where calibration figures persist (the measured cost model lends its cache).
+    cache: Any
+
+    def device(self) -> DeviceKey: ...
+
+    def time_op(self, sig: OpSignature, cold_weights: bool = False) -> float: ...
+
+    def cache_bytes(self) -> int: ...
+
+    def input_layouts(self, graph: Graph, nid: int
+                      ) -> tuple[tuple[int, ...] | None, ...] | None: ...
+
+    def strides_of(self, graph: Graph, value: Value) -> tuple[int, ...] | None: ...
+
+
 class CostModel(ABC):
     """Prices graphs. Subclasses implement `op_cost`; lookups are memoized by signature.
 
@@ -217,7 +248,7 @@ class CostModel(ABC):
             self._memo[sig] = cost
         return cost
 
-    #: The shapes an operator over symbolic sizes is priced at (runtime.bindings.
+    #: The shapes an operator over symbolic sizes is priced at (runtime.check_sizes.
     #: ProfileShape), set by the run from its settings; its cost is the weighted mean of its
     #: costs there, so a static graph and a symbolic one are priced in the same unit.
     shape_profile: tuple[ProfileShape, ...] = ()
@@ -266,7 +297,7 @@ class CostModel(ABC):
             graph.memo[self] = entry
         return entry
 
-    def _priced_from_parent(self, graph: Graph, delta: GraphDelta,
+    def _priced_from_parent(self, graph: Graph, delta: GraphDelta[Graph],
                             parent_entry: tuple[float, dict[int, float]]) -> tuple[float, dict[int, float]]:
         parent = delta.parent
         total, parent_costs = parent_entry

@@ -45,7 +45,7 @@ from graphsub.ir.graph import Graph, Value, make_node
 from graphsub.ir.region import fused_body, read_outside
 from graphsub.ops import get_op
 from graphsub.ops.base import Category
-from graphsub.runtime.bindings import ProfileShape
+from graphsub.runtime.check_sizes import ProfileShape
 
 #: Categories inductor generates code for (and so fuses with their neighbours).
 GENERATED_CATEGORIES = frozenset({Category.ELEMENTWISE, Category.REDUCE, Category.LAYOUT,

@@ -16,16 +16,12 @@ import statistics
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from graphsub.cache import cache_dir
 from graphsub.cost.analytic import AnalyticCostModel
-from graphsub.cost.base import CostModel, OpSignature
+from graphsub.cost.base import CostModel, OpSignature, TimingTarget
 from graphsub.ir.graph import Graph
 from graphsub.ops import view_ops
-
-if TYPE_CHECKING:
-    from graphsub.backends.base import Target
 
 #: Bumped whenever what a cached figure means changes, so old entries are not reused.
 CACHE_VERSION = 5
@@ -134,7 +130,7 @@ class MeasuredCostModel(CostModel):
 
     name = "measured"
 
-    def __init__(self, target: Target, cache: bool = True,
+    def __init__(self, target: TimingTarget, cache: bool = True,
                  cold_weights: bool | None = None) -> None:
         super().__init__()
         self.cold_weights = cold_weights

@@ -2,7 +2,7 @@
 
 The torch.compile backend checks each optimized part, and the assembled graph, against the
 original on the example inputs and on random ones of the same shapes (`disagreement`).
-Outputs in float32 are held to `runtime.equivalence.SAME_FUNCTION`. Outputs in half precision
+Outputs in float32 are held to `verdicts.equivalence.SAME_FUNCTION`. Outputs in half precision
 (float16, bfloat16) are judged against the original computed in float32 (`widened`: every
 half-precision constant, input and dtype argument made float32): the optimized output may
 land at most HALF_ERROR_FACTOR times as far from that as the original output does. A rewrite
@@ -23,8 +23,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from graphsub.backends.torch.arrays import to_numpy
-from graphsub.runtime.equivalence import SAME_FUNCTION, Tolerance, compare_outputs
+from graphsub.targets.torch.arrays import to_numpy
+from graphsub.verdicts.equivalence import SAME_FUNCTION, Tolerance, compare_outputs
 
 log = logging.getLogger("graphsub.torch_compile")
 

@@ -18,7 +18,7 @@ import torch
 import torch.fx as fx
 from torch.fx.passes.shape_prop import TensorMetadata
 
-from graphsub.backends.torch.arrays import to_numpy
+from graphsub.targets.torch.arrays import to_numpy
 from graphsub.errors import ConversionError
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value

@@ -57,7 +57,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from graphsub.budget import Budget, StageClock
 from graphsub.errors import ConversionError, GraphsubError
-from graphsub.backends.torch.program import SizedTorchProgram, symbol_sources, symbol_values
+from graphsub.targets.torch.program import SizedTorchProgram, symbol_sources, symbol_values
 from graphsub.frontends.dynamic_trace import (has_dynamic_sizes, input_symbols, inputs_at,
                                               other_bindings, trace_dynamic)
 from graphsub.frontends.cuda_graphs import CudaGraphed
@@ -73,8 +73,8 @@ from graphsub.pipeline import (FISSION, SEARCH, Found, RunContext, Settings, Sta
                                start_run)
 from graphsub.rules import Rule
 from graphsub.search.normal_form import normal_form, normal_form_rules
-from graphsub.runtime.bindings import ProfileShape
-from graphsub.runtime.speedup import MIN_ROUNDS, Decision, HeadToHead, sequential
+from graphsub.runtime.check_sizes import ProfileShape
+from graphsub.verdicts.speedup import MIN_ROUNDS, Decision, HeadToHead, sequential
 from graphsub.runtime.timing import CallTimer
 
 log = logging.getLogger("graphsub.torch_compile")
@@ -416,7 +416,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     names = {p.target for p in parts}
     captured = [_capture_part_inputs(parent, c, names) for c in checks]
 
-    from graphsub.backends import get_target
+    from graphsub.targets import get_target
     from graphsub.pipeline import load_rule_files
 
     target: Any = get_target(target_name)  # a torch target: its torch_device, its programs
@@ -912,7 +912,7 @@ def _race_fission(context: RunContext, clock: StageClock, found: Found) -> bool:
 RACE = Stage("race", _race_fission, skipped=lambda found: False)
 
 
-#: A race between two ways of running the same graph (runtime.speedup.sequential, one call of
+#: A race between two ways of running the same graph (verdicts.speedup.sequential, one call of
 #: each per round in alternating order) goes on while undecided until RACE_SECONDS have passed
 #: (or its first block's time, for a graph too slow for MIN_ROUNDS rounds in RACE_SECONDS).
 RACE_SECONDS = 3.0
@@ -921,7 +921,7 @@ RACE_SECONDS = 3.0
 def _speedup(challenger: Callable[..., Any], incumbent: Callable[..., Any],
              inputs: PrivateInputs, device: torch.device, **decide: Any) -> HeadToHead:
     """The challenger against the incumbent on `inputs`, decided as the optimizer decides
-    (runtime.speedup: the median round's speedup, above 1 when the challenger is faster, its
+    (verdicts.speedup: the median round's speedup, above 1 when the challenger is faster, its
     interval, and whether that clears MIN_GAIN), so that a slow spell of this machine hits
     both alike and a tie is never called a win. Each runs on inputs of its own, the tensors
     it writes put back as they were before every call, outside its time."""

@@ -33,7 +33,7 @@ import onnx
 from graphsub.errors import GraphsubError
 from graphsub.fuzz.models import run_reference
 from graphsub.onnx_io import load, to_onnx_bytes
-from graphsub.runtime.equivalence import SAME_FUNCTION, compare_outputs
+from graphsub.verdicts.equivalence import SAME_FUNCTION, compare_outputs
 
 STATUSES = ("equal", "wrong", "traceback", "refused", "outside", "ort-differs")
 

@@ -45,7 +45,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from graphsub.backends import TargetUnavailableError, get_target
+from graphsub.targets import TargetUnavailableError, get_target
 from graphsub.budget import Budget
 from graphsub.errors import GraphsubError
 from graphsub.fission import fission
@@ -55,8 +55,8 @@ from graphsub.onnx_io import load, to_onnx_bytes
 from graphsub.optimizer import optimize, optimize_model
 from graphsub.pipeline import FISSION, Found, Settings, run_stage, start_run
 from graphsub.rules import Rule, builtin_rules, load_rules
-from graphsub.runtime.bindings import ProfileShape
-from graphsub.runtime.equivalence import SAME_FUNCTION, ModelFn, Tolerance, compare_outputs
+from graphsub.runtime.check_sizes import ProfileShape
+from graphsub.verdicts.equivalence import SAME_FUNCTION, ModelFn, Tolerance, compare_outputs
 from graphsub.runtime.reference import evaluate
 from graphsub.search import ALGORITHMS
 from graphsub.search.result import Step, StopReason

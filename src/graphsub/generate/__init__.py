@@ -13,7 +13,7 @@ The parts can be used on their own: `Enumerator` (Algorithm 1 over given input t
 from graphsub.generate.candidates import RuleCandidate, candidates, output_mapping, to_rule
 from graphsub.generate.enumerate import Enumeration, Enumerator, GenGraph, fingerprint, hash1
 from graphsub.executors import make_executor
-from graphsub.generate.pipeline import GenerationReport, generate, rules_text
+from graphsub.generate.tasks import GenerationReport, generate, rules_text
 
 __all__ = ["Enumeration", "Enumerator", "GenGraph", "GenerationReport", "RuleCandidate",
            "candidates", "fingerprint", "generate", "hash1", "make_executor", "output_mapping",

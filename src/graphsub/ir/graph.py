@@ -10,40 +10,16 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from graphsub.errors import CycleError, GraphsubError, ShapeError
-from graphsub.ir.incremental import GraphDelta
+from graphsub.ir.hashing import commutative_ops, graph_hash, node_digests
+from graphsub.ir.incremental import incremental_users, incremental_weight_only, node_fingerprints
+from graphsub.ir.node import Node as Node  # re-exported: the graph's nodes
+from graphsub.ir.view import GraphDelta
 from graphsub.tensors.types import Attrs, Constant, TensorType
+from graphsub.tensors.values import Value as Value  # the graph's edges, re-exported
 from graphsub.ops import get_op, is_deterministic, is_foldable
-
-
-class Value(NamedTuple):
-    """One output of one node: the edge type of the graph."""
-
-    node: int
-    index: int = 0  # type: ignore[assignment]  # a field that shadows tuple.index
-
-    def __repr__(self) -> str:
-        return f"%{self.node}" + (f".{self.index}" if self.index else "")
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    """One operator application. Immutable; its output types were inferred when it was made."""
-
-    op: str
-    attrs: Attrs
-    inputs: tuple[Value, ...]
-    outputs: tuple[TensorType, ...]
-    #: A human-facing name (ONNX initializer or node name). Not part of equality or hashing.
-    name: str = field(default="", compare=False)
-
-    @property
-    def type(self) -> TensorType:
-        """The type of the first output (most ops have exactly one)."""
-        return self.outputs[0]
 
 
 #: Canonical attributes and output types (or the error) by (op, attributes, input types). A
@@ -126,7 +102,7 @@ class Graph:
         self._digests: dict[int, bytes] | None = None
         #: What changed since the graph this one was edited from (None for a fresh graph); the
         #: hash, users, weight-only set, fingerprints and costs are derived from the parent's.
-        self.delta: GraphDelta | None = None
+        self.delta: GraphDelta[Graph] | None = None
         self._positions: dict[int, int] | None = None
         self._fingerprints: dict[int, int] | None = None
         #: Facts other modules derive from this graph (costs, matches), keyed by their owner.
@@ -198,8 +174,6 @@ class Graph:
     def users(self) -> Mapping[int, list[tuple[int, int]]]:
         """For each node id, the (user node id, input position) pairs that read its outputs."""
         if self._users is None and self.delta is not None:
-            from graphsub.ir.incremental import incremental_users
-
             self._users = incremental_users(self, self.delta)
         if self._users is None:
             users: dict[int, list[tuple[int, int]]] = {nid: [] for nid in self._nodes}
@@ -221,17 +195,19 @@ class Graph:
     def structural_hash(self) -> str:
         """A hash equal for graphs that differ only in node ids or insertion order."""
         if self._hash is None:
-            from graphsub.ir.hashing import graph_hash
-
             self._hash = graph_hash(self)
         return self._hash
+
+    def node_digests(self) -> dict[int, bytes]:
+        """The Merkle digest of every live node, by id (ir.hashing; computed once)."""
+        if self._digests is None:
+            self._digests = node_digests(self)
+        return self._digests
 
     def weight_only(self) -> frozenset[int]:
         """Ids of nodes whose value depends on weights alone (TASO section 7.3): they are folded
         into constants at export and cost nothing at inference."""
         if self._weight_only is None and self.delta is not None:
-            from graphsub.ir.incremental import incremental_weight_only
-
             self._weight_only = incremental_weight_only(self, self.delta, _is_weight_only)
         if self._weight_only is None:
             result: set[int] = set()
@@ -249,8 +225,6 @@ class Graph:
     def fingerprints(self) -> dict[int, int]:
         """Process-local integer digests of every node (see `fingerprint`)."""
         if self._fingerprints is None:
-            from graphsub.ir.hashing import commutative_ops
-            from graphsub.ir.incremental import node_fingerprints
 
             self._fingerprints = node_fingerprints(self, commutative_ops())
         return self._fingerprints

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from graphsub.tensors.types import Attrs, Constant
+from graphsub.ir.node import Node
+from graphsub.ir.view import GraphView
 from graphsub.ops import all_ops
-
-if TYPE_CHECKING:
-    from graphsub.ir.graph import Graph, Node
+from graphsub.tensors.types import Attrs, Constant
 
 
 def _encode(value: Any) -> str:
@@ -67,17 +66,16 @@ def commutative_ops() -> frozenset[str]:
     return frozenset(name for name, op in all_ops().items() if op.commutative)
 
 
-def node_digests(graph: Graph) -> dict[int, bytes]:
-    """The Merkle digest of every live node, by id (computed once per graph).
+def node_digests(graph: GraphView) -> dict[int, bytes]:
+    """The Merkle digest of every live node, by id (`Graph.node_digests` keeps them, so this
+    runs once per graph).
 
     A graph made by editing another reuses the other's digest for every node that is the same
     object reading inputs whose digests did not change, so hashing after a small rewrite costs
     a walk over the ids, not a hash per node.
     """
-    if graph._digests is not None:
-        return graph._digests
     parent = graph.delta.parent if graph.delta is not None else None
-    old = node_digests(parent) if parent is not None else {}
+    old = parent.node_digests() if parent is not None else {}
     old_nodes = parent.nodes if parent is not None else {}
     digests: dict[int, bytes] = {}
     nodes = graph.nodes
@@ -88,12 +86,11 @@ def node_digests(graph: Graph) -> dict[int, bytes]:
             digests[nid] = old[nid]
         else:
             digests[nid] = node_digest(node, [digests[v.node] for v in node.inputs])
-    graph._digests = digests
     return digests
 
 
-def graph_hash(graph: Graph) -> str:
-    digests = node_digests(graph)
+def graph_hash(graph: GraphView) -> str:
+    digests = graph.node_digests()
     h = hashlib.blake2b(digest_size=16)
     for i in graph.inputs:
         h.update(digests[i])

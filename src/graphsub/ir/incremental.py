@@ -12,35 +12,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from graphsub.ir.graph import Graph, Node
-
-
-@dataclass(frozen=True)
-class GraphDelta:
-    """How a graph differs from the graph it was edited from.
-
-    `changed`: ids of nodes that are new or whose Node object differs (inputs re-pointed);
-    `removed`: ids of the parent's nodes that are gone. `positions` maps a node id to a
-    number that increases along every edge of the child graph (the parent's topological
-    positions, with fractional ones for new nodes), so that dirty nodes can be processed in
-    dependency order without sorting the whole graph.
-    """
-
-    parent: Graph
-    changed: frozenset[int]
-    removed: frozenset[int]
-    new_positions: dict[int, float]
-
-    def position(self, nid: int) -> float:
-        pos = self.new_positions.get(nid)
-        return pos if pos is not None else self.parent.positions()[nid]
+from graphsub.ir.hashing import attrs_key
+from graphsub.ir.node import Node
+from graphsub.ir.view import GraphDelta, GraphView
 
 
-def in_order(graph: Graph, delta: GraphDelta, seeds: Iterable[int],
+def in_order(graph: GraphView, delta: GraphDelta[GraphView], seeds: Iterable[int],
              visit: Callable[[int], bool]) -> None:
     """Visit `seeds` and, whenever `visit` returns True (the node's fact changed), the node's
     readers, each once, in an order where a node comes after every node it reads."""
@@ -57,7 +35,7 @@ def in_order(graph: Graph, delta: GraphDelta, seeds: Iterable[int],
                     heapq.heappush(heap, (delta.position(user), user))
 
 
-def incremental_users(graph: Graph, delta: GraphDelta) -> dict[int, list[tuple[int, int]]]:
+def incremental_users(graph: GraphView, delta: GraphDelta[GraphView]) -> dict[int, list[tuple[int, int]]]:
     """The child's users index from the parent's: only the producers of changed or removed
     nodes get new lists (the others are shared with the parent, which never mutates them)."""
     parent = delta.parent
@@ -87,7 +65,7 @@ def incremental_users(graph: Graph, delta: GraphDelta) -> dict[int, list[tuple[i
     return users
 
 
-def incremental_weight_only(graph: Graph, delta: GraphDelta,
+def incremental_weight_only(graph: GraphView, delta: GraphDelta[GraphView],
                             is_weight_only: Callable[[Node, set[int]], bool]) -> frozenset[int]:
     """Weight-only ids from the parent's: changed nodes are re-decided, and a node's readers
     only when its own status flipped."""
@@ -110,15 +88,13 @@ def node_fingerprint(node: Node, input_fingerprints: list[int], commutative: boo
     """A process-local integer digest of a node and (recursively) what it reads. Like the
     structural hash but with Python's tuple hash instead of blake2b: 64 bits are plenty to
     deduplicate one search's graphs, and it is several times cheaper to compute."""
-    from graphsub.ir.hashing import attrs_key
-
     edges = [(fp, v.index) for v, fp in zip(node.inputs, input_fingerprints)]
     if commutative:
         edges.sort()
     return hash((node.op, attrs_key(node.attrs), node.outputs, tuple(edges)))
 
 
-def node_fingerprints(graph: Graph, commutative: frozenset[str]) -> dict[int, int]:
+def node_fingerprints(graph: GraphView, commutative: frozenset[str]) -> dict[int, int]:
     """Every node's fingerprint: from the parent's where the graph has a delta (only nodes
     downstream of a change are recomputed), else over the topological order."""
     nodes = graph.nodes

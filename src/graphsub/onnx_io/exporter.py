@@ -24,8 +24,9 @@ from graphsub.tensors.symbolic import Dim, dim_text, is_static
 from graphsub.tensors.types import TensorType
 from graphsub.ops import get_op
 from graphsub.onnx_io import external
+from graphsub.ops.contexts import OpExportContext
 from graphsub.ops.opaque import body_names
-from graphsub.runtime.ort import DetachedModel, ModelData, make_model
+from graphsub.runtime.ort_sessions import DetachedModel, ModelData, make_model
 from graphsub.runtime.reference import materialized_weights
 
 #: The opset written for graphs that did not come from an ONNX file.
@@ -33,7 +34,7 @@ DEFAULT_OPSET = 17
 MIN_OPSET, MAX_OPSET = 13, 23
 
 
-class ExportContext:
+class ExportContext(OpExportContext):
     """What an operator's export function writes into: nodes, constants and fresh names."""
 
     def __init__(self, opset: int, detach: bool = False) -> None:

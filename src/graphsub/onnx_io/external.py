@@ -26,7 +26,7 @@ from graphsub.errors import ExportError, ModelLoadError
 from graphsub.ops.control_flow import all_graphs
 from graphsub.onnx_io.files import atomic_file, write_atomic
 from graphsub.progress import step
-from graphsub.runtime.ort import DetachedModel, ModelData, file_mapping
+from graphsub.runtime.ort_sessions import DetachedModel, ModelData, file_mapping
 
 #: Above this many bytes of weights graphsub keeps a model's weights apart from its protobuf
 #: (in sessions and in the file it writes): protobuf's own limit is 2 GiB, and serializing

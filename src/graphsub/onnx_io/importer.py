@@ -31,8 +31,9 @@ from graphsub.onnx_io import bodies, external, sizes
 from graphsub.onnx_io.exporter import MAX_OPSET, MIN_OPSET
 from graphsub.ops import get_op, importer_for
 from graphsub.progress import Tracker, step
+from graphsub.ops.contexts import OpImportContext
 from graphsub.ops.control_flow import captured_names, has_subgraphs
-from graphsub.runtime.ort import ORT_ERRORS, DetachedModel, ModelData, make_model
+from graphsub.runtime.ort_sessions import ORT_ERRORS, DetachedModel, ModelData, make_model
 
 _MISSING = object()
 #: Ops folded whenever all their inputs are constant, whatever their output type.
@@ -241,8 +242,8 @@ def _meaning_changed(original: Any, converted: Any, proto: onnx.ModelProto) -> s
     """How the converted model differs from the original (each an ONNX model as onnxruntime
     takes it; `proto` the original's, for its inputs) on made-up inputs ("" where it does
     not; the reason where either does not run, which is not knowing it is the same)."""
-    from graphsub.runtime.equivalence import SAME_FUNCTION, compare_outputs
-    from graphsub.runtime.ort import make_session, quiet_run
+    from graphsub.verdicts.equivalence import SAME_FUNCTION, compare_outputs
+    from graphsub.runtime.ort_sessions import make_session, quiet_run
 
     rng = np.random.default_rng(0)
     inits = {i.name for i in proto.graph.initializer}
@@ -334,7 +335,7 @@ def _topo_sorted_nodes(g: onnx.GraphProto, known: set[str]) -> list[onnx.NodePro
     return [g.node[i] for i in order]
 
 
-class ImportContext:
+class ImportContext(OpImportContext):
     """What an op importer sees: values by ONNX name, constants, attributes, and `add`."""
 
     def __init__(self, opset: int, domain_opsets: dict[str, int]) -> None:
@@ -521,7 +522,7 @@ def _run_single(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, Te
     """The node run once in onnxruntime on made-up inputs: floats standard-normal, integers
     from 0 to `spread` (1: valid indices into any axis), opaque values of their type."""
     from graphsub.runtime.inputs import random_array
-    from graphsub.runtime.ort import (bfloat16_through_float32, make_session, quiet_run,
+    from graphsub.runtime.ort_sessions import (bfloat16_through_float32, make_session, quiet_run,
                                       with_bfloat16)
 
     model = _single_node_model(node, ctx, in_types)

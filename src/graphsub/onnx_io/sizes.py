@@ -19,20 +19,31 @@ from __future__ import annotations
 import logging
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from graphsub.errors import MissingInputShapeError, ModelLoadError
+from graphsub.ops.contexts import OpImportContext
 from graphsub.tensors.symbolic import (Dim, SymbolRange, dim, equal, floordiv, is_negative,
                                   is_symbolic, parse_dim, size_symbol, symbol_name, symbols_in)
 from graphsub.tensors.onnx_types import opaque_type, value_info
 from graphsub.tensors.types import TensorType
+from graphsub.tensors.values import Value
 
-if TYPE_CHECKING:
-    from graphsub.onnx_io.importer import ImportContext
+
+
+class SizeContext(OpImportContext, Protocol):
+    """What folding sizes reads and writes of the import it works for (graphsub.onnx_io's
+    `ImportContext` is one): besides what an operator's importer uses, the constants known so
+    far (it adds the sizes it folds), the dtypes of size values, where each symbol is read."""
+
+    constants: dict[str, np.ndarray]
+    size_dtypes: dict[str, Any]
+
+    def symbol_source(self, name: str) -> tuple[Value, int]: ...
 
 _log = logging.getLogger(__name__)
 
@@ -268,7 +279,7 @@ _BINARY: dict[str, Callable[[Dim, Dim], Any]] = {
 class SizeFolder:
     """Evaluates the shape computations of one import over size values."""
 
-    def __init__(self, ctx: ImportContext) -> None:
+    def __init__(self, ctx: SizeContext) -> None:
         self.ctx = ctx
         self.values: dict[str, np.ndarray] = {}  # name -> object array of Dim (or bool)
 
@@ -402,7 +413,7 @@ class SizeFolder:
         return x[slice(start, end, step)]
 
 
-def materialize(ctx: ImportContext, values: np.ndarray, dtype: Any) -> Any:
+def materialize(ctx: SizeContext, values: np.ndarray, dtype: Any) -> Any:
     """A `sizes` node computing a size value at run time from the tensors that define its
     symbols."""
     flat = tuple(dim(v) for v in values.reshape(-1))

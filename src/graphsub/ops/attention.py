@@ -26,12 +26,11 @@ from graphsub.ops.base import (AtenBuilder, AtenCall, AtenImportFn, AttrSpec, Ca
                                TorchFn, TorchLowering, Types, aten_importer, broadcasts_to,
                                onnx_importer, register, is_float)
 
+from graphsub.ops.contexts import OpExportContext, OpImportContext
+from graphsub.tensors.values import Value
+
 if TYPE_CHECKING:
     import onnx
-
-    from graphsub.ir.graph import Value
-    from graphsub.onnx_io.exporter import ExportContext
-    from graphsub.onnx_io.importer import ImportContext
 
 
 def _check(attrs: Attrs, ins: Types) -> None:
@@ -96,7 +95,7 @@ def _evaluate(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return ((weights @ v).astype(xs[0].dtype),)
 
 
-def _export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
             types: Types) -> None:
     q = types[0]
     if ctx.opset >= 23:
@@ -120,7 +119,7 @@ def _export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
     _export_primitives(ctx, attrs, ins, outs, types)
 
 
-def _export_primitives(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _export_primitives(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                        types: Types) -> None:
     """Before opset 23: grouped query heads folded into the query rows (query head h of group
     g reads key head h // g, so (Hkv, g * Sq) rows share one key matrix), scores, masks, a
@@ -231,7 +230,7 @@ register(OpDef(
 
 
 @onnx_importer("Attention")
-def _import_attention(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_attention(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     """Attention with 4-D inputs and one output; 3-D inputs (batch, sequence, hidden, heads
     given as attributes), the key/value cache, soft-capping and the other outputs stay an
     opaque node."""

@@ -11,7 +11,7 @@ the same family modules, beside the OpDefs they produce. docs/operators.md says 
 The family modules never import torch: a lowering and an ATen importer reach torch through
 the context the torch backend or the torch.compile frontend hands them (`TorchLowering`,
 `AtenBuilder`), so graphsub without its torch extra still imports every operator, and the
-operator layer stays below the backends that run it.
+operator layer stays below the targets that run it.
 """
 
 from __future__ import annotations
@@ -19,23 +19,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from graphsub.errors import OpAttributeError, ShapeError
 from graphsub.tensors.symbolic import Dim, dim, is_static, is_symbolic, provably_equal
+from graphsub.ops.contexts import OpExportContext, OpImportContext
 from graphsub.tensors.types import Attrs, TensorType
-
-if TYPE_CHECKING:
-    from graphsub.onnx_io.exporter import ExportContext
-    from graphsub.onnx_io.importer import ImportContext
 
 Types = tuple[TensorType, ...]
 Shape = tuple[Dim, ...]
 InferFn = Callable[[Attrs, Types], Types]
 EvalFn = Callable[[Attrs, Sequence[np.ndarray]], tuple[np.ndarray, ...]]
-ExportFn = Callable[["ExportContext", Attrs, list[str], list[str], Types], None]
+ExportFn = Callable[[OpExportContext, Attrs, list[str], list[str], Types], None]
 CountFn = Callable[[Attrs, Types, Types], int]
 CanonFn = Callable[[dict[str, Any], Types], dict[str, Any]]
 
@@ -154,7 +151,7 @@ def _no_algorithm(attrs: Attrs) -> str:
 @dataclass(frozen=True)
 class PostOp:
     """An activation that a library's matrix product applies to its result within the same
-    call (oneDNN's post-ops: backends/torch/fusion.py): the post-op's name, and its algorithm
+    call (oneDNN's post-ops: targets/torch/fusion.py): the post-op's name, and its algorithm
     for the node's attributes (GELU's tanh approximation)."""
 
     name: str
@@ -266,7 +263,7 @@ class OpDef:
 
 _REGISTRY: dict[str, OpDef] = {}
 
-ImportFn = Callable[["ImportContext", Any], Any]
+ImportFn = Callable[[OpImportContext, Any], Any]
 _IMPORTERS: dict[str, ImportFn] = {}
 
 

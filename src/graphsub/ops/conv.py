@@ -18,12 +18,12 @@ from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef,
 from graphsub.ops.elementwise import (ACTIVATION_TRIES, ACTIVATIONS, apply_activation,
                                       emit_with_activation, torch_activation)
 
+from graphsub.ops.contexts import OpExportContext, OpImportContext
+from graphsub.tensors.values import Value
+
 if TYPE_CHECKING:
     import onnx
 
-    from graphsub.ir.graph import Value
-    from graphsub.onnx_io.exporter import ExportContext
-    from graphsub.onnx_io.importer import ImportContext
 
 Pads = tuple[int, int, int, int]  # top, left, bottom, right (ONNX order is t, l, b, r too)
 
@@ -208,7 +208,7 @@ def _conv_flops(attrs: Attrs, ins: Types, outs: Types) -> int:
     return 2 * outs[0].numel * cin_g * kh * kw + (outs[0].numel if len(ins) > 2 else 0)
 
 
-def _conv_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _conv_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                  types: Types) -> None:
     x, w = types[0], types[1]
     onnx_attrs: dict[str, Any] = dict(
@@ -273,7 +273,7 @@ register(OpDef(
 ))
 
 
-def onnx_pads(ctx: ImportContext, node: onnx.NodeProto, spatial: Sequence[Dim],
+def onnx_pads(ctx: OpImportContext, node: onnx.NodeProto, spatial: Sequence[Dim],
               kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]
               ) -> str | Pads | None:
     """Translate ONNX auto_pad/pads to a graphsub padding attribute (None: unsupported)."""
@@ -295,7 +295,7 @@ def onnx_pads(ctx: ImportContext, node: onnx.NodeProto, spatial: Sequence[Dim],
     return pads
 
 
-def onnx_conv_attrs(ctx: ImportContext, node: onnx.NodeProto, x: TensorType, w: TensorType
+def onnx_conv_attrs(ctx: OpImportContext, node: onnx.NodeProto, x: TensorType, w: TensorType
                     ) -> dict[str, Any] | None:
     """An ONNX convolution node's stride, padding and dilation as conv2d's attributes, for
     input and weight types `x`, `w` (None: not a convolution graphsub models: 1-D and 3-D
@@ -311,7 +311,7 @@ def onnx_conv_attrs(ctx: ImportContext, node: onnx.NodeProto, x: TensorType, w: 
 
 
 @onnx_importer("Conv")
-def _import_conv(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_conv(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     ins = ctx.inputs(node)
     attrs = onnx_conv_attrs(ctx, node, ctx.type_of(ins[0]), ctx.type_of(ins[1]))
     return None if attrs is None else ctx.add("conv2d", ins, **attrs)
@@ -358,7 +358,7 @@ def _enlarge_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, .
     return (np.pad(xs[0], ((0, 0), (0, 0), (ph, ph), (pw, pw))),)
 
 
-def _enlarge_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _enlarge_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                     types: Types) -> None:
     ph, pw = _enlarge_pads(attrs, types[0].shape)
     pads = np.array([0, 0, ph, pw, 0, 0, ph, pw], dtype=np.int64)

@@ -16,12 +16,12 @@ from graphsub.ops.base import (ANY_SHAPES, AtenBuilder, AtenCall, AtenImportFn, 
                                Types, aten_importer, broadcast, choice, f32, is_float,
                                onnx_importer, register, same_dtype)
 
+from graphsub.ops.contexts import OpExportContext, OpImportContext
+from graphsub.tensors.values import Value
+
 if TYPE_CHECKING:
     import onnx
 
-    from graphsub.ir.graph import Value
-    from graphsub.onnx_io.exporter import ExportContext
-    from graphsub.onnx_io.importer import ImportContext
 
 ACTIVATIONS = ("none", "relu", "sigmoid", "tanh")
 #: What the rule check tries for a fused activation attribute.
@@ -74,7 +74,7 @@ def _torch_identity(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> 
     return lambda x: (x,)
 
 
-def emit_with_activation(ctx: ExportContext, activation: str, emit_core: Callable[[str], None],
+def emit_with_activation(ctx: OpExportContext, activation: str, emit_core: Callable[[str], None],
                          output: str) -> None:
     """Emit an op whose result goes through a fused activation (a separate ONNX node)."""
     if activation == "none":
@@ -101,7 +101,7 @@ def _gelu(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return ((0.5 * x * (1 + special.erf(x / math.sqrt(2)))).astype(x.dtype),)
 
 
-def _export_gelu(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _export_gelu(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                  types: Types) -> None:
     if ctx.opset >= 20:
         ctx.emit("Gelu", ins, outs, approximate=attrs["approximate"])
@@ -218,7 +218,7 @@ def _optional_float(v: object) -> float | None:
     return None if v is None else f32(v)
 
 
-def _export_clip(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _export_clip(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                  types: Types) -> None:
     dtype = types[0].dtype
     lo = "" if attrs["min"] is None else ctx.const(np.array(attrs["min"], dtype))
@@ -265,7 +265,7 @@ def _dtype_name(v: object) -> str:
     return name
 
 
-def _export_cast(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _export_cast(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                  types: Types) -> None:
     from onnx import helper
 
@@ -363,12 +363,12 @@ _BINARY_IMPORTS = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow"
 
 
 @onnx_importer(*_UNARY_IMPORTS)
-def _import_unary(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
+def _import_unary(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value]:
     return ctx.add(_UNARY_IMPORTS[node.op_type], ctx.inputs(node))
 
 
 @onnx_importer(*_BINARY_IMPORTS)
-def _import_binary(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_binary(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     a, b = ctx.inputs(node)
     ta, tb = ctx.type_of(a), ctx.type_of(b)
     if node.op_type == "Pow" and ta.dtype != tb.dtype and ta.dtype.startswith(
@@ -392,7 +392,7 @@ def _import_binary(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | No
     return ctx.add(_BINARY_IMPORTS[node.op_type], [a, b])
 
 
-def _one_element_weight(ctx: ImportContext, node: onnx.NodeProto, ta: TensorType,
+def _one_element_weight(ctx: OpImportContext, node: onnx.NodeProto, ta: TensorType,
                         tb: TensorType) -> tuple[Value, np.ndarray] | None:
     """(the other operand, the scalar) where one operand of a Mul is a weight of one element
     whose rank the other's does not fall short of: a scalar multiplication however the
@@ -407,7 +407,7 @@ def _one_element_weight(ctx: ImportContext, node: onnx.NodeProto, ta: TensorType
 
 
 @onnx_importer("Sum")
-def _import_sum(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
+def _import_sum(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value]:
     values = ctx.inputs(node)
     acc = values[0]
     for v in values[1:]:
@@ -416,17 +416,17 @@ def _import_sum(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
 
 
 @onnx_importer("Gelu")
-def _import_gelu(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
+def _import_gelu(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value]:
     return ctx.add("gelu", ctx.inputs(node), approximate=ctx.attr(node, "approximate", "none"))
 
 
 @onnx_importer("LeakyRelu")
-def _import_leaky(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
+def _import_leaky(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value]:
     return ctx.add("leaky_relu", ctx.inputs(node), alpha=ctx.attr(node, "alpha", 0.01))
 
 
 @onnx_importer("Dropout")
-def _import_dropout(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_dropout(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     if len(node.output) > 1 and ctx.is_used(node.output[1]):
         return None  # the mask output is not modelled
     ins = ctx.inputs(node)
@@ -435,7 +435,7 @@ def _import_dropout(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | N
 
 
 @onnx_importer("Clip")
-def _import_clip(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_clip(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     bounds: list[float | None] = []
     for i in (1, 2):
         if len(node.input) > i and node.input[i]:
@@ -449,7 +449,7 @@ def _import_clip(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None
 
 
 @onnx_importer("Cast")
-def _import_cast(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_cast(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     """A cast to a type graphsub does not model (strings, float8) stays an opaque node: the
     importer returns None for an element type onnx does not know, and `ctx.add` raises
     OpAttributeError, which the import catches, for one graphsub does not support."""

@@ -17,7 +17,7 @@ keeps it across runs).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -26,8 +26,7 @@ from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AttrSpec, Category, OpDef, TorchFn, TorchLowering, Types, get_op,
                                register)
 
-if TYPE_CHECKING:
-    from graphsub.onnx_io.exporter import ExportContext
+from graphsub.ops.contexts import OpExportContext
 
 Ref = tuple[Any, ...]
 Body = tuple[tuple[tuple[str, Attrs, tuple[Ref, ...]], ...], tuple[Ref, ...]]
@@ -70,7 +69,7 @@ def _evaluate(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return tuple(values)
 
 
-def _export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
             types: Types) -> None:
     """The primitives, written out one ONNX operator each (a standard model)."""
     body: Body = attrs["body"]

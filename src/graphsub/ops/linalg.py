@@ -15,12 +15,12 @@ from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef,
 from graphsub.ops.elementwise import (ACTIVATION_TRIES, ACTIVATIONS, apply_activation,
                                       emit_with_activation, torch_activation)
 
+from graphsub.ops.contexts import OpExportContext, OpImportContext
+from graphsub.tensors.values import Value
+
 if TYPE_CHECKING:
     import onnx
 
-    from graphsub.ir.graph import Value
-    from graphsub.onnx_io.exporter import ExportContext
-    from graphsub.onnx_io.importer import ImportContext
 
 #: What the rule check draws for a product's operands: vectors, matrices, batches, and batches
 #: that broadcast against a matrix or each other; on the right also columns, whose products
@@ -56,7 +56,7 @@ def _flops(attrs: Attrs, ins: Types, outs: Types) -> int:
     return 2 * outs[0].numel * k
 
 
-def _export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
             types: Types) -> None:
     emit_with_activation(ctx, attrs["activation"],
                          lambda out: ctx.emit("MatMul", ins, [out]), outs[0])
@@ -79,7 +79,7 @@ register(OpDef(
 
 
 @onnx_importer("MatMul")
-def _import_matmul(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_matmul(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     a, b = ctx.inputs(node)
     if ctx.type_of(a).dtype != ctx.type_of(b).dtype:
         return None
@@ -87,7 +87,7 @@ def _import_matmul(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | No
 
 
 @onnx_importer("Gemm")
-def _import_gemm(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
+def _import_gemm(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value]:
     """Y = alpha * A' B' + beta * C becomes transpose/matmul/smul/add nodes. Transposes and
     scalings of weights are weight-only, so they fold away again at export."""
     ins = ctx.inputs(node)

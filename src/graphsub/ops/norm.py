@@ -19,12 +19,11 @@ from graphsub.ops.base import (AXIS_TRIES, AtenBuilder, AtenCall, AtenImportFn, 
                                TorchLowering, Types, aten_importer, broadcasts_to, f32, norm_axis,
                                onnx_importer, is_float, register)
 
+from graphsub.ops.contexts import OpExportContext, OpImportContext
+from graphsub.tensors.values import Value
+
 if TYPE_CHECKING:
     import onnx
-
-    from graphsub.ir.graph import Value
-    from graphsub.onnx_io.exporter import ExportContext
-    from graphsub.onnx_io.importer import ImportContext
 
 
 #: A normalization's axis, and its scale and bias where the rule check draws them: vectors.
@@ -76,7 +75,7 @@ def _along_axis(name: str) -> LowerFn:
 
 def _export_along_axis(onnx_type: str) -> ExportFn:
     """The export of an ONNX operator along one axis (`onnx_type`, its `axis` attribute)."""
-    def export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+    def export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                types: Types) -> None:
         ctx.emit(onnx_type, ins, outs, axis=attrs["axis"])
 
@@ -102,7 +101,7 @@ for _name, (_onnx_type, _evaluate, _doc) in _SOFTMAXES.items():
 
 
 @onnx_importer(*(onnx_type for onnx_type, _, _ in _SOFTMAXES.values()))
-def _import_softmax(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
+def _import_softmax(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value]:
     name = {onnx_type: name for name, (onnx_type, _, _) in _SOFTMAXES.items()}[node.op_type]
     return ctx.add(name, ctx.inputs(node), axis=ctx.attr(node, "axis", -1))
 
@@ -114,7 +113,7 @@ def _guarded_softmax(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray
     return (np.where(np.isnan(y), np.zeros((), y.dtype), y),)
 
 
-def _export_guarded_softmax(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _export_guarded_softmax(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                             types: Types) -> None:
     probs, nan = ctx.fresh("softmax"), ctx.fresh("isnan")
     ctx.emit("Softmax", ins, [probs], axis=attrs["axis"])
@@ -172,7 +171,7 @@ def _ln_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return (y.astype(xs[0].dtype),)
 
 
-def _emit_mean(ctx: ExportContext, x: str, axes: list[int]) -> str:
+def _emit_mean(ctx: OpExportContext, x: str, axes: list[int]) -> str:
     """ReduceMean over `axes`, keeping them (axes an input from opset 18)."""
     out = ctx.fresh("mean")
     if ctx.opset >= 18:
@@ -182,7 +181,7 @@ def _emit_mean(ctx: ExportContext, x: str, axes: list[int]) -> str:
     return out
 
 
-def _emit_scaled_by_rms(ctx: ExportContext, attrs: Attrs, x: str, ins: list[str], outs: list[str],
+def _emit_scaled_by_rms(ctx: OpExportContext, attrs: Attrs, x: str, ins: list[str], outs: list[str],
                         types: Types) -> None:
     """x / sqrt(mean(x * x) + eps) * scale (+ shift): the primitives a layer norm (x centred)
     and an RMS norm (x as it is) are written as where the opset lacks their operator."""
@@ -201,7 +200,7 @@ def _emit_scaled_by_rms(ctx: ExportContext, attrs: Attrs, x: str, ins: list[str]
         ctx.emit("Mul", [normed, ins[1]], outs)
 
 
-def _ln_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _ln_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                types: Types) -> None:
     if ctx.opset >= 17:
         ctx.emit("LayerNormalization", ins, outs, axis=attrs["axis"], epsilon=attrs["epsilon"])
@@ -243,7 +242,7 @@ register(OpDef(
 
 
 @onnx_importer("LayerNormalization")
-def _import_layer_norm(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_layer_norm(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     if any(ctx.is_used(o) for o in node.output[1:]):
         return None  # mean / inverse-std outputs are not modelled
     if ctx.attr(node, "stash_type", 1) != 1:
@@ -261,7 +260,7 @@ def _rms_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return (y.astype(xs[0].dtype),)
 
 
-def _rms_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _rms_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                 types: Types) -> None:
     if ctx.opset >= 23:
         ctx.emit("RMSNormalization", ins, outs, axis=attrs["axis"], epsilon=attrs["epsilon"])
@@ -287,7 +286,7 @@ register(OpDef(
 
 
 @onnx_importer("RMSNormalization")
-def _import_rms_norm(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_rms_norm(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     if ctx.attr(node, "stash_type", 1) != 1:
         return None
     return ctx.add("rms_norm", ctx.inputs(node), axis=ctx.attr(node, "axis", -1),
@@ -335,7 +334,7 @@ register(OpDef(
 
 
 @onnx_importer("BatchNormalization")
-def _import_batch_norm(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_batch_norm(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     if ctx.attr(node, "training_mode", 0) or any(ctx.is_used(o) for o in node.output[1:]):
         return None
     return ctx.add("batch_norm", ctx.inputs(node), epsilon=ctx.attr(node, "epsilon", 1e-5))

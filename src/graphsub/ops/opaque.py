@@ -21,10 +21,10 @@ from graphsub.ops.control_flow import defined_names, rename_captures
 from graphsub.ops.base import (AttrSpec, Category, OpDef, TorchFn, TorchLowering, Types, is_float,
                                register)
 
+from graphsub.ops.contexts import OpExportContext
+
 if TYPE_CHECKING:
     import onnx
-
-    from graphsub.onnx_io.exporter import ExportContext
 
 
 def node_proto(node_bytes: bytes) -> onnx.NodeProto:
@@ -62,7 +62,7 @@ def _eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return _evaluator(attrs, xs)
 
 
-def _export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
             types: Types) -> None:
     node = node_proto(attrs["onnx_node"])
     names = [""] * len(node.input)

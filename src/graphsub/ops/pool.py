@@ -18,12 +18,11 @@ from graphsub.ops.conv import (AUTO_PAD, PADDING_TRIES, STRIDE_TRIES, Pads, cano
                                onnx_pads, pad_nchw, padding_attr, resolve_pads,
                                same_over_sizes, symmetric_pads, window_out, windows)
 
+from graphsub.ops.contexts import OpExportContext, OpImportContext
+from graphsub.tensors.values import Value
+
 if TYPE_CHECKING:
     import onnx
-
-    from graphsub.ir.graph import Value
-    from graphsub.onnx_io.exporter import ExportContext
-    from graphsub.onnx_io.importer import ImportContext
 
 
 def _pool_geometry(attrs: Attrs, x: TensorType, op: str
@@ -84,7 +83,7 @@ def _avg_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
 
 
 def _pool_export(onnx_type: str) -> ExportFn:
-    def export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+    def export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                types: Types) -> None:
         extra: dict[str, Any] = {}
         if onnx_type == "AveragePool":
@@ -193,7 +192,7 @@ register(OpDef(
 
 
 @onnx_importer("MaxPool", "AveragePool")
-def _import_pool(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_pool(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     x = ctx.inputs(node)[0]
     x_t = ctx.type_of(x)
     if x_t.rank != 4 or (len(node.output) > 1 and ctx.is_used(node.output[1])):
@@ -221,7 +220,7 @@ def _import_pool(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None
 
 
 @onnx_importer("GlobalAveragePool")
-def _import_gap(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
+def _import_gap(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value]:
     return ctx.add("global_avg_pool", ctx.inputs(node))
 
 

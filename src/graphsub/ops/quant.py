@@ -40,12 +40,12 @@ from graphsub.ops.conv import (conv2d_reference, onnx_conv_attrs, padding_attr, 
                                same_over_sizes, window_out)
 from graphsub.ops.linalg import matmul_shape
 
+from graphsub.ops.contexts import OpExportContext, OpImportContext
+from graphsub.tensors.values import Value
+
 if TYPE_CHECKING:
     import onnx
 
-    from graphsub.ir.graph import Value
-    from graphsub.onnx_io.exporter import ExportContext
-    from graphsub.onnx_io.importer import ImportContext
 
 #: The integer types graphsub quantizes to, with their ranges.
 QUANT_RANGES: dict[str, tuple[int, int]] = {
@@ -133,7 +133,7 @@ def _torch_saturate(t: TorchLowering, values: Any, dtype: str) -> Any:
     return values.clamp(lo, hi).to(t.dtype(dtype))
 
 
-def _import_dtype(ctx: ImportContext, node: onnx.NodeProto, zero_point_position: int
+def _import_dtype(ctx: OpImportContext, node: onnx.NodeProto, zero_point_position: int
                   ) -> str | None:
     """The quantized type a node writes: its zero point's, else opset 21's `output_dtype`,
     else uint8."""
@@ -179,7 +179,7 @@ def _quantize_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, 
     return (_quantize_values(x, _along(xs[1], axis, x.ndim), zero_point, attrs["dtype"]),)
 
 
-def _as_float32(ctx: ExportContext, name: str, t: TensorType) -> str:
+def _as_float32(ctx: OpExportContext, name: str, t: TensorType) -> str:
     """A float16 value cast to float32, for opsets before 19, whose (de)quantization takes
     float32 alone: exact, and onnxruntime computes in float32 anyway."""
     if t.dtype == "float32" or ctx.opset >= 19:
@@ -189,7 +189,7 @@ def _as_float32(ctx: ExportContext, name: str, t: TensorType) -> str:
     return out
 
 
-def _quantize_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _quantize_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                      types: Types) -> None:
     inputs = [_as_float32(ctx, n, t) for n, t in zip(ins[:2], types)] + list(ins[2:])
     if len(inputs) == 2 and attrs["dtype"] != "uint8":  # the type is the zero point's
@@ -224,7 +224,7 @@ register(OpDef(
 
 
 @onnx_importer("QuantizeLinear")
-def _import_quantize(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_quantize(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     if ctx.attr(node, "block_size", 0):
         return None  # blocked quantization: onnxruntime runs it
     dtype = _import_dtype(ctx, node, 2)
@@ -259,7 +259,7 @@ def _dequantize_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray
                        .astype(xs[1].dtype)),)
 
 
-def _dequantize_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _dequantize_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                        types: Types) -> None:
     extra = {"axis": attrs["axis"]} if _per_axis(types[1]) else {}
     scale = _as_float32(ctx, ins[1], types[1])
@@ -296,7 +296,7 @@ register(OpDef(
 
 
 @onnx_importer("DequantizeLinear")
-def _import_dequantize(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_dequantize(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     ins = ctx.inputs(node)
     if ctx.attr(node, "block_size", 0) or ctx.type_of(ins[0]).dtype not in DEQUANT_TYPES \
             or ctx.type_of(ins[1]).dtype not in _SCALE_TYPES:
@@ -351,7 +351,7 @@ register(OpDef(
 
 
 @onnx_importer("DynamicQuantizeLinear")
-def _import_dynamic_quantize(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_dynamic_quantize(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     if not all(node.output):
         return None
     return ctx.add("dynamic_quantize", ctx.inputs(node))
@@ -433,7 +433,7 @@ def _matmul_integer_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Type
 
 
 def _export_slots(onnx_type: str, **fixed: Any) -> ExportFn:
-    def export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+    def export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                types: Types) -> None:
         extra = {k: fn(attrs, types) for k, fn in fixed.items()}
         ctx.emit(onnx_type, _placed(ins, attrs["slots"]), outs,
@@ -456,7 +456,7 @@ register(OpDef(
 
 
 @onnx_importer("MatMulInteger")
-def _import_matmul_integer(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_matmul_integer(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     ins = ctx.inputs(node)
     if ctx.type_of(ins[0]).rank < 2 or ctx.type_of(ins[1]).rank < 2:
         return None
@@ -539,7 +539,7 @@ def _conv_onnx_attrs(attrs: Attrs, types: Types, x_at: int, w_at: int) -> dict[s
     return out
 
 
-def _conv_integer_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _conv_integer_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                          types: Types) -> None:
     ctx.emit("ConvInteger", _placed(ins, attrs["slots"]), outs,
              **_conv_onnx_attrs(attrs, types, 0, 1))
@@ -560,7 +560,7 @@ register(OpDef(
 
 
 @onnx_importer("ConvInteger")
-def _import_conv_integer(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_conv_integer(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     ins = ctx.inputs(node)
     conv = onnx_conv_attrs(ctx, node, ctx.type_of(ins[0]), ctx.type_of(ins[1]))
     if conv is None:
@@ -649,7 +649,7 @@ register(OpDef(
 
 
 @onnx_importer("QLinearMatMul")
-def _import_qlinear_matmul(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_qlinear_matmul(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     ins = ctx.inputs(node)
     if len(ins) != 8 or ctx.type_of(ins[0]).rank < 2 or ctx.type_of(ins[3]).rank < 2:
         return None
@@ -714,7 +714,7 @@ register(OpDef(
 
 
 @onnx_importer("QLinearConv")
-def _import_qlinear_conv(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_qlinear_conv(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     ins = ctx.inputs(node)
     if len(ins) != len(node.input) or len(ins) < 8:
         return None
@@ -826,7 +826,7 @@ def _nbits_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Tor
     return matmul_nbits
 
 
-def _nbits_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _nbits_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                   types: Types) -> None:
     ctx.emit("MatMulNBits", _placed(ins, attrs["slots"]), outs, domain="com.microsoft",
              K=attrs["K"], N=attrs["N"], bits=attrs["bits"], block_size=attrs["block_size"],
@@ -849,7 +849,7 @@ register(OpDef(
 
 
 @onnx_importer("com.microsoft.MatMulNBits")
-def _import_matmul_nbits(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_matmul_nbits(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     slots = _slots(node)
     ins = ctx.inputs(node)
     if 4 in slots or (3 in slots and ctx.type_of(ins[slots.index(3)]).dtype != "uint8"):

@@ -13,12 +13,11 @@ from graphsub.ops.base import (AXES_TRIES, AtenBuilder, AtenCall, AtenImportFn, 
                                Category, ExportFn, LowerFn, OpDef, TorchFn, TorchLowering, Types,
                                aten_importer, ints, is_float, norm_axis, onnx_importer, register)
 
+from graphsub.ops.contexts import OpExportContext, OpImportContext
+from graphsub.tensors.values import Value
+
 if TYPE_CHECKING:
     import onnx
-
-    from graphsub.ir.graph import Value
-    from graphsub.onnx_io.exporter import ExportContext
-    from graphsub.onnx_io.importer import ImportContext
 
 
 def _canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
@@ -39,7 +38,7 @@ def _infer(attrs: Attrs, ins: Types) -> Types:
 
 
 def _export(onnx_type: str, axes_as_input_from: int) -> ExportFn:
-    def export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+    def export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                types: Types) -> None:
         keep = int(attrs["keepdims"])
         if not attrs["axes"]:  # reducing over nothing: the identity
@@ -105,7 +104,7 @@ _IMPORTS = {"ReduceSum": "reduce_sum", "ReduceMean": "reduce_mean", "ReduceMax":
 
 
 @onnx_importer(*_IMPORTS)
-def _import_reduce(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_reduce(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     x = ctx.inputs(node)[0]
     axes: Sequence[int] | None
     if len(node.input) > 1 and node.input[1]:

@@ -26,12 +26,11 @@ from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AttrSpec, Category, OpDef, Role, Shape, TorchFn, TorchLowering,
                                Types, is_float, onnx_importer, register, same_dtype)
 
+from graphsub.ops.contexts import OpExportContext, OpImportContext
+from graphsub.tensors.values import Value
+
 if TYPE_CHECKING:
     import onnx
-
-    from graphsub.ir.graph import Value
-    from graphsub.onnx_io.exporter import ExportContext
-    from graphsub.onnx_io.importer import ImportContext
 
 
 @dataclass(frozen=True)
@@ -158,7 +157,7 @@ def _torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
     return rotate
 
 
-def _export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
             types: Types) -> None:
     h = _heads(attrs, types[0])
     if ctx.opset >= 23:
@@ -170,7 +169,7 @@ def _export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
     _export_primitives(ctx, attrs, h, ins, outs, types[0])
 
 
-def _export_primitives(ctx: ExportContext, attrs: Attrs, h: _Heads, ins: list[str], outs: list[str],
+def _export_primitives(ctx: OpExportContext, attrs: Attrs, h: _Heads, ins: list[str], outs: list[str],
                        x_type: TensorType) -> None:
     """ONNX's definition of RotaryEmbedding in the operators of earlier opsets. The last node
     writes the output; `last(cond)` names it where `cond` says the node is the last."""
@@ -244,7 +243,7 @@ register(OpDef(
 
 
 @onnx_importer("RotaryEmbedding")
-def _import_rotary_embedding(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
+def _import_rotary_embedding(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value]:
     return ctx.add("rotary_embedding", ctx.inputs(node),
                    interleaved=bool(ctx.attr(node, "interleaved", 0)),
                    rotary_embedding_dim=ctx.attr(node, "rotary_embedding_dim", 0),

@@ -4,7 +4,7 @@ slice and pad.
 Size-valued attributes (a reshape's target, a split's sizes, a slice's bounds) are numbers or
 size expressions (graphsub.tensors.symbolic): ONNX shape inputs computed from the model's shapes
 are evaluated at import into expressions, and written back as computations of the shapes
-(`ExportContext.sizes`), so a model with a dynamic batch keeps it."""
+(`OpExportContext.sizes`), so a model with a dynamic batch keeps it."""
 
 from __future__ import annotations
 
@@ -24,13 +24,12 @@ from graphsub.ops.base import (AXES_TRIES, AXIS_TRIES, AtenBuilder, AtenCall, At
 from graphsub.tensors.symbolic import (Dim, at_most, ceildiv, floordiv, is_negative,
                                   is_symbolic, product)
 
+from graphsub.ops.contexts import OpExportContext, OpImportContext
+from graphsub.tensors.values import Value
+
 if TYPE_CHECKING:
     import onnx
     import sympy
-
-    from graphsub.ir.graph import Value
-    from graphsub.onnx_io.exporter import ExportContext
-    from graphsub.onnx_io.importer import ImportContext
 
 
 def _torch_reshape(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
@@ -94,7 +93,7 @@ def _split_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...
     return tuple(np.split(xs[0], cuts, axis=attrs["axis"]))
 
 
-def _split_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _split_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                   types: Types) -> None:
     ctx.emit("Split", [ins[0], ctx.sizes(attrs["sizes"])], outs, axis=attrs["axis"])
 
@@ -127,12 +126,12 @@ register(OpDef(
 
 
 @onnx_importer("Concat")
-def _import_concat(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
+def _import_concat(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value]:
     return ctx.add("concat", ctx.inputs(node), axis=ctx.attr(node, "axis"))
 
 
 @onnx_importer("Split")
-def _import_split(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_split(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     x = ctx.inputs(node)[0]
     t = ctx.type_of(x)
     axis = norm_axis(ctx.attr(node, "axis", 0), t.rank, "Split")
@@ -189,7 +188,7 @@ register(OpDef(
 
 
 @onnx_importer("Transpose")
-def _import_transpose(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
+def _import_transpose(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value]:
     x = ctx.inputs(node)[0]
     rank = ctx.type_of(x).rank
     perm = ctx.attr(node, "perm", tuple(reversed(range(rank))))
@@ -205,7 +204,7 @@ def _reshape_infer(attrs: Attrs, ins: Types) -> Types:
     return (TensorType(shape, x.dtype),)
 
 
-def _export_reshape(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _export_reshape(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                     types: Types) -> None:
     ctx.emit("Reshape", [ins[0], ctx.reshape_target(types[0].shape, attrs["shape"])], outs)
 
@@ -241,7 +240,7 @@ def resolve_reshape(src: tuple[Dim, ...], target: Sequence[Dim], allowzero: bool
 
 
 @onnx_importer("Reshape")
-def _import_reshape(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_reshape(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     x = ctx.inputs(node)[0]
     target = ctx.sizes_of(node.input[1])
     if target is None:
@@ -278,7 +277,7 @@ register(OpDef(
 
 
 @onnx_importer("Flatten")
-def _import_flatten(ctx: ImportContext, node: onnx.NodeProto) -> list[Value]:
+def _import_flatten(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value]:
     return ctx.add("flatten", ctx.inputs(node), axis=ctx.attr(node, "axis", 1))
 
 
@@ -301,7 +300,7 @@ def _squeeze_infer(attrs: Attrs, ins: Types) -> Types:
 
 
 def _axes_export(onnx_type: str) -> ExportFn:
-    def export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+    def export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                types: Types) -> None:
         ctx.emit(onnx_type, [ins[0], ctx.const(np.array(attrs["axes"], dtype=np.int64))], outs)
 
@@ -377,7 +376,7 @@ register(OpDef(
 
 
 @onnx_importer("Expand")
-def _import_expand(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_expand(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     """Expand with a shape known at import (numbers or size expressions); its output is the
     broadcast of the input's shape and the given one, as ONNX defines it."""
     x = ctx.inputs(node)[0]
@@ -390,7 +389,7 @@ def _import_expand(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | No
     return ctx.add("expand", [x], shape=shape)
 
 
-def _axes_input(ctx: ImportContext, node: onnx.NodeProto, attr_name: str = "axes"
+def _axes_input(ctx: OpImportContext, node: onnx.NodeProto, attr_name: str = "axes"
                 ) -> list[int] | None | bool:
     """Axes given as the second input (opset 13+) or as an attribute (older). False when the
     input is computed at run time (unsupported)."""
@@ -402,7 +401,7 @@ def _axes_input(ctx: ImportContext, node: onnx.NodeProto, attr_name: str = "axes
 
 
 @onnx_importer("Squeeze")
-def _import_squeeze(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_squeeze(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     axes = _axes_input(ctx, node)
     if axes is False:
         return None
@@ -425,7 +424,7 @@ def _import_squeeze(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | N
 
 
 @onnx_importer("Unsqueeze")
-def _import_unsqueeze(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_unsqueeze(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     axes = _axes_input(ctx, node)
     if axes is False or axes is None:
         return None
@@ -525,7 +524,7 @@ def _from_the_end(bound: Dim, n: Dim) -> Dim:
     return int(offset) if offset.is_Integer and offset < 0 else bound
 
 
-def _slice_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _slice_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                   types: Types) -> None:
     shape = types[0].shape
     # An end of -1 with a negative step means "through index 0"; ONNX reads -1 as the last
@@ -579,7 +578,7 @@ register(OpDef(
 
 
 @onnx_importer("Slice")
-def _import_slice(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_slice(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     consts: list[Any] = []
     for i in range(1, 5):
         if len(node.input) > i and node.input[i]:
@@ -625,7 +624,7 @@ def _pad_eval(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     return (np.pad(x, width, mode="reflect" if attrs["mode"] == "reflect" else "edge"),)
 
 
-def _pad_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _pad_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                 types: Types) -> None:
     pads = ctx.const(np.array(attrs["pads"], dtype=np.int64))
     inputs = [ins[0], pads]
@@ -672,7 +671,7 @@ register(OpDef(
 
 
 @onnx_importer("Pad")
-def _import_pad(ctx: ImportContext, node: onnx.NodeProto) -> list[Value] | None:
+def _import_pad(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | None:
     x = ctx.inputs(node)[0]
     rank = ctx.type_of(x).rank
     given = ctx.constant(node.input[1]) if len(node.input) > 1 else None

@@ -7,7 +7,7 @@ Its inputs are the tensors whose dimensions define its symbols, which is what it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -17,11 +17,9 @@ from graphsub.tensors.symbolic import bind_all, evaluate_size, is_static
 from graphsub.ops.base import (AttrSpec, Category, OpDef, TorchFn, TorchLowering, Types, ints,
                                register, size_dims)
 
-if TYPE_CHECKING:
-    from graphsub.onnx_io.exporter import ExportContext
+from graphsub.ops.contexts import OpExportContext
 
-
-def _no_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _no_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                types: Types) -> None:
     raise AssertionError("inputs and weights are written by the exporter itself")
 
@@ -92,7 +90,7 @@ def _sizes_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Tor
     return sizes
 
 
-def _sizes_export(ctx: ExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+def _sizes_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
                   types: Types) -> None:
     ctx.emit_sizes(attrs["values"], attrs["shape"], attrs["dtype"], outs[0])
 

@@ -5,14 +5,16 @@ budget (graphsub.budget).
 | stage | module | takes | makes |
 |---|---|---|---|
 | probe | `probe_stage` | | the context where the original runs (sizes, input values) |
-| peers | `export_stages` | | other tools' optimizers' outputs (onnxruntime, onnxscript, onnxslim) |
-| search | `search_stages` | peers | `Found`: the search's candidates (optionally in MetaFlow's split) |
-| fission | `search_stages` | found | found, with fission and Korch's orchestration of its best |
+| peers | `peers_stage` | | other tools' optimizers' outputs (onnxruntime, onnxscript, onnxslim) |
+| search | `search_stage` | peers | `Found`: the search's candidates (optionally in MetaFlow's split) |
+| fission | `fission_stage` | found | found, with fission and Korch's orchestration of its best |
 | export | `export_stages` | found, peers | the candidates written as ONNX |
 | ort-fusions | `export_stages` | found, exported | those and onnxruntime's fused operators |
 | measure | `measure_stages` | exported | the `Selection`: candidates timed on the target |
 | verify | `measure_stages` | exported, selection | `Verified`: the model to write, checked |
 | report | `report_stage` | found, exported, verified | the OptimizeReport |
+
+What they hand each other (`Exported`, `Found`) is in `values`.
 
 `optimize_model` runs them through `optimize_stages` (graphsub.pipeline.model), `optimize`
 the search alone, the torch.compile backend the search and fission of each captured part and
@@ -21,15 +23,18 @@ its own race (graphsub.frontends), the fuzzer each stage it checks; all through 
 
 from __future__ import annotations
 
-from graphsub.pipeline.export_stages import EXPORT, ORT_FUSIONS, PEERS, Exported
+from graphsub.pipeline.export_stages import EXPORT, ORT_FUSIONS
+from graphsub.pipeline.fission_stage import FISSION
 from graphsub.pipeline.measure_stages import MEASURE, VERIFY, VerificationError, Verified
 from graphsub.pipeline.model import ModelOutcome, optimize_stages
 from graphsub.pipeline.objective import Objective
 from graphsub.pipeline.probe_stage import PROBE
 from graphsub.pipeline.report_stage import REPORT
 from graphsub.pipeline.run import RunContext, Stage, load_rule_files, run_stage, start_run
-from graphsub.pipeline.search_stages import FISSION, SEARCH, Found, ProgressRecorder
+from graphsub.pipeline.peers_stage import PEERS
+from graphsub.pipeline.search_stage import SEARCH, ProgressRecorder
 from graphsub.pipeline.settings import Settings, parse_option
+from graphsub.pipeline.values import Exported, Found
 
 __all__ = ["EXPORT", "Exported", "FISSION", "Found", "MEASURE", "ModelOutcome", "ORT_FUSIONS",
            "Objective", "PEERS", "PROBE", "ProgressRecorder", "REPORT", "RunContext", "SEARCH",

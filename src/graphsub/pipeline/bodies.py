@@ -31,10 +31,10 @@ from graphsub.onnx_io.bodies import (Placeholders, bodies, body_reads, formal_ty
                                      standalone_model)
 from graphsub.ops.control_flow import captured_names, subgraphs
 from graphsub.ops.opaque import body_names, node_proto
-from graphsub.runtime.bindings import check_bindings
-from graphsub.runtime.equivalence import SAME_FUNCTION, compare_runners, value_dtypes
+from graphsub.runtime.check_sizes import check_bindings
+from graphsub.verdicts.equivalence import SAME_FUNCTION, compare_runners, value_dtypes
 from graphsub.runtime.inputs import graph_input_specs
-from graphsub.runtime.ort import ORT_ERRORS, make_session, quiet_run
+from graphsub.runtime.ort_sessions import ORT_ERRORS, make_session, quiet_run
 
 #: Bodies smaller than this are not searched (nothing to rewrite in one or two operators).
 MIN_BODY_NODES = 3

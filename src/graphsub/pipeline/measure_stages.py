@@ -15,15 +15,16 @@ from graphsub.budget import RUN_ALWAYS_BYTES, StageClock
 from graphsub.errors import GraphsubError
 from graphsub.ir.binding import bind_graph
 from graphsub.ir.graph import Graph
-from graphsub.pipeline.export_stages import Exported, written
+from graphsub.pipeline.export_stages import written
 from graphsub.pipeline.run import RunContext, Stage
+from graphsub.pipeline.values import Exported
 from graphsub.progress import step
-from graphsub.runtime.bindings import ProfileShape, check_bindings
-from graphsub.runtime.equivalence import (SAME_FUNCTION, Comparison, Tolerance,
+from graphsub.runtime.check_sizes import ProfileShape, check_bindings
+from graphsub.verdicts.equivalence import (SAME_FUNCTION, Comparison, Tolerance,
                                           compare_models, compare_runners, value_dtypes)
 from graphsub.runtime.inputs import InputSpec, graph_input_specs, random_feeds
-from graphsub.runtime.ort import ModelData
-from graphsub.runtime.speedup import Decision, describe, sequential
+from graphsub.runtime.ort_sessions import ModelData
+from graphsub.verdicts.speedup import Decision, describe, sequential
 from graphsub.runtime.timing import Runnable
 from graphsub.search.result import Candidate
 from graphsub.selection import (Selection, measure_and_choose, run_original, time_once,
@@ -61,7 +62,7 @@ def measure(context: RunContext, clock: StageClock, exported: Sequence[Exported]
     main = shapes[0].values if shapes else {}
     first = clock if len(shapes) < 2 else StageClock(
         clock.name, clock.start, time.perf_counter() + MAIN_SHAPE_SHARE * clock.remaining())
-    candidates = [(_bound(c, main), data) for c, data in exported]
+    candidates = [(_bound(e.candidate, main), e.model) for e in exported]
     graph = context.graph
     if not candidates:
         _original_runs(context, main)
@@ -88,7 +89,7 @@ def measure(context: RunContext, clock: StageClock, exported: Sequence[Exported]
                 if not _not_slower_at(context, exported, selection, shape, until):
                     break
     # what the report calls predicted is latency, whatever the search minimized
-    for report, (candidate, _) in zip(selection.candidates, exported):
+    for report, (candidate, *_) in zip(selection.candidates, exported):
         report.predicted_ms = context.time_model.graph_cost(candidate.graph) * 1e3
     context.notes.extend(selection.notes)
     return selection
@@ -130,7 +131,7 @@ def _not_slower_at(context: RunContext, exported: Sequence[Exported], selection:
     False (and the original kept, with a note) where it is decided slower there."""
     assert selection.chosen is not None
     binding = shape.values
-    candidate, data = exported[selection.chosen]
+    candidate, data = exported[selection.chosen].candidate, exported[selection.chosen].model
     feeds = random_feeds(graph_input_specs(context.graph, binding))
     context.say(f"timing the chosen candidate against the original at {shape}")
     original = context.target.prepare(bind_graph(context.graph, binding),
@@ -181,7 +182,7 @@ def verify(context: RunContext, clock: StageClock, exported: Sequence[Exported],
     """The chosen candidate checked against the original: in onnxruntime on the bytes to be
     written, then, unless the target is that reference runtime, on the target itself. A
     model with symbolic sizes is checked at every shape of its profile and at the bindings
-    that find size-dependent mistakes (runtime.bindings.check_bindings: the smallest, each
+    that find size-dependent mistakes (runtime.check_sizes.check_bindings: the smallest, each
     largest, odd sizes). The tolerance is float32's, or that of the half precision the model
     computes in. A mismatch (here, or already in the measuring's first runs) is a bug of
     graphsub's, reported loudly (a warning, the report's notes and `Verified.failure`); the
@@ -196,10 +197,10 @@ def verify(context: RunContext, clock: StageClock, exported: Sequence[Exported],
     verified_at: list[dict[str, int]] = []
     if selection.mismatch is not None:  # the measurement already saw it compute otherwise
         index, comparison = selection.mismatch
-        chosen, data = exported[index][0], None
+        chosen, data = exported[index].candidate, None
     else:
         assert selection.chosen is not None and selection.runnable is not None
-        chosen, data = exported[selection.chosen][0], written(context, exported,
+        chosen, data = exported[selection.chosen].candidate, written(context, exported,
                                                               selection.chosen)
         if data is None:  # it cannot be written as ONNX: the original stays (a note says why)
             selection.runnable.close()
@@ -254,12 +255,12 @@ def check_equivalence(a: ModelData, b: ModelData, bindings: Sequence[Sequence[In
                       threads: int, tolerance: Tolerance = SAME_FUNCTION
                       ) -> tuple[Comparison, list[int]]:
     """Whether model b computes what model a computes, in onnxruntime on random inputs of
-    each binding's input types in turn (runtime.equivalence.SAME_FUNCTION, or that for the
+    each binding's input types in turn (verdicts.equivalence.SAME_FUNCTION, or that for the
     model's precision): the first comparison that fails, else the last; and the bindings
     compared. A binding where the original itself fails to run is not one the model is
     defined at (a recognizer at another height than 48): it is passed over; one where only b
     fails is a failed comparison. One session of each serves every binding."""
-    from graphsub.runtime.ort import make_session, run
+    from graphsub.runtime.ort_sessions import make_session, run
 
     first, second = make_session(a, threads), make_session(b, threads)
     compared: list[int] = []
@@ -289,8 +290,8 @@ def check_equivalence_on_target(original: ModelData, runnable: Runnable,
                                 specs: Sequence[InputSpec], threads: int,
                                 tolerance: Tolerance = SAME_FUNCTION) -> Comparison:
     """Whether the chosen graph, as the target runs it, computes what the original model
-    computes in onnxruntime (runtime.equivalence.SAME_FUNCTION, or that for its precision)."""
-    from graphsub.runtime.ort import make_session, run
+    computes in onnxruntime (verdicts.equivalence.SAME_FUNCTION, or that for its precision)."""
+    from graphsub.runtime.ort_sessions import make_session, run
 
     session = make_session(original, threads)
     return compare_runners(lambda feeds: run(session, feeds), runnable.run, specs,
@@ -299,7 +300,7 @@ def check_equivalence_on_target(original: ModelData, runnable: Runnable,
 
 def _reference_runs(model: ModelData, threads: int) -> bool:
     """Whether onnxruntime can build a session for the model (it has kernels for it)."""
-    from graphsub.runtime.ort import make_session
+    from graphsub.runtime.ort_sessions import make_session
 
     try:
         make_session(model, threads)

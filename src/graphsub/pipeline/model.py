@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphsub.pipeline.export_stages import EXPORT, ORT_FUSIONS, PEERS
+from graphsub.pipeline.export_stages import EXPORT, ORT_FUSIONS
+from graphsub.pipeline.fission_stage import FISSION
 from graphsub.pipeline.measure_stages import MEASURE, VERIFY
 from graphsub.pipeline.probe_stage import PROBE
 from graphsub.pipeline.report_stage import REPORT
 from graphsub.pipeline.run import RunContext, run_stage
-from graphsub.pipeline.search_stages import FISSION, SEARCH
+from graphsub.pipeline.peers_stage import PEERS
+from graphsub.pipeline.search_stage import SEARCH
 from graphsub.report.optimize import OptimizeReport
-from graphsub.runtime.ort import ModelData
+from graphsub.runtime.ort_sessions import ModelData
 
 
 @dataclass(frozen=True)

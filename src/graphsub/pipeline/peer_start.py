@@ -1,10 +1,10 @@
 """The peers' outputs as graphs the search can continue from.
 
-A peer (graphsub.backends.peers) is a candidate as it stands; but what onnxsim or onnxslim
+A peer (graphsub.targets.peers) is a candidate as it stands; but what onnxsim or onnxslim
 folded and what graphsub's rules rewrite are often different parts of one model, and a
 candidate made of both beats either. So the search stage imports the peers' outputs, prices
 them with the run's cost model, and continues the search from the one priced cheapest, in
-a share of its time (search_stages.PEER_SEARCH_SHARE); the candidates found that way say which
+a share of its time (search_stage.PEER_SEARCH_SHARE); the candidates found that way say which
 peer they were built on (their trace starts with its step).
 """
 
@@ -19,14 +19,14 @@ from graphsub.cost import CostModel
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.pipeline.run import RunContext
-from graphsub.runtime.ort import DetachedModel
+from graphsub.pipeline.values import Exported
+from graphsub.runtime.ort_sessions import DetachedModel
 from graphsub.search.result import Step, StepKind
 from graphsub.tensors.types import TensorType
 
 if TYPE_CHECKING:
     import onnx
 
-    from graphsub.pipeline.export_stages import Exported
 
 #: What the import of the user's model learnt that holds for any graph of the same function
 #: with the same inputs: the values given to inputs, how the inputs were declared.
@@ -56,8 +56,9 @@ def peer_start(context: RunContext, peers: Sequence[Exported], cost_model: CostM
     inputs and outputs is passed over, with a note."""
     import onnx
 
-    outputs = [(candidate.trace[0], onnx.load_from_string(bytes(data)))
-               for candidate, data in peers
+    outputs = [(candidate.trace[0], parsed if parsed is not None
+                else onnx.load_from_string(bytes(data)))
+               for candidate, data, parsed in peers
                if len(candidate.trace) == 1 and candidate.trace[0].kind is StepKind.PEER
                and data is not None and not isinstance(data, DetachedModel)]
     best: PeerStart | None = None

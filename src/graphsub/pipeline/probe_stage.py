@@ -12,7 +12,7 @@ import numpy as np
 from graphsub.budget import StageClock
 from graphsub.errors import GraphsubError
 from graphsub.pipeline.run import RunContext, Stage
-from graphsub.runtime.bindings import ProfileShape
+from graphsub.runtime.check_sizes import ProfileShape
 from graphsub.runtime.probe import fixed_declaration_error, probe
 
 #: The most seconds the probe takes, and its share of a shorter time limit.

@@ -11,14 +11,13 @@ from typing import Any, overload
 
 from graphsub.budget import StageClock
 from graphsub.ir.graph import Graph
-from graphsub.pipeline.export_stages import Exported
 from graphsub.pipeline.measure_stages import Verified
 from graphsub.pipeline.run import RunContext, Stage
-from graphsub.pipeline.search_stages import Found
+from graphsub.pipeline.values import Exported, Found
 from graphsub.report.evidence import op_times, rewrite_evidence
 from graphsub.report.optimize import OptimizeReport, verdict, versions
 from graphsub.report.summary import operator_count
-from graphsub.runtime.bindings import default_profile
+from graphsub.runtime.check_sizes import default_profile
 from graphsub.search.result import Candidate, StepKind
 from graphsub.selection import Selection
 
@@ -134,7 +133,7 @@ def _evidence(rep: OptimizeReport, context: RunContext, exported: Sequence[Expor
             rep.op_times = {"unit": unit, "candidate": None, "candidate_index": index,
                             "original": _in_ms(op_times(context.graph, time_model))}
             if index is not None:
-                candidate = exported[index][0]
+                candidate = exported[index].candidate
                 rep.op_times["candidate"] = _in_ms(op_times(candidate.graph, time_model))
                 rep.rewrites = rewrite_evidence(context.graph, candidate, context.rules, index)
     except Exception as exc:  # noqa: BLE001 (the report's figures never end a run)

@@ -21,15 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from graphsub.backends import Target, automatic_target, get_target
+from graphsub.targets import Target, automatic_target, get_target
 from graphsub.budget import Budget, StageClock, writing_seconds
 from graphsub.cost import CostModel, make_cost_model
 from graphsub.fission import stage as fission_stage
 from graphsub.ir.graph import Graph
 from graphsub.pipeline.settings import Settings
 from graphsub.rules import Rule, builtin_rules, load_rules
-from graphsub.runtime.ort import ModelData
-from graphsub.runtime.bindings import ProfileShape, complete_profile
+from graphsub.runtime.ort_sessions import ModelData
+from graphsub.runtime.check_sizes import ProfileShape, complete_profile
 from graphsub.search.result import ProgressFn
 
 #: Weights above this many bytes make a run large (RunContext.large).
@@ -48,7 +48,7 @@ class RunContext:
     graph: Graph
     rules: tuple[Rule, ...]
     #: The latency model: what the search prices with (or weighs, under another objective:
-    #: search_stages.Found.cost_model) and what reports show as predicted ms.
+    #: search_stage.Found.cost_model) and what reports show as predicted ms.
     time_model: CostModel
     #: The user's model as given (None: graphsub writes the graph itself).
     original: ModelData | None = None

@@ -10,7 +10,7 @@ work with a one-line message naming what is accepted.
 
 `make` sorts keywords into the settings below, the chosen algorithm's own options (its
 frozen dataclass: `BacktrackingOptions`, `MctsOptions`, ...; graphsub.search.registry) and
-the target's (torch-cuda's `cuda_graphs`: graphsub.backends' registry); `parse_option` and
+the target's (torch-cuda's `cuda_graphs`: graphsub.targets' registry); `parse_option` and
 `parse_target_option` parse "name=value" text (the command line's `--option` and
 `--target-option`) into the type the algorithm or the target declares. The checks of an
 algorithm's or a target's own options live with their declarations, not here.
@@ -25,13 +25,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphsub.backends import (Capabilities, Target, capabilities, default_target_name,
+from graphsub.targets import (Capabilities, Target, capabilities, default_target_name,
                                target_names)
-from graphsub.backends import ort_fusions as ort_fusions_module
+from graphsub.targets import ort_fusions as ort_fusions_module
 from graphsub.cost import CostModel
 from graphsub.errors import GraphsubError
 from graphsub.pipeline.objective import Objective
-from graphsub.runtime.bindings import ProfileShape, parse_profile
+from graphsub.runtime.check_sizes import ProfileShape, parse_profile
 from graphsub.search import ALGORITHMS
 from graphsub.search.registry import convert, is_a, type_name
 
@@ -78,7 +78,7 @@ class Settings:
     fission: bool = True
     ort_fusions: bool = False
     #: Whether the optimizers a user would otherwise run (onnxruntime's, onnxscript's,
-    #: onnxslim: graphsub.backends.peers) make candidates too, on targets that run ONNX.
+    #: onnxslim: graphsub.targets.peers) make candidates too, on targets that run ONNX.
     peers: bool = True
     #: Whether the written model keeps its weights in a data file beside it (None: where the
     #: input did, or where they are too large for one protobuf: onnx_io.external).
@@ -86,8 +86,8 @@ class Settings:
     #: Whether the report gets what its HTML page draws (rewrites replayed, operator times).
     evidence: bool = True
     #: The bindings of a model's size symbols that costs are measured at, with weights
-    #: (runtime.bindings.ProfileShape, or "batch=1,seq=128[:weight]" text); empty: the
-    #: default profile (runtime.bindings.default_profile) for a model with symbolic sizes.
+    #: (runtime.check_sizes.ProfileShape, or "batch=1,seq=128[:weight]" text); empty: the
+    #: default profile (runtime.check_sizes.default_profile) for a model with symbolic sizes.
     shape_profile: tuple[Any, ...] = ()
     search_options: Any = field(init=False, repr=False, compare=False)
 

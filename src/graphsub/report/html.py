@@ -19,7 +19,7 @@ from typing import Any
 from graphsub.report import plots
 from graphsub.report.evidence import TESTED
 from graphsub.report.words import stopped
-from graphsub.runtime.speedup import describe
+from graphsub.verdicts.speedup import describe
 
 #: Rewrite drawings per rule at most, and in all: past these, the page says how many more.
 DRAWINGS_PER_RULE, DRAWINGS_TOTAL = 4, 40

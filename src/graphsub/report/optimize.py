@@ -7,14 +7,25 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from graphsub.report.files import json_ready, save_report, upgrade
 from graphsub.report.words import predicted, stopped
-from graphsub.runtime.speedup import MIN_GAIN, describe, describe_contention
+from graphsub.verdicts.speedup import MIN_GAIN, describe, describe_contention
 
-if TYPE_CHECKING:
-    from graphsub.selection import Selection
+
+class MeasuringOutcome(Protocol):
+    """What the verdict reads of how measuring ended (graphsub.selection's `Selection` is
+    one): the outcome's name, the best screening ratio, one run of the original."""
+
+    @property
+    def outcome(self) -> str: ...
+
+    @property
+    def screen_ratio(self) -> float | None: ...
+
+    @property
+    def original_run_s(self) -> float: ...
 
 
 @dataclass
@@ -28,7 +39,7 @@ class CandidateReport:
     #: used (the worst element's share of the tolerance), ok.
     check: list[dict[str, Any]] = field(default_factory=list)
     #: Its speedup over the original in the screening, decided like a confirmation (one
-    #: look): runtime.speedup.HeadToHead.as_dict(), the median round's speedup, its interval.
+    #: look): verdicts.speedup.HeadToHead.as_dict(), the median round's speedup, its interval.
     screening: dict[str, Any] = field(default_factory=dict)
 
 
@@ -59,7 +70,7 @@ class OptimizeReport:
     #: Operators run at inference (report.summary.operator_count), before and after.
     nodes_before: int = 0
     nodes_after: int = 0
-    #: What measuring decided (runtime.speedup's decisions, graphsub.selection):
+    #: What measuring decided (verdicts.speedup's decisions, graphsub.selection):
     #: faster: a candidate's head-to-head interval cleared MIN_GAIN, and it is written;
     #: no-cheaper-graph: the search found nothing predicted cheaper;
     #: not-faster: no candidate's screening interval reached MIN_GAIN;
@@ -155,7 +166,8 @@ def versions() -> dict[str, str]:
     return out
 
 
-def verdict(report: OptimizeReport, selection: Selection, interrupted: bool = False) -> str:
+def verdict(report: OptimizeReport, selection: MeasuringOutcome, interrupted: bool = False
+            ) -> str:
     """What happened, in words a user can act on, with the figures behind it: every ratio
     with its interval."""
     search = report.search
@@ -175,7 +187,8 @@ def verdict(report: OptimizeReport, selection: Selection, interrupted: bool = Fa
     if outcome == "not-faster":
         screened = [cand.screening for cand in report.candidates if cand.screening]
         fastest = (describe(max(screened, key=lambda s: s["speedup"])) if screened
-                   else f"{selection.screen_ratio:.3f}x")
+                   else f"{selection.screen_ratio:.3f}x" if selection.screen_ratio is not None
+                   else "none was timed")
         return (prefix + f"The search found {len(report.candidates)} candidate(s), the "
                 f"cheapest {cheapest}, but none ran {MIN_GAIN:.0%} faster than the original "
                 f"on {target} (the fastest: {fastest}); the original model is kept.")

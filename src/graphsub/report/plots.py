@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from graphsub.runtime.speedup import describe
+from graphsub.verdicts.speedup import describe
 
 #: Operator types drawn by name in the time breakdown; the rest are summed as "other".
 TOP_OPS = 12

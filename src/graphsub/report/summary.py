@@ -10,7 +10,7 @@ from graphsub.ir.binding import bind_graph
 from graphsub.ir.graph import Graph
 from graphsub.tensors.symbolic import is_symbolic
 from graphsub.ops import get_op
-from graphsub.runtime.bindings import default_profile
+from graphsub.runtime.check_sizes import default_profile
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def summarize(graph: Graph) -> GraphSummary:
 
 def _at_profile(graph: Graph) -> dict[str, Any]:
     """For a graph with symbolic sizes: the symbols' ranges, and its FLOPs and bytes moved at
-    the default profile (runtime.bindings.default_profile)."""
+    the default profile (runtime.check_sizes.default_profile)."""
     symbols = graph.meta.get("symbols") or {}
     if not symbols:
         return {}

@@ -45,7 +45,7 @@ from graphsub.rules.ast import (AVar, Call, Expr, ListExpr, Lit, OpTerm, Rule, T
 from graphsub.rules.expr import Env, try_evaluate
 from graphsub.rules.matcher import SAME_SHAPES, find_matches
 from graphsub.rules.parser import print_rule
-from graphsub.runtime.equivalence import diff_arrays
+from graphsub.verdicts.equivalence import diff_arrays
 from graphsub.runtime.reference import evaluate
 
 

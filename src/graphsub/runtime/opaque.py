@@ -12,7 +12,7 @@ from onnx import helper
 from graphsub.tensors.onnx_types import array_type, value_info
 from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops import opaque
-from graphsub.runtime.ort import (bfloat16_through_float32, make_model, make_session,
+from graphsub.runtime.ort_sessions import (bfloat16_through_float32, make_model, make_session,
                                   with_bfloat16)
 
 

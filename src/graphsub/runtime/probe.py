@@ -26,7 +26,7 @@ from onnx import numpy_helper
 from graphsub.ir.graph import Graph
 from graphsub.ops.control_flow import all_graphs
 from graphsub.runtime.inputs import graph_input_specs, random_feeds
-from graphsub.runtime.ort import DetachedModel, ModelData, make_session, quiet_run
+from graphsub.runtime.ort_sessions import DetachedModel, ModelData, make_session, quiet_run
 from graphsub.tensors.symbolic import SymbolRange
 
 #: Sizes an open dimension is tried at where the default fails, in order: the sizes text

@@ -5,7 +5,7 @@ process, interleaved round by round, and summarized by medians, so that drift on
 machine (or a GPU's clock changes) hits all of them alike. A target supplies `Runnable`s
 (and times them with `timed_calls` on a CPU, `event_timed_calls` on a device); this module
 decides the order and keeps the books. Whether one of two models is faster, and how sure
-that is, is `runtime.speedup`'s.
+that is, is `verdicts.speedup`'s.
 """
 
 from __future__ import annotations

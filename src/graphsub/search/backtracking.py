@@ -21,7 +21,7 @@ from graphsub.cost.base import CostModel
 from graphsub.ir.graph import Graph, Value
 from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import Rule
-from graphsub.rules.incremental import IncrementalMatcher
+from graphsub.rules.rematching import IncrementalMatcher
 from graphsub.rules.matcher import Match
 from graphsub.search.pricing import price_rewrite
 from graphsub.search.registry import Limits, option, register

@@ -31,7 +31,7 @@ from graphsub.cost.base import CostModel
 from graphsub.ir.graph import Graph, Value
 from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import Rule
-from graphsub.rules.incremental import IncrementalMatcher
+from graphsub.rules.rematching import IncrementalMatcher
 from graphsub.rules.matcher import Match, find_matches
 from graphsub.search.registry import Limits, option, register
 from graphsub.search.result import OptimizeResult, Step

@@ -22,7 +22,7 @@ from dataclasses import replace
 from graphsub.cost.base import CostModel
 from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import Rule
-from graphsub.rules.incremental import IncrementalMatcher
+from graphsub.rules.rematching import IncrementalMatcher
 from graphsub.search.pricing import price_rewrite
 from graphsub.search.result import Candidate, OptimizeResult, Step, StepKind, StepMatch
 

@@ -32,8 +32,8 @@ class StepKind(StrEnum):
 
     RULE = "rule"                # a rewrite rule applied by a search
     FISSION = "fission"          # fission and kernel orchestration (graphsub.fission)
-    ORT_FUSIONS = "ort-fusions"  # onnxruntime's fused operators (graphsub.backends.ort_fusions)
-    PEER = "peer"                # another tool's optimizer (graphsub.backends.peers), by name
+    ORT_FUSIONS = "ort-fusions"  # onnxruntime's fused operators (graphsub.targets.ort_fusions)
+    PEER = "peer"                # another tool's optimizer (graphsub.targets.peers), by name
 
     @property
     def label(self) -> str:

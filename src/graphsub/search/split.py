@@ -36,7 +36,7 @@ from graphsub.ir.graph import Graph, Node, Value
 from graphsub.ir.region import cut_out, read_outside
 from graphsub.tensors.types import Attrs, ConstantStub
 from graphsub.rules.ast import Rule
-from graphsub.rules.incremental import IncrementalMatcher
+from graphsub.rules.rematching import IncrementalMatcher
 from graphsub.rules.matcher import Match
 from graphsub.search.registry import Limits, SearchAlgorithm, SearchFn
 from graphsub.search.result import OptimizeResult, SearchStats, Step, StopReason

@@ -112,7 +112,7 @@ def calibrate_logits(graph: Graph, seed: int) -> Graph:
     deviation of LOGIT_STD on seeded random inputs (in onnxruntime)."""
     from graphsub.onnx_io.exporter import to_onnx_bytes
     from graphsub.runtime.inputs import graph_input_specs, random_feeds
-    from graphsub.runtime.ort import run
+    from graphsub.runtime.ort_sessions import run
 
     logits = [graph[s].inputs[0] for s in graph.nodes_by_op("softmax")]
     if not logits:
