@@ -18,6 +18,7 @@ from graphsub.tensors.symbolic import SymbolRange, size_symbol
 from graphsub.tensors.types import Attrs, TensorType
 from graphsub.pipeline import Settings, start_run
 from graphsub.pipeline.measure_stages import verify
+from graphsub.pipeline.values import Exported
 from graphsub.rules.expr import undecided_conditions
 from graphsub.rules.matcher import find_matches
 from graphsub.rules.parser import parse_rules
@@ -132,7 +133,7 @@ def _verify(candidate_graph, model):
     graph = graphsub.load(model)
     context = start_run(graph, Settings.make(cost="analytic"), original=model.SerializeToString())
     data = graphsub.to_onnx(candidate_graph).SerializeToString()
-    exported = [(Candidate(candidate_graph, 0.0, ()), data)]
+    exported = [Exported(Candidate(candidate_graph, 0.0, ()), data)]
     selection = Selection("faster", chosen=0,
                           runnable=context.target.prepare(candidate_graph, data, "candidate"))
     return verify(context, StageClock.lasting(60), exported, selection)

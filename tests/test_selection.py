@@ -42,11 +42,11 @@ def test_a_candidate_the_target_cannot_build_is_dropped_with_a_note(monkeypatch)
     target = get_target("ort-cpu", threads=1)
     prepare = target.prepare
 
-    def refuse_candidates(graph, onnx=None, label=""):
+    def refuse_candidates(graph, onnx=None, label="", session=None):
         if label.startswith("candidate"):
             raise RuntimeError("[ONNXRuntimeError] : 1 : FAIL : MatMulAddFusion left a "
                                "dangling input")
-        return prepare(graph, onnx, label)
+        return prepare(graph, onnx, label, session=session)
 
     monkeypatch.setattr(target, "prepare", refuse_candidates)
     data, report = optimize_model(chain(), cost="analytic", target=target, time_limit=6,
@@ -185,8 +185,8 @@ def test_a_candidate_onnxruntimes_optimizations_break_is_dropped_not_blamed(monk
         def __getattr__(self, name):
             return getattr(self.inner, name)
 
-    def breaking_candidates(graph, onnx=None, label=""):
-        runnable = prepare(graph, onnx, label)
+    def breaking_candidates(graph, onnx=None, label="", session=None):
+        runnable = prepare(graph, onnx, label, session=session)
         return Broken(runnable) if label.startswith("candidate") else runnable
 
     monkeypatch.setattr(target, "prepare", breaking_candidates)
@@ -307,7 +307,7 @@ def test_on_a_loaded_machine_a_faster_candidate_is_kept_with_an_interval_above_o
     graph, data, candidates = byte_copy_candidate()
     target = get_target("ort-cpu", threads=1)
     prepare = target.prepare
-    monkeypatch.setattr(target, "prepare", lambda graph, onnx=None, label="": (
+    monkeypatch.setattr(target, "prepare", lambda graph, onnx=None, label="", session=None: (
         Slowed(prepare(graph, onnx, label)) if label == "original" else prepare(graph, onnx,
                                                                                 label)))
     with busy_processes(2):
@@ -346,7 +346,7 @@ class StandIns:
 
     name = "stand-in"
 
-    def prepare(self, graph, onnx=None, label=""):
+    def prepare(self, graph, onnx=None, label="", session=None):
         return Alternating([0.1] if label == "original" else [0.1 / 1.3, 0.1 / 0.8])
 
 

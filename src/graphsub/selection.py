@@ -92,14 +92,15 @@ def _timed_run(runnable: Runnable, feeds: Mapping[str, np.ndarray]
 
 
 def run_original(device: Target, graph: Graph, original: ModelData,
-                 feeds: Mapping[str, np.ndarray]
+                 feeds: Mapping[str, np.ndarray], session: Any = None
                  ) -> tuple[Runnable, dict[str, np.ndarray], float]:
-    """The original prepared on the target and run once: the runnable, its outputs and the
-    run's seconds. A model the target cannot run is refused here, in one line saying why
-    and what to do (graphsub.pipeline.measure_stages runs this whether or not there is a
-    candidate: one policy for every model the target cannot run)."""
+    """The original prepared on the target (on `session`, the run's session of it, where
+    given: Target.prepare) and run once: the runnable, its outputs and the run's seconds. A
+    model the target cannot run is refused here, in one line saying why and what to do
+    (graphsub.pipeline.measure_stages runs this whether or not there is a candidate: one
+    policy for every model the target cannot run)."""
     try:
-        runnable = device.prepare(graph, original, "original")
+        runnable = device.prepare(graph, original, "original", session=session)
         outputs, seconds = _timed_run(runnable, feeds)
     except GraphsubError:
         raise
@@ -214,20 +215,25 @@ def measure_and_choose(device: Target, graph: Graph, original: ModelData,
                        candidates: Sequence[tuple[Candidate, ModelData | None]],
                        feeds: Mapping[str, np.ndarray], clock: StageClock,
                        measure_seconds: float = 3.0, tolerance: Tolerance = SAME_FUNCTION,
-                       say: Callable[[str], None] = lambda message: None) -> Selection:
+                       say: Callable[[str], None] = lambda message: None,
+                       original_session: tuple[Any, float] | None = None) -> Selection:
     """Time the original and `candidates` (best predicted first) on `device` within the
     clock's time, keeping back what verification will take (graphsub.budget), and choose.
     The screening times at least `measure_seconds` of runs when its share of the time
     allows; a head-to-head confirmation looks after its first block of rounds and goes on
-    while undecided."""
+    while undecided. `original_session`: the run's session of the original for the target's
+    `prepare`, and the seconds it took to build (what verification is expected to spend
+    again per session)."""
     reports = [CandidateReport(c.cost * 1e3, None, [s.rule for s in c.trace])
                for c, _ in candidates]
     if not candidates:
         return Selection("no-cheaper-graph")
     say(f"timing the original and {len(candidates)} candidate(s) on {device.name}")
     t0 = time.perf_counter()
-    original_run, reference, original_s = run_original(device, graph, original, feeds)
-    prepare_s = time.perf_counter() - t0 - original_s
+    original_run, reference, original_s = run_original(
+        device, graph, original, feeds, original_session and original_session[0])
+    prepare_s = (original_session[1] if original_session is not None
+                 else time.perf_counter() - t0 - original_s)
     selection = Selection("not-run", candidates=reports, original_run_s=original_s)
     clock.keep_back(verification_seconds(prepare_s, original_s))
     ready: list[tuple[int, Runnable, float]] = []

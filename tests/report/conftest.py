@@ -65,8 +65,8 @@ def optimize_run(tmp_path_factory):
     target = get_target("ort-cpu", threads=1)
     prepare = target.prepare
 
-    def slow_original(graph, onnx=None, label=""):
-        runnable = prepare(graph, onnx, label)
+    def slow_original(graph, onnx=None, label="", session=None):
+        runnable = prepare(graph, onnx, label, session=session)
         return Slowed(runnable) if label == "original" else runnable
 
     target.prepare = slow_original

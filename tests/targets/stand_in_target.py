@@ -39,8 +39,8 @@ class StandInProviderTarget(OrtTarget):
     def device(self) -> DeviceInfo:
         return DeviceInfo(self.name, cpu_model(), {"threads": str(self.threads)})
 
-    def prepare(self, graph, onnx=None, label=""):
-        runnable = super().prepare(graph, onnx, label)
+    def prepare(self, graph, onnx=None, label="", session=None):
+        runnable = super().prepare(graph, onnx, label, session=session)
         target = type(self)
         original_run = runnable.run
 

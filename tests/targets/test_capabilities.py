@@ -87,8 +87,8 @@ def slowed(target):
     """The target, with the original model sleeping in every run (see tests/report)."""
     prepare = target.prepare
 
-    def slow_original(graph, onnx=None, label=""):
-        runnable = prepare(graph, onnx, label)
+    def slow_original(graph, onnx=None, label="", session=None):
+        runnable = prepare(graph, onnx, label, session=session)
         return Slowed(runnable) if label == "original" else runnable
 
     target.prepare = slow_original

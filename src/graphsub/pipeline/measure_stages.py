@@ -7,6 +7,7 @@ import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -17,13 +18,14 @@ from graphsub.ir.binding import bind_graph
 from graphsub.ir.graph import Graph
 from graphsub.pipeline.export_stages import written
 from graphsub.pipeline.run import RunContext, Stage
+from graphsub.pipeline.sessions import times_the_reference
 from graphsub.pipeline.values import Exported
 from graphsub.progress import step
 from graphsub.runtime.check_sizes import ProfileShape, check_bindings
 from graphsub.verdicts.equivalence import (SAME_FUNCTION, Comparison, Tolerance,
                                           compare_models, compare_runners, value_dtypes)
 from graphsub.runtime.inputs import InputSpec, graph_input_specs, random_feeds
-from graphsub.runtime.ort_sessions import ModelData
+from graphsub.runtime.ort_sessions import ModelData, OrtRunnable
 from graphsub.verdicts.speedup import Decision, describe, sequential
 from graphsub.runtime.timing import Runnable
 from graphsub.search.result import Candidate
@@ -67,11 +69,14 @@ def measure(context: RunContext, clock: StageClock, exported: Sequence[Exported]
     if not candidates:
         _original_runs(context, main)
     try:
+        shared = _shared_session(context)
         selection = measure_and_choose(context.target, bind_graph(graph, main),
                                        context.original_model, candidates,
                                        random_feeds(graph_input_specs(graph, main)),
                                        first, context.settings.measure_seconds,
-                                       say=context.say, tolerance=model_tolerance(graph))
+                                       say=context.say, tolerance=model_tolerance(graph),
+                                       original_session=None if shared is None else (
+                                           shared, context.sessions.build_seconds))
     except GraphsubError as exc:
         if not main:
             raise
@@ -112,8 +117,26 @@ def _original_runs(context: RunContext, binding: dict[str, int]) -> None:
         return
     graph = bind_graph(context.graph, binding)
     runnable, _, _ = run_original(context.target, graph, context.original_model,
-                                  random_feeds(graph_input_specs(context.graph, binding)))
+                                  random_feeds(graph_input_specs(context.graph, binding)),
+                                  _shared_session(context))
     runnable.close()
+
+
+def _timed_session(context: RunContext, selection: Selection) -> Any:
+    """The chosen candidate's onnxruntime session from the measuring, where the target runs
+    ONNX as the reference session does (the same bytes, the same provider and threads):
+    what the later checks of it run on instead of building another; else None."""
+    runnable = selection.runnable
+    if isinstance(runnable, OrtRunnable) and times_the_reference(context.target,
+                                                                 context.threads):
+        return runnable.session
+    return None
+
+
+def _shared_session(context: RunContext) -> Any:
+    """The run's session of the original for the target's `prepare`, where the target runs
+    it as that session does (graphsub.pipeline.sessions); None where it prepares its own."""
+    return context.sessions.for_target(context.original_model, context.threads, context.target)
 
 
 #: The share of the measuring time the profile's heaviest shape gets when there are others.
@@ -135,9 +158,11 @@ def _not_slower_at(context: RunContext, exported: Sequence[Exported], selection:
     feeds = random_feeds(graph_input_specs(context.graph, binding))
     context.say(f"timing the chosen candidate against the original at {shape}")
     original = context.target.prepare(bind_graph(context.graph, binding),
-                                      context.original_model, f"original at {shape}")
+                                      context.original_model, f"original at {shape}",
+                                      session=_shared_session(context))
     chosen = context.target.prepare(bind_graph(candidate.graph, binding), data,
-                                    f"candidate {selection.chosen} at {shape}")
+                                    f"candidate {selection.chosen} at {shape}",
+                                    session=_timed_session(context, selection))
     try:
         run_s = max(time_once(original, feeds), time_once(chosen, feeds))
         _, result = sequential(original, chosen, feeds, until, min_gain=0.0,
@@ -211,11 +236,15 @@ def verify(context: RunContext, clock: StageClock, exported: Sequence[Exported],
         context.say("verifying the optimized model against the original"
                     + (f" at {len(bindings)} bindings of its sizes" if main else ""))
         on_target = not context.target.capabilities.is_reference
-        if not on_target:  # its session is not needed: two in memory at a time, not three
+        # on the reference runtime the candidate's timed session is the one to check (two
+        # sessions in memory, the original's and its, and neither built again)
+        candidate_session = None if on_target else _timed_session(context, selection)
+        if not on_target and candidate_session is None:  # two in memory at a time, not three
             selection.runnable.close()
         specs = [graph_input_specs(graph, binding) for binding in bindings]
+        reference = _reference_session(context)
         try:
-            if on_target and not _reference_runs(context.original_model, context.threads):
+            if on_target and reference is None:
                 # onnxruntime has no kernels for the model (bfloat16 on its CPU provider):
                 # graphsub's reference evaluator, computing in float32, is the reference
                 context.say("onnxruntime cannot run this model: verifying with graphsub's "
@@ -223,13 +252,16 @@ def verify(context: RunContext, clock: StageClock, exported: Sequence[Exported],
                 comparison = check_equivalence_by_reference(
                     graph, chosen.graph, selection.runnable, specs, tolerance)
             else:
-                comparison, compared = check_equivalence(context.original_model, data, specs,
-                                                         context.threads, tolerance)
+                comparison, compared = check_equivalence(
+                    context.original_model if reference is None else reference,
+                    data if candidate_session is None else candidate_session, specs,
+                    context.threads, tolerance)
                 bindings = [bindings[k] for k in compared]
                 if comparison.equivalent and on_target:
+                    assert reference is not None  # else checked by the reference evaluator
                     comparison = check_equivalence_on_target(
-                        context.original_model, selection.runnable,
-                        graph_input_specs(graph, main), context.threads, tolerance)
+                        reference, selection.runnable, graph_input_specs(graph, main),
+                        tolerance)
         finally:
             selection.runnable.close()
         if main:
@@ -251,18 +283,19 @@ def model_tolerance(graph: Graph) -> Tolerance:
     return SAME_FUNCTION.for_precision(value_dtypes(graph))
 
 
-def check_equivalence(a: ModelData, b: ModelData, bindings: Sequence[Sequence[InputSpec]],
-                      threads: int, tolerance: Tolerance = SAME_FUNCTION
-                      ) -> tuple[Comparison, list[int]]:
+def check_equivalence(a: ModelData | Any, b: ModelData | Any,
+                      bindings: Sequence[Sequence[InputSpec]], threads: int,
+                      tolerance: Tolerance = SAME_FUNCTION) -> tuple[Comparison, list[int]]:
     """Whether model b computes what model a computes, in onnxruntime on random inputs of
     each binding's input types in turn (verdicts.equivalence.SAME_FUNCTION, or that for the
     model's precision): the first comparison that fails, else the last; and the bindings
     compared. A binding where the original itself fails to run is not one the model is
     defined at (a recognizer at another height than 48): it is passed over; one where only b
-    fails is a failed comparison. One session of each serves every binding."""
+    fails is a failed comparison. One session of each serves every binding: `a` and `b` are
+    models, or sessions of them already built (the run's session of its original)."""
     from graphsub.runtime.ort_sessions import make_session, run
 
-    first, second = make_session(a, threads), make_session(b, threads)
+    first, second = (m if hasattr(m, "run") else make_session(m, threads) for m in (a, b))
     compared: list[int] = []
     comparison = Comparison(False, (), tolerance, 0, ("the original runs at none of the sizes "
                                                       "it was checked at",))
@@ -286,27 +319,27 @@ def check_equivalence(a: ModelData, b: ModelData, bindings: Sequence[Sequence[In
     return comparison, compared
 
 
-def check_equivalence_on_target(original: ModelData, runnable: Runnable,
-                                specs: Sequence[InputSpec], threads: int,
+def check_equivalence_on_target(original: Any, runnable: Runnable,
+                                specs: Sequence[InputSpec],
                                 tolerance: Tolerance = SAME_FUNCTION) -> Comparison:
     """Whether the chosen graph, as the target runs it, computes what the original model
-    computes in onnxruntime (verdicts.equivalence.SAME_FUNCTION, or that for its precision)."""
-    from graphsub.runtime.ort_sessions import make_session, run
+    computes in onnxruntime (`original`: its session; verdicts.equivalence.SAME_FUNCTION, or
+    the tolerance for its precision)."""
+    from graphsub.runtime.ort_sessions import run
 
-    session = make_session(original, threads)
-    return compare_runners(lambda feeds: run(session, feeds), runnable.run, specs,
+    return compare_runners(lambda feeds: run(original, feeds), runnable.run, specs,
                            tolerance, trials=VERIFY_TRIALS)
 
 
-def _reference_runs(model: ModelData, threads: int) -> bool:
-    """Whether onnxruntime can build a session for the model (it has kernels for it)."""
-    from graphsub.runtime.ort_sessions import make_session
-
+def _reference_session(context: RunContext) -> Any:
+    """The run's onnxruntime session of the original (pipeline.sessions), or None where
+    onnxruntime cannot build one (it has no kernels for the model: bfloat16 on its CPU
+    provider)."""
     try:
-        make_session(model, threads)
+        return context.sessions.reference(context.original_model, context.threads,
+                                          context.target)
     except Exception:  # noqa: BLE001 - onnxruntime's own error types
-        return False
-    return True
+        return None
 
 
 def check_equivalence_by_reference(original: Graph, candidate: Graph, runnable: Runnable,

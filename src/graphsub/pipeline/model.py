@@ -36,16 +36,19 @@ def optimize_stages(context: RunContext) -> ModelOutcome:
     are made; the settings choose the optional ones (peers, fission, onnxruntime's
     fusions)."""
     settings = context.settings
-    context = run_stage(context, PROBE)
-    peers = run_stage(context, PEERS) if settings.peers else []
-    found = run_stage(context, SEARCH, peers)
-    if settings.fission:
-        found = run_stage(context, FISSION, found)
-    exported = run_stage(context, EXPORT, found, peers)
-    if settings.ort_fusions:
-        exported = run_stage(context, ORT_FUSIONS, found, exported)
-    selection = run_stage(context, MEASURE, exported)
-    verified = run_stage(context, VERIFY, exported, selection)
+    try:
+        context = run_stage(context, PROBE)
+        peers = run_stage(context, PEERS) if settings.peers else []
+        found = run_stage(context, SEARCH, peers)
+        if settings.fission:
+            found = run_stage(context, FISSION, found)
+        exported = run_stage(context, EXPORT, found, peers)
+        if settings.ort_fusions:
+            exported = run_stage(context, ORT_FUSIONS, found, exported)
+        selection = run_stage(context, MEASURE, exported)
+        verified = run_stage(context, VERIFY, exported, selection)
+    finally:
+        context.sessions.close()  # the report needs no session
     report = run_stage(context, REPORT, found, exported, verified)
     return ModelOutcome(verified.model, report)
 

@@ -41,7 +41,8 @@ def probe_inputs(context: RunContext, clock: StageClock) -> RunContext:
     default = not run.settings.shape_profile
     base = max(run.profile, key=lambda shape: shape.weight).values if run.profile else {}
     seconds = min(PROBE_MAX_SECONDS, max(2.0, PROBE_SHARE * run.settings.time_limit))
-    found = probe(graph, run.original, base, bool(symbols) and default, seconds, run.threads)
+    found = probe(graph, run.original, base, bool(symbols) and default, seconds,
+                  lambda: run.sessions.reference(run.original_model, run.threads, run.target))
     if found is None or (found.runs and found.tried == 1):
         return run
     if not found.runs:

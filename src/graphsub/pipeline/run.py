@@ -26,6 +26,7 @@ from graphsub.budget import Budget, StageClock, writing_seconds
 from graphsub.cost import CostModel, make_cost_model
 from graphsub.fission import stage as fission_stage
 from graphsub.ir.graph import Graph
+from graphsub.pipeline.sessions import OriginalSessions
 from graphsub.pipeline.settings import Settings
 from graphsub.rules import Rule, builtin_rules, load_rules
 from graphsub.runtime.ort_sessions import ModelData
@@ -70,6 +71,9 @@ class RunContext:
     #: torch.compile backend's own, there). Stages append to it as they append to a logger.
     notes: list[str] = field(default_factory=list)
     warning: type[Warning] = RuntimeWarning
+    #: The original's onnxruntime session, made once and shared by the stages that run it
+    #: (the probe, the measuring, the verification); `optimize_stages` closes it.
+    sessions: OriginalSessions = field(default_factory=OriginalSessions)
 
     @property
     def threads(self) -> int:

@@ -277,10 +277,15 @@ class OrtRunnable(Runnable):
     users run it (copies included)."""
 
     def __init__(self, model: Any, threads: int | None = None, providers: Sequence[str] = (),
-                 label: str = "") -> None:
-        self.session = make_session(model, threads, providers=providers, timed=True)
+                 label: str = "", session: Any = None) -> None:
+        """A session of `model` is built here unless `session` is given: one built elsewhere
+        (a run's shared session of its original, graphsub.pipeline.sessions), whose close
+        here drops this runnable's hold only."""
+        self.session = session if session is not None else make_session(
+            model, threads, providers=providers, timed=True)
         self.label = label
         self._feeds: dict[str, np.ndarray] = {}
+
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return run(self.session, feeds)

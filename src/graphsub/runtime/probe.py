@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -55,14 +56,15 @@ class Probe:
 
 
 def probe(graph: Graph, model: ModelData, binding: Mapping[str, int], free_sizes: bool,
-          seconds: float, threads: int | None = None) -> Probe | None:
+          seconds: float, session_of_model: Callable[[], Any]) -> Probe | None:
     """Run `model` (the original of `graph`) at `binding` and the inputs graphsub makes up;
     where that fails, at other sizes (when `free_sizes`: the user fixed none) and at the
     values its integer inputs are compared with, within `seconds` after the first run and
-    MAX_TRIALS runs. None when onnxruntime cannot even build the model (the measuring stage
-    says why)."""
+    MAX_TRIALS runs, on the session `session_of_model` gives (the run's session of its
+    original, shared with the stages after). None when onnxruntime cannot even build the
+    model (the measuring stage says why)."""
     try:
-        session = make_session(model, threads, quiet=True)
+        session = session_of_model()
     except Exception:  # noqa: BLE001 (onnxruntime raises its own types)
         return None
     given = graph.meta.get("input_values") or {}

@@ -97,9 +97,12 @@ class Target(TimingTarget, ABC):
 
     @abstractmethod
     def prepare(self, graph: Graph | None, onnx: ModelData | str | None = None,
-                label: str = "") -> Runnable:
+                label: str = "", session: Any = None) -> Runnable:
         """A runnable for a model given as a Graph, as ONNX, or both (a target uses the form
-        it runs: onnxruntime the ONNX bytes, torch the Graph)."""
+        it runs: onnxruntime the ONNX bytes, torch the Graph). `session`: an onnxruntime
+        session of `onnx` built already (a run's session of its original, handed over only
+        where the target runs the model exactly as it was built: pipeline.sessions), which
+        a target that runs ONNX uses instead of building its own; the others ignore it."""
 
     @abstractmethod
     def time_op(self, sig: OpSignature, cold_weights: bool = False) -> float:

@@ -106,13 +106,13 @@ class OrtTarget(Target):
                             timed=True)
 
     def prepare(self, graph: Graph | None, onnx: ModelData | str | None = None,
-                label: str = "") -> OrtRunnable:
+                label: str = "", session: Any = None) -> OrtRunnable:
         if onnx is None:
             from graphsub.onnx_io.exporter import to_model_data
 
             assert graph is not None
             onnx = to_model_data(graph)
-        return self.runnable(onnx, self.threads, self.providers, label)
+        return self.runnable(onnx, self.threads, self.providers, label, session=session)
 
     def baseline(self) -> float:
         """The time of running a model that does nothing (one Identity on a scalar)."""

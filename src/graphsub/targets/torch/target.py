@@ -116,7 +116,7 @@ class TorchTarget(Target):
         return None
 
     def prepare(self, graph: Graph | None, onnx: ModelData | str | None = None,
-                label: str = "") -> TorchRunnable:
+                label: str = "", session: Any = None) -> TorchRunnable:
         if graph is None:
             from graphsub.onnx_io import load
 
