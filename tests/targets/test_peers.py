@@ -13,7 +13,7 @@ from onnx import helper
 import graphsub
 from graphsub.budget import StageClock
 from graphsub.pipeline import Settings, start_run
-from graphsub.pipeline.export_stages import peer_candidates
+from graphsub.pipeline.peers_stage import peer_candidates
 from graphsub.targets.peers import PEERS, ModelOperators, Peer, apply_peer, installed_peers
 from graphsub.errors import GraphsubError
 from graphsub.search.result import StepKind
