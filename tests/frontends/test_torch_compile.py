@@ -174,6 +174,36 @@ def test_fission_fuses_a_hand_written_rms_norm():
     assert fused and fused[0]["kernel"] in ("rms_norm", "fused")
 
 
+def test_each_part_builds_its_normal_form_once_and_each_program_once(monkeypatch):
+    """The normal form comes from the search stage (it started there) and each graph's torch
+    program is built once, for the race between the search's and fission's graphs and for
+    the module the part becomes alike: both once built twice per part."""
+    from collections import Counter
+
+    from graphsub.pipeline import search_stage
+    from graphsub.targets.torch.target import TorchTarget
+
+    normal_forms, programs = [], Counter()
+    for module in (search_stage, torch_compile):
+        build = module.normal_form
+        monkeypatch.setattr(module, "normal_form", lambda *args, build=build, **kwargs: (
+            normal_forms.append(1) or build(*args, **kwargs)))
+    program = TorchTarget.program
+
+    def counted(self, graph, *args, **kwargs):
+        programs[graph.structural_hash()] += 1
+        return program(self, graph, *args, **kwargs)
+
+    monkeypatch.setattr(TorchTarget, "program", counted)
+    model = RMSNormMLP().eval()
+    want, got, _ = compiled_outputs(model, torch.randn(4, 64), time_limit=5, cost="analytic")
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    (part,) = torch_compile.reports()[-1].parts
+    assert part.fission is not None  # the race between the two graphs had its chance
+    assert len(normal_forms) == 1
+    assert programs and max(programs.values()) == 1, programs
+
+
 def test_fission_rules_are_checked_before_any_part_s_time_limit_starts(monkeypatch):
     """On a fresh install the fission rules' numerical check takes seconds: it once used up
     the first part's whole time limit (a float16 decoder's first compilation on an H200

@@ -47,7 +47,7 @@ import math
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, cast
 
@@ -68,6 +68,7 @@ from graphsub.frontends.fx_import import convert_graph, symbolic_size, unsupport
 from graphsub.frontends.side_effects import (PrivateInputs, Writes, find_writes,
                                              returning_writes, with_writes, without_writes)
 from graphsub.ir.binding import is_symbolic_graph
+from graphsub.ir.graph import Graph
 from graphsub.tensors.symbolic import bind_all, evaluate_size
 from graphsub.pipeline import (FISSION, SEARCH, Found, RunContext, Settings, Stage, run_stage,
                                start_run)
@@ -847,10 +848,11 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
                         example_inputs=program_inputs(example, positions, target.torch_device),
                         warning=GraphsubWarning)
     found = run_stage(context, SEARCH)
+    programs = _Programs(target, profile[0] if profile else None)
     fission_won = False
     if settings.fission:
         found = run_stage(context, FISSION, found)
-        fission_won = run_stage(context, RACE, found)
+        fission_won = run_stage(context, _race(programs), found)
     result = found.result
     report = PartReport(len(graph), dict(result.rules_used()), result.initial_cost,
                         result.final_cost, result.stats.seconds)
@@ -859,15 +861,15 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
         report.fission = {**found.fission.as_dict(), "kept": fission_won}
         if fission_won:
             best, report.predicted_after = found.fission.graph, found.fission.cost
-    normal, steps = normal_form(graph, normal_form_rules(context.rules), found.cost_model)
+    normal, steps = (found.normal_form, found.normal_steps) if found.normal_form is not None \
+        else normal_form(graph, normal_form_rules(context.rules), found.cost_model)
     report.notes = found.cost_model.notes()
     output = next(n for n in part.sub.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))
     strides = _output_strides(part.sub, example)
 
     def module_of(g: Any) -> GraphsubPart:
-        program = target.program(g, reference=profile[0] if profile else None)
-        return GraphsubPart(program, positions, single, strides, target.torch_device)
+        return GraphsubPart(programs.of(g), positions, single, strides, target.torch_device)
 
     normal_module = None
     if steps and normal.structural_hash() != best.structural_hash():
@@ -895,21 +897,41 @@ def _part_failed(exc: BaseException) -> _PartOutcome:
     return _PartOutcome(None, None, PartReport(0, {}, 0.0, 0.0, 0.0, kept=f"failed: {reason}"))
 
 
-def _race_fission(context: RunContext, clock: StageClock, found: Found) -> bool:
-    """Whether fission's graph replaces the search's: only where it is predicted cheaper and
-    graphsub's program of it runs faster on the part's inputs (per-operator timings can
-    prefer a library kernel, attention, that is slower end to end than what it replaces).
-    The race's seconds (RACE_SECONDS at most, while undecided) come on top of the part's
-    time limit."""
-    result, outcome = found.result, found.fission
-    if outcome is None or not outcome.cost < result.final_cost:
-        return False
-    assert context.example_inputs is not None  # a part's run: torch.compile's inputs
-    return _runs_faster(outcome.graph, result.graph, context.target, context.example_inputs)
+class _Programs:
+    """graphsub's torch program of each graph a part may become, built once (lowering every
+    node, and compiling the kernels inductor generates for it, takes seconds): the race
+    between the search's and fission's graphs and the module the part becomes run the same
+    programs, built for the part's reference sizes."""
+
+    def __init__(self, target: Any, reference: Mapping[str, int] | None) -> None:
+        self.target, self.reference = target, reference
+        self._built: dict[str, Any] = {}
+
+    def of(self, graph: Graph) -> Any:
+        key = graph.structural_hash()
+        if key not in self._built:
+            self._built[key] = self.target.program(graph, reference=self.reference)
+        return self._built[key]
 
 
-#: After a Ctrl-C, fission did not run: the search's graph stays.
-RACE = Stage("race", _race_fission, skipped=lambda found: False)
+def _race(programs: _Programs) -> Stage[[Found], bool]:
+    """The race stage of one part, on its programs. After a Ctrl-C, fission did not run: the
+    search's graph stays."""
+
+    def race_fission(context: RunContext, clock: StageClock, found: Found) -> bool:
+        """Whether fission's graph replaces the search's: only where it is predicted cheaper
+        and graphsub's program of it runs faster on the part's inputs (per-operator timings
+        can prefer a library kernel, attention, that is slower end to end than what it
+        replaces). The race's seconds (RACE_SECONDS at most, while undecided) come on top of
+        the part's time limit."""
+        result, outcome = found.result, found.fission
+        if outcome is None or not outcome.cost < result.final_cost:
+            return False
+        assert context.example_inputs is not None  # a part's run: torch.compile's inputs
+        return _runs_faster(programs.of(outcome.graph), programs.of(result.graph),
+                            context.target, context.example_inputs)
+
+    return Stage("race", race_fission, skipped=lambda found: False)
 
 
 #: A race between two ways of running the same graph (verdicts.speedup.sequential, one call of
@@ -945,9 +967,8 @@ def _speedup(challenger: Callable[..., Any], incumbent: Callable[..., Any],
 
 
 def _runs_faster(candidate: Any, incumbent: Any, target: Any, inputs: Sequence[Any]) -> bool:
-    """Whether graphsub's program of `candidate` runs faster than that of `incumbent` on the
+    """Whether graphsub's program `candidate` runs faster than the program `incumbent` on the
     part's inputs: per-operator timings can prefer a library kernel (attention) that is slower
     end to end than what it replaces."""
-    programs = [target.program(g).module for g in (candidate, incumbent)]
-    return _speedup(programs[0], programs[1], PrivateInputs(inputs, Writes()),
+    return _speedup(candidate.module, incumbent.module, PrivateInputs(inputs, Writes()),
                     target.torch_device).decision is Decision.FASTER

@@ -49,7 +49,7 @@ class RunContext:
     graph: Graph
     rules: tuple[Rule, ...]
     #: The latency model: what the search prices with (or weighs, under another objective:
-    #: search_stage.Found.cost_model) and what reports show as predicted ms.
+    #: values.Found.cost_model) and what reports show as predicted ms.
     time_model: CostModel
     #: The user's model as given (None: graphsub writes the graph itself).
     original: ModelData | None = None
