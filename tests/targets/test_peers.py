@@ -192,3 +192,21 @@ def test_what_a_peer_prints_does_not_reach_graphsubs_output(capsys):
 
     assert apply_peer(Peer("chatty", chatty), b"m") == b"m!"
     assert capsys.readouterr().out == ""
+
+
+def test_each_peer_output_is_parsed_once(monkeypatch):
+    """The peers stage reads a peer's output (its operators: did it change anything, does it
+    bring onnxruntime's own) and the search's start imports it: one parse serves both (it
+    was parsed four times)."""
+    parsed = []
+    load = onnx.load_from_string
+    monkeypatch.setattr(onnx, "load_from_string",
+                        lambda data, *args, **kwargs: parsed.append(bytes(data)) or
+                        load(data, *args, **kwargs))
+    model = conv_bn_branches_model()
+    basic = next(p for p in PEERS if p.name == "onnxruntime (basic level, saved)")
+    context, peers, _ = _searched_after_peers(model, [basic], monkeypatch)
+    (output,) = peers
+    assert any(n.startswith(f"the search went on from {basic.name}'s output")
+               for n in context.notes)  # the search's start imported it
+    assert parsed.count(bytes(output.model)) == 1
