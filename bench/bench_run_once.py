@@ -33,9 +33,10 @@ from bench_scale import export  # noqa: E402
 #: Run in the child: count the sessions of the original, then run the command line.
 CHILD = """
 import json, sys, onnx, onnxruntime as ort
+model_path, counts_path = sys.argv[1], sys.argv[2]
 def operators(proto):
     return [n.op_type for n in proto.graph.node]
-original = operators(onnx.load(sys.argv[1], load_external_data=False))
+original = operators(onnx.load(model_path, load_external_data=False))
 counted = {"original": 0, "all": 0}
 class Counted(ort.InferenceSession):
     def __init__(self, model, *args, **kwargs):
@@ -49,7 +50,7 @@ sys.argv = ["graphsub"] + sys.argv[3:]
 try:
     main()
 finally:
-    json.dump(counted, open(sys.argv[2], "w"))
+    json.dump(counted, open(counts_path, "w"))
 """
 
 
