@@ -20,6 +20,7 @@ Settings come as one `Settings` (graphsub.pipeline.settings), or as keywords tha
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -100,10 +101,9 @@ def optimize_model(model: Graph | LoadedModel, original: ModelData | None = None
     log = StepLog(forward=current_reporter())
     with reporting(log):
         outcome = optimize_stages(context)
-    report = outcome.report
-    report.seconds = budget.as_dict()
-    report.steps.update({name: count.as_dict() for name, count in log.steps.items()})
-    return outcome.model, report
+    # the run's seconds and long steps are known once every stage has ended
+    return outcome.model, replace(outcome.report, seconds=budget.as_dict(), steps={
+        **outcome.report.steps, **{name: count.as_dict() for name, count in log.steps.items()}})
 
 
 __all__ = ["Settings", "VerificationError", "optimize", "optimize_model"]

@@ -5,6 +5,7 @@ words; on the page and on the command line alike."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import html
 import json
 import re
@@ -49,10 +50,10 @@ def test_a_fastest_figure_is_the_one_the_candidates_table_gives(optimize_run):
     (the table's medians alone give another figure: a ratio of medians is not the median of
     the rounds' ratios, so the table shows the statistic itself)."""
     _, run_report = optimize_run
-    report = copy.deepcopy(run_report)
-    report.outcome, report.confirmation, report.kept_original = "not-faster", {}, True
-    report.timings = {"screen": report.timings["screen"]}
-    report.verdict = verdict(report, Selection("not-faster"))
+    report = dataclasses.replace(copy.deepcopy(run_report), outcome="not-faster", confirmation={},
+                                 kept_original=True,
+                                 timings={"screen": run_report.timings["screen"]})
+    report = dataclasses.replace(report, verdict=verdict(report, Selection("not-faster")))
     screened = [(c.screening["speedup"], i, c.screening) for i, c in
                 enumerate(report.candidates) if c.screening]
     _, fastest, figures = max(screened)

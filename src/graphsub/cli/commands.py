@@ -10,6 +10,7 @@ line and exit with status 2.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import time
@@ -612,8 +613,8 @@ def optimize(ctx: typer.Context,
         err.print(f"[bold red]{escape(failure)}[/]", highlight=False, soft_wrap=True)
     with counted(f"writing {output}", loading):
         save(data, output, external_data=True if external_data else None)
-    rep.steps = {**{k: c.as_dict() for k, c in loading.steps.items()}, **rep.steps}
-    rep.command = command_line(ctx)
+    rep = dataclasses.replace(rep, steps={**{k: c.as_dict() for k, c in loading.steps.items()}, **rep.steps},
+                  command=command_line(ctx))
     if report is not None:
         with err.status("writing the report..."):
             save_report(rep.as_dict(), report)

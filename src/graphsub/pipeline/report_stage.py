@@ -6,7 +6,7 @@ import math
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, overload
 
 from graphsub.budget import StageClock
@@ -37,6 +37,33 @@ def report(context: RunContext, clock: StageClock, found: Found, exported: Seque
             context.time_model.graph_cost(of)
 
     comparison, failure = verified.comparison, verified.failure
+    shapes: dict[str, Any] = {}
+    if context.profile:
+        source = ("given" if settings.shape_profile else
+                  "default" if context.profile == default_profile(graph.meta["symbols"])
+                  else "where the original runs")
+        shapes = {"symbols": {n: str(r) for n, r in graph.meta["symbols"].items()},
+                  "profile": [str(p) for p in context.profile],
+                  "default_profile": source == "default", "profile_source": source,
+                  "verified_at": list(verified.verified_at)}
+    notes = found.cost_model.notes() + context.notes
+    trace = chosen.trace if chosen else ()
+    peer_steps = [s.rule for s in trace if s.kind is StepKind.PEER]
+    if peer_steps and len(trace) == 1:
+        notes.append(f"the model kept is what {peer_steps[0]} made of the original: it "
+                     "measured fastest of graphsub's candidates and the other optimizers' "
+                     "outputs")
+    elif peer_steps:
+        notes.append(f"the model kept is built on what {peer_steps[0]} made of the "
+                     f"original, rewritten further by graphsub ({len(trace) - 1} "
+                     "steps): it measured fastest of graphsub's candidates and the other "
+                     "optimizers' outputs")
+    if not settings.objective.latency_only:
+        notes.append(f"the search minimized {settings.objective.describe()} (each term "
+                     "relative to the original model); predicted figures are latencies, "
+                     "and a candidate is kept only where it also measures faster")
+    op_times, rewrites = _evidence(context, exported, selection, notes) if settings.evidence \
+        else ({}, {})
     rep = OptimizeReport(
         model=context.label, settings={**settings.as_dict(), "threads": context.threads,
                                        "rules": len(context.rules)},
@@ -50,7 +77,9 @@ def report(context: RunContext, clock: StageClock, found: Found, exported: Seque
         kept_original=chosen is None,
         trace=[] if chosen is None else [asdict(s) for s in chosen.trace],
         rules_used=dict(Counter(s.rule for s in chosen.trace).most_common()) if chosen else {},
-        search=result.stats.as_dict(), candidates=selection.candidates,
+        search={**result.stats.as_dict(),
+                "progress": [(s, ms(cost)) for s, cost in found.progress_points]},
+        candidates=selection.candidates,
         verification=comparison.as_dict() if comparison is not None and failure is None else
         {"equivalent": True, "note": "the original model is written unchanged",
          **({"failed_candidate": {**comparison.as_dict(),
@@ -58,38 +87,12 @@ def report(context: RunContext, clock: StageClock, found: Found, exported: Seque
             if comparison else {})},
         nodes_before=operator_count(graph),
         nodes_after=operator_count(chosen.graph if chosen is not None else graph),
-        outcome=selection.outcome, notes=found.cost_model.notes() + context.notes,
+        outcome=selection.outcome, notes=notes,
         fission=_fission_report(found, chosen), timings=selection.timings,
-        versions=versions())
-    rep.search["progress"] = [(s, ms(cost)) for s, cost in found.progress_points]
-    rep.bodies = [b.as_dict() for b in found.bodies]
-    if context.profile:
-        source = ("given" if settings.shape_profile else
-                  "default" if context.profile == default_profile(graph.meta["symbols"])
-                  else "where the original runs")
-        rep.shapes = {"symbols": {n: str(r) for n, r in graph.meta["symbols"].items()},
-                      "profile": [str(p) for p in context.profile],
-                      "default_profile": source == "default", "profile_source": source,
-                      "verified_at": list(verified.verified_at)}
-    trace = chosen.trace if chosen else ()
-    peer_steps = [s.rule for s in trace if s.kind is StepKind.PEER]
-    if peer_steps and len(trace) == 1:
-        rep.notes.append(f"the model kept is what {peer_steps[0]} made of the original: it "
-                         "measured fastest of graphsub's candidates and the other optimizers' "
-                         "outputs")
-    elif peer_steps:
-        rep.notes.append(f"the model kept is built on what {peer_steps[0]} made of the "
-                         f"original, rewritten further by graphsub ({len(trace) - 1} "
-                         "steps): it measured fastest of graphsub's candidates and the other "
-                         "optimizers' outputs")
-    if not settings.objective.latency_only:
-        rep.notes.append(f"the search minimized {settings.objective.describe()} (each term "
-                         "relative to the original model); predicted figures are latencies, "
-                         "and a candidate is kept only where it also measures faster")
-    if settings.evidence:
-        _evidence(rep, context, exported, selection)
-    rep.verdict = verdict(rep, selection, found.interrupted)
-    return rep
+        op_times=op_times, rewrites=rewrites, shapes=shapes,
+        bodies=[b.as_dict() for b in found.bodies], versions=versions())
+    # the verdict reads the figures above, in the report's own terms
+    return replace(rep, verdict=verdict(rep, selection, found.interrupted))
 
 
 def _fission_report(found: Found, chosen: Candidate | None) -> dict[str, Any]:
@@ -120,25 +123,28 @@ def _featured(selection: Selection, exported: Sequence[Exported]) -> int | None:
     return min(timed)[1] if timed else (0 if exported else None)
 
 
-def _evidence(rep: OptimizeReport, context: RunContext, exported: Sequence[Exported],
-              selection: Selection) -> None:
+def _evidence(context: RunContext, exported: Sequence[Exported], selection: Selection,
+              notes: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """What the HTML report draws: time per operator type, the featured candidate's
     rewrites. A failure here loses a figure, with a note, never the run."""
     index = _featured(selection, exported)
     time_model = context.time_model
     unit = "measured" if time_model.name == "measured" else "analytic"
+    times: dict[str, Any] = {}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            rep.op_times = {"unit": unit, "candidate": None, "candidate_index": index,
-                            "original": _in_ms(op_times(context.graph, time_model))}
-            if index is not None:
-                candidate = exported[index].candidate
-                rep.op_times["candidate"] = _in_ms(op_times(candidate.graph, time_model))
-                rep.rewrites = rewrite_evidence(context.graph, candidate, context.rules, index)
+            times = {"unit": unit, "candidate": None, "candidate_index": index,
+                     "original": _in_ms(op_times(context.graph, time_model))}
+            if index is None:
+                return times, {}
+            candidate = exported[index].candidate
+            times["candidate"] = _in_ms(op_times(candidate.graph, time_model))
+            return times, rewrite_evidence(context.graph, candidate, context.rules, index)
     except Exception as exc:  # noqa: BLE001 (the report's figures never end a run)
-        rep.notes.append(f"the report's rewrite and operator-time figures could not be "
-                         f"made ({type(exc).__name__}: {exc})")
+        notes.append(f"the report's rewrite and operator-time figures could not be "
+                     f"made ({type(exc).__name__}: {exc})")
+        return times, {}
 
 
 def _in_ms(times: dict[str, float]) -> dict[str, float]:

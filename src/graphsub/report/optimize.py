@@ -43,7 +43,7 @@ class CandidateReport:
     screening: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimizeReport:
     """Everything `graphsub optimize` found out, as written to --report. Every duration is
     in milliseconds (its key ends in _ms, or its field says so), but `seconds`, the wall time
