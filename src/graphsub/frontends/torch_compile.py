@@ -58,6 +58,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from graphsub.budget import Budget, StageClock
 from graphsub.errors import ConversionError, GraphsubError
 from graphsub.targets.torch.program import SizedTorchProgram, symbol_sources, symbol_values
+from graphsub.targets.torch.target import TorchTarget
 from graphsub.frontends.dynamic_trace import (has_dynamic_sizes, input_symbols, inputs_at,
                                               other_bindings, trace_dynamic)
 from graphsub.frontends.cuda_graphs import CudaGraphed
@@ -154,7 +155,7 @@ class BackendOptions:
         """Whether the mode runs the compiled graph in CUDA graphs."""
         return self.mode in CUDA_GRAPH_MODES
 
-    def settings(self, target: Any, time_limit: float) -> Settings:
+    def settings(self, target: TorchTarget | str, time_limit: float) -> Settings:
         """The settings of one part's search: this budget, on this target."""
         try:
             return Settings.make(algorithm=self.algorithm, cost=self.cost_model, target=target,
@@ -420,7 +421,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     from graphsub.targets import get_target
     from graphsub.pipeline import load_rule_files
 
-    target: Any = get_target(target_name)  # a torch target: its torch_device, its programs
+    target = get_target(target_name)
+    assert isinstance(target, TorchTarget)  # the backend's targets: torch-cpu, torch-cuda
     rules = load_rule_files(list(opts.rules or []))
     if opts.fission:
         # Checked numerically on a fresh install (seconds): here, not out of the first part's
@@ -538,7 +540,7 @@ def _drop(report: CompileReport, name: str, exc: BaseException) -> None:
 def _contenders(optimized: fx.GraphModule, normal: fx.GraphModule | None,
                 replaced: Sequence[tuple[str, PartReport]], normal_parts: Sequence[str],
                 example_inputs: Sequence[Any], constants: Sequence[int], writes: Writes,
-                opts: BackendOptions, target: Any, report: CompileReport
+                opts: BackendOptions, target: TorchTarget, report: CompileReport
                 ) -> dict[str, Callable[..., Any]]:
     """The ways of running the optimized graph that race the baseline: graphsub's module
     with the search's graphs ("graphsub") and with the normal forms' alone ("normal form":
@@ -820,7 +822,7 @@ class _PartOutcome:
     report: PartReport
 
 
-def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Settings,
+def _optimize_part(part: _Part, target: TorchTarget, rules: Sequence[Rule], settings: Settings,
                    opts: BackendOptions, profile: Sequence[dict[str, int]]) -> _PartOutcome:
     """One part through the pipeline's stages (search, fission and the race between their
     graphs), then checked against the original part. With dynamic sizes, costs are measured
@@ -903,7 +905,7 @@ class _Programs:
     between the search's and fission's graphs and the module the part becomes run the same
     programs, built for the part's reference sizes."""
 
-    def __init__(self, target: Any, reference: Mapping[str, int] | None) -> None:
+    def __init__(self, target: TorchTarget, reference: Mapping[str, int] | None) -> None:
         self.target, self.reference = target, reference
         self._built: dict[str, Any] = {}
 
@@ -929,7 +931,7 @@ def _race(programs: _Programs) -> Stage[[Found], bool]:
             return False
         assert context.example_inputs is not None  # a part's run: torch.compile's inputs
         return _runs_faster(programs.of(outcome.graph), programs.of(result.graph),
-                            context.target, context.example_inputs)
+                            programs.target, context.example_inputs)
 
     return Stage("race", race_fission, skipped=lambda found: False)
 
@@ -966,7 +968,8 @@ def _speedup(challenger: Callable[..., Any], incumbent: Callable[..., Any],
     return result
 
 
-def _runs_faster(candidate: Any, incumbent: Any, target: Any, inputs: Sequence[Any]) -> bool:
+def _runs_faster(candidate: Any, incumbent: Any, target: TorchTarget, inputs: Sequence[Any]
+                 ) -> bool:
     """Whether graphsub's program `candidate` runs faster than the program `incumbent` on the
     part's inputs: per-operator timings can prefer a library kernel (attention) that is slower
     end to end than what it replaces."""
