@@ -88,8 +88,9 @@ def _summary(kernels: list[Kernel], primitive: Graph) -> list[KernelChoice]:
 #: The most primitives in one generated kernel: candidates grow exponentially with it, and
 #: Korch's largest useful groups (a softmax with its neighbours, a normalization) hold fewer.
 MAX_GROUP = 6
-#: Seconds below which generated kernels are not tried: one compilation takes about 0.5 s,
-#: and the first in a process several (inductor starting up).
+#: Seconds below which generated kernels are not tried: one compilation takes seconds (about
+#: 2 s on a quiet 2-core machine, docs/fission.md), and the first in a process more
+#: (inductor starting up).
 MIN_GENERATE_SECONDS = 2.0
 
 
