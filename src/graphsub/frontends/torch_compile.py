@@ -72,7 +72,7 @@ from graphsub.tensors.symbolic import bind_all, evaluate_size
 from graphsub.pipeline import (FISSION, SEARCH, Found, RunContext, Settings, Stage, run_stage,
                                start_run)
 from graphsub.rules import Rule
-from graphsub.search.normal_form import normal_form, normal_form_rules
+from graphsub.search.normal_form import normal_form
 from graphsub.runtime.check_sizes import ProfileShape
 from graphsub.verdicts.speedup import MIN_ROUNDS, Decision, HeadToHead, sequential
 from graphsub.runtime.timing import CallTimer
@@ -859,7 +859,7 @@ def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Se
         report.fission = {**found.fission.as_dict(), "kept": fission_won}
         if fission_won:
             best, report.predicted_after = found.fission.graph, found.fission.cost
-    normal, steps = normal_form(graph, normal_form_rules(context.rules), found.cost_model)
+    normal, steps = normal_form(graph, context.normal_form_rules, found.cost_model)
     report.notes = found.cost_model.notes()
     output = next(n for n in part.sub.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))

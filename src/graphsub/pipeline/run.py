@@ -28,6 +28,7 @@ from graphsub.fission import stage as fission_stage
 from graphsub.ir.graph import Graph
 from graphsub.pipeline.settings import Settings
 from graphsub.rules import Rule, builtin_rules, load_rules
+from graphsub.rules.roles import Role, with_role
 from graphsub.runtime.ort_sessions import ModelData
 from graphsub.runtime.check_sizes import ProfileShape, complete_profile
 from graphsub.search.result import ProgressFn
@@ -46,6 +47,8 @@ class RunContext:
     budget: Budget
     target: Target
     graph: Graph
+    #: The run's rules, every role; what the search and the normal form read of them:
+    #: `search_rules`, `normal_form_rules`.
     rules: tuple[Rule, ...]
     #: The latency model: what the search prices with (or weighs, under another objective:
     #: search_stage.Found.cost_model) and what reports show as predicted ms.
@@ -75,6 +78,18 @@ class RunContext:
     def threads(self) -> int:
         """The threads onnxruntime and torch run with (all cores unless set)."""
         return self.settings.threads or os.cpu_count() or 1
+
+    @functools.cached_property
+    def search_rules(self) -> tuple[Rule, ...]:
+        """The rules the search (and what goes on from it) rewrites with: those declaring
+        the search role."""
+        return tuple(with_role(self.rules, Role.SEARCH))
+
+    @functools.cached_property
+    def normal_form_rules(self) -> tuple[Rule, ...]:
+        """The rules of the normal form applied before the search (graphsub.search.
+        normal_form): those declaring the normal-form role."""
+        return tuple(with_role(self.rules, Role.NORMAL_FORM))
 
     @functools.cached_property
     def original_model(self) -> ModelData:
