@@ -66,6 +66,7 @@ def test_the_output_may_not_be_the_input(model):
     (["--k", "4"], "the backtracking search has no setting k"),
     (["--split", "1"], "--split needs a part size of at least 2"),
     (["--rules", "nowhere.rules"], "rule file nowhere.rules does not exist"),
+    (["--rules-only"], "--rules-only uses the --rules files alone: give at least one"),
     (["--target", "tpu"], "unknown target 'tpu'"),
     (["--input-shape", "x"], "--input-shape 'x' is not NAME=DIMS"),
 ])

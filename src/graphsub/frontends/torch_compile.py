@@ -69,9 +69,8 @@ from graphsub.frontends.side_effects import (PrivateInputs, Writes, find_writes,
                                              returning_writes, with_writes, without_writes)
 from graphsub.ir.binding import is_symbolic_graph
 from graphsub.tensors.symbolic import bind_all, evaluate_size
-from graphsub.pipeline import (FISSION, SEARCH, Found, RunContext, Settings, Stage, run_stage,
-                               start_run)
-from graphsub.rules import Rule
+from graphsub.pipeline import (FISSION, SEARCH, Found, RuleSet, RunContext, Settings, Stage,
+                               run_stage, start_run)
 from graphsub.search.normal_form import normal_form
 from graphsub.runtime.check_sizes import ProfileShape
 from graphsub.verdicts.speedup import MIN_ROUNDS, Decision, HeadToHead, sequential
@@ -113,7 +112,7 @@ class BackendOptions:
     mode: str | None = None
     fission: bool = True                # fission and kernel orchestration after the search
     race: bool = True                   # keep graphsub's module only if it outruns the baseline
-    rules: Sequence[str] | None = None  # rule files; default: the built-in library
+    rules: Sequence[str] | None = None  # rule files, added to the built-in library
     rtol: float = 1e-3                  # verification tolerance (relative; absolute scales)
     #: The algorithm's own options (alpha, k, c, seed, ...).
     search: dict[str, Any] = field(default_factory=dict)
@@ -421,6 +420,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
 
     target: Any = get_target(target_name)  # a torch target: its torch_device, its programs
     rules = load_rule_files(list(opts.rules or []))
+    for note in rules.notes:  # a rule file's rule used in a library rule's place, say
+        warnings.warn(f"graphsub: {note}", GraphsubWarning, stacklevel=3)
     if opts.fission:
         # Checked numerically on a fresh install (seconds): here, not out of the first part's
         # time limit, which it used up (a float16 decoder's first compilation on an H200
@@ -819,7 +820,7 @@ class _PartOutcome:
     report: PartReport
 
 
-def _optimize_part(part: _Part, target: Any, rules: Sequence[Rule], settings: Settings,
+def _optimize_part(part: _Part, target: Any, rules: RuleSet, settings: Settings,
                    opts: BackendOptions, profile: Sequence[dict[str, int]]) -> _PartOutcome:
     """One part through the pipeline's stages (search, fission and the race between their
     graphs), then checked against the original part. With dynamic sizes, costs are measured
