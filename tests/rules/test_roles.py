@@ -109,7 +109,8 @@ def test_roles_take_part_in_what_a_rule_is():
     ("roles: normal_form\nrule a: (relu ?x) => ?x",
      r"mine\.rules:1: unknown role 'normal_form'; the roles are normal-form, search, fission, "
      r"kernel, primitive, cleanup"),
-    ("rule a:\n  roles: search, kernels\n  (relu ?x) => ?x", r"mine\.rules:2: unknown role 'kernels'"),
+    ("rule a:\n  roles: search, kernels\n  (relu ?x) => ?x",
+     r"mine\.rules:2: unknown role 'kernels'"),
     ("rule a: (relu ?x) => ?x\nroles: search", r"mine\.rules:2: a file declares its roles before "
                                                r"its first rule"),
     ("roles: search\nroles: kernel\nrule a: (relu ?x) => ?x",
