@@ -511,7 +511,7 @@ RulesOpt = Annotated[Optional[list[Path]], typer.Option(
     "added to the built-in library (a rule named as a library rule is used in its place).",
     rich_help_panel="Search")]
 RulesOnlyOpt = Annotated[bool, typer.Option(
-    "--rules-only", help="Use the --rules files alone, without the built-in library: the "
+    "--rules-only", metavar="", help="Use the --rules files alone, without the built-in library: the "
     "normal form is then the normal-form rules they declare (none: no normal form).",
     rich_help_panel="Search")]
 
