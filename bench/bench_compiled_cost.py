@@ -90,7 +90,7 @@ def main() -> None:
     rows = []
     for kind in args.models.split(","):
         graph = captured_graph(kind, args.hidden, args.layers, args.seq)
-        normal, _ = normal_form(graph, normal_form_rules(load_rule_files([])),
+        normal, _ = normal_form(graph, normal_form_rules(load_rule_files([]).rules),
                                 make_cost_model("analytic", target))
         for name, g in (("original", graph), ("normal form", normal)):
             row: dict[str, Any] = {"model": kind, "graph": name,

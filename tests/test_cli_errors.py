@@ -66,6 +66,7 @@ def test_the_output_may_not_be_the_input(model):
     (["--k", "4"], "the backtracking search has no setting k"),
     (["--split", "1"], "--split needs a part size of at least 2"),
     (["--rules", "nowhere.rules"], "rule file nowhere.rules does not exist"),
+    (["--rules-only"], "--rules-only uses the --rules files alone: give at least one"),
     (["--target", "tpu"], "unknown target 'tpu'"),
     (["--input-shape", "x"], "--input-shape 'x' is not NAME=DIMS"),
 ])
@@ -191,6 +192,8 @@ def test_the_targets_table_prints_install_hints_literally(monkeypatch):
     ("typo.rules", b"rule x: (relu ?x) => ?x $\n", ("typo.rules:1: unexpected character '$'",)),
     ("open.rules", b"rule bad: (matmul ?x ?w => ?x\n", ("open.rules:1: expected a term",)),
     ("binary.rules", b"\xff\xfe\x00", ("rule file", "binary.rules is not text in UTF-8")),
+    ("roles.rules", b"roles: kernels\nrule x: (relu ?x) => ?x\n",
+     ("roles.rules:1: unknown role 'kernels'; the roles are normal-form, search",)),
     ("broken.pb", b"garbage", ("broken.pb is not a TASO rule file",)),
 ])
 def test_a_bad_rule_file_is_named_with_what_is_wrong(model, tmp_path, name, content, fragments):

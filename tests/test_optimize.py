@@ -80,8 +80,8 @@ def test_a_wrong_rewrite_is_caught_reported_and_the_original_kept(tmp_path):
     g = wrong_rule_model()
     original = graphsub.to_onnx(g).SerializeToString()
     with pytest.warns(RuntimeWarning, match="graphsub bug: verification failed.*drop-matmul"):
-        data, report = optimize_model(g, original, rules=[bad], cost="analytic", time_limit=10,
-                                      measure_seconds=0.5)
+        data, report = optimize_model(g, original, rules=[bad], rules_only=True,
+                                      cost="analytic", time_limit=10, measure_seconds=0.5)
     assert data == original and report.kept_original
     failed = report.verification["failed_candidate"]
     assert not failed["equivalent"] and failed["rules"][0] == "drop-matmul"
@@ -94,7 +94,8 @@ def test_cli_reports_a_verification_failure_and_writes_the_original(tmp_path, mo
 
     # a wrong rule, past the numerical check that would refuse it in a rule file
     (bad,) = parse_rules("rule drop-matmul: (matmul ?x ?w) => ?x where (eq (shape ?w) [512 512])")
-    monkeypatch.setattr(graphsub.pipeline, "load_rule_files", lambda paths: [bad])
+    monkeypatch.setattr(graphsub.pipeline, "load_rule_files",
+                        lambda paths, rules_only: graphsub.pipeline.RuleSet((bad,)))
     src = tmp_path / "m.onnx"
     graphsub.save(wrong_rule_model(), src)
     out = tmp_path / "out.onnx"

@@ -12,8 +12,8 @@ from graphsub.cost import make_cost_model
 from graphsub.errors import GraphsubError
 from graphsub.ir.graph import Graph
 from graphsub.optimizer import optimize
-from graphsub.pipeline import ProgressRecorder, Settings
-from graphsub.rules import Rule, builtin_rules
+from graphsub.pipeline import ProgressRecorder, RuleSet, Settings, rule_set
+from graphsub.rules import Rule
 from graphsub.search import ALGORITHMS
 from graphsub.search.result import StopReason
 
@@ -60,13 +60,15 @@ def check_algorithms(algorithms: Sequence[str]) -> None:
 
 
 def compare_algorithms(graph: Graph, algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
-                       rules: Sequence[Rule] | None = None, settings: Settings | None = None,
-                       k: int = 10, started: Callable[[str], None] | None = None
-                       ) -> list[AlgorithmRun]:
+                       rules: Sequence[Rule] | RuleSet | None = None,
+                       settings: Settings | None = None, k: int = 10,
+                       started: Callable[[str], None] | None = None, *,
+                       rules_only: bool = False) -> list[AlgorithmRun]:
     """Run each algorithm on `graph` with the same rules, cost model and time limit (from
     `settings`; default: the analytic cost, 10 s). One cost model prices every run: under a
     measured model, an operator timed for an earlier algorithm is not timed again, so order
-    the runs or use the analytic model to compare search times fairly."""
+    the runs or use the analytic model to compare search times fairly. `rules` are added to
+    the built-in library, or used alone with `rules_only` (graphsub.optimize's)."""
     check_algorithms(algorithms)
     settings = settings or Settings.make(cost="analytic", time_limit=10.0)
     if isinstance(settings.cost, str):  # one model for every run
@@ -75,7 +77,7 @@ def compare_algorithms(graph: Graph, algorithms: Sequence[str] = DEFAULT_ALGORIT
                        **settings.target_options)
         settings = settings.replace(cost=make_cost_model(settings.cost, target=target),
                                     target=target)
-    rules = builtin_rules() if rules is None else list(rules)
+    chosen = rules if isinstance(rules, RuleSet) else rule_set(rules, rules_only)
     runs = []
     for algorithm in algorithms:
         if started is not None:
@@ -85,7 +87,7 @@ def compare_algorithms(graph: Graph, algorithms: Sequence[str] = DEFAULT_ALGORIT
         search = ALGORITHMS[algorithm]
         options = {"k": k} if "k" in search.option_names() else {}
         recorder = ProgressRecorder()
-        result = optimize(graph, rules, algorithm, progress=recorder, settings=settings,
+        result = optimize(graph, chosen, algorithm, progress=recorder, settings=settings,
                           budget=None if search.egraph else 10**9, options=options)
         s = result.stats
         runs.append(AlgorithmRun(algorithm, settings.split, result.initial_cost,

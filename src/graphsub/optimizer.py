@@ -15,6 +15,12 @@ Settings come as one `Settings` (graphsub.pipeline.settings), or as keywords tha
 
     result = graphsub.optimize(graph, algorithm="mcts", time_limit=30, c=1.4)
     data, report = graphsub.optimize_model(graph, settings=Settings.make(target="ort-cpu"))
+
+Rules given are added to the built-in library (its normal form and search rules stay);
+`rules_only=True` searches with them alone (graphsub.pipeline.rule_sets):
+
+    result = graphsub.optimize(graph, load_rules(["my.rules"]))                   # and the library
+    result = graphsub.optimize(graph, load_rules(["my.rules"]), rules_only=True)  # mine alone
 """
 
 from __future__ import annotations
@@ -27,8 +33,8 @@ from typing import Any
 from graphsub.budget import Budget
 from graphsub.ir.graph import Graph
 from graphsub.loaded import LoadedModel
-from graphsub.pipeline import (SEARCH, Settings, VerificationError, optimize_stages, run_stage,
-                               start_run)
+from graphsub.pipeline import (SEARCH, RuleSet, Settings, VerificationError, optimize_stages,
+                               run_stage, start_run)
 from graphsub.progress import StepLog, current_reporter, reporting
 from graphsub.report.optimize import OptimizeReport
 from graphsub.rules import Rule
@@ -48,12 +54,16 @@ def settings_of(settings: Settings | None, overrides: dict[str, Any]) -> Setting
     return settings.replace(**given)
 
 
-def optimize(graph: Graph, rules: Sequence[Rule] | None = None,
-             algorithm: str | None = None, *, settings: Settings | None = None,
-             progress: ProgressFn | None = None, **overrides: Any) -> OptimizeResult:
+def optimize(graph: Graph, rules: Sequence[Rule] | RuleSet | None = None,
+             algorithm: str | None = None, *, rules_only: bool = False,
+             settings: Settings | None = None, progress: ProgressFn | None = None,
+             **overrides: Any) -> OptimizeResult:
     """Search for a cheaper equivalent graph under a cost model (the search alone, in the
     whole time limit). A cost model given by name is built for the target (measured there,
-    or the analytic profile that approximates it).
+    or the analytic profile that approximates it). `rules` are added to the built-in library
+    (a rule of a library rule's name used in its place), or searched with alone under
+    `rules_only`, the normal form then being whatever normal-form rules they declare; a
+    RuleSet (pipeline.load_rule_files) is taken as it was chosen.
 
     `overrides` are keywords of Settings.make: `time_limit`, `budget` (the algorithm's own
     unit of work: graphs expanded for backtracking and greedy, MCTS iterations per decision,
@@ -64,13 +74,14 @@ def optimize(graph: Graph, rules: Sequence[Rule] | None = None,
         overrides["algorithm"] = algorithm
     chosen = settings_of(settings, overrides).replace(fission=False)
     context = start_run(graph, chosen, rules, Budget(chosen.time_limit, measuring=False),
-                        progress=progress)
+                        rules_only=rules_only, progress=progress)
     return run_stage(context, SEARCH).result
 
 
 def optimize_model(model: Graph | LoadedModel, original: ModelData | None = None,
-                   label: str | None = None, rules: Sequence[Rule] | None = None, *,
-                   settings: Settings | None = None, progress: ProgressFn | None = None,
+                   label: str | None = None, rules: Sequence[Rule] | RuleSet | None = None, *,
+                   rules_only: bool = False, settings: Settings | None = None,
+                   progress: ProgressFn | None = None,
                    say: Callable[[str], None] | None = None, started: float | None = None,
                    **overrides: Any) -> tuple[ModelData, OptimizeReport]:
     """Optimize for a target, choose by measurement there, verify. `model` is what
@@ -80,7 +91,8 @@ def optimize_model(model: Graph | LoadedModel, original: ModelData | None = None
     nothing beats it: bytes, or a
     runtime.ort.DetachedModel where its weights are kept apart) and the report. Raises
     VerificationError on a mismatch, and nothing should then be written. `say` is told what
-    is happening (the search starting, then each stage), for progress displays.
+    is happening (the search starting, then each stage), for progress displays. `rules` and
+    `rules_only` are `optimize`'s; the report's notes say what the choice of rules left out.
 
     The time limit covers the whole run from `started` (a time.perf_counter() value;
     default: now): graphsub.budget shares it among the stages. A run may overshoot by the
@@ -96,8 +108,9 @@ def optimize_model(model: Graph | LoadedModel, original: ModelData | None = None
     chosen = settings_of(settings, overrides)
     budget = Budget(chosen.time_limit, chosen.measure_limit, fission=chosen.fission,
                     started=time.perf_counter() if started is None else started)
-    context = start_run(graph, chosen, rules, budget, original=original, label=label or "model",
-                        say=say or (lambda message: None), progress=progress)
+    context = start_run(graph, chosen, rules, budget, rules_only=rules_only, original=original,
+                        label=label or "model", say=say or (lambda message: None),
+                        progress=progress)
     log = StepLog(forward=current_reporter())
     with reporting(log):
         outcome = optimize_stages(context)

@@ -15,7 +15,8 @@ from graphsub.egraph.readback import NodeCosts, extraction_problem, graph_from_c
 from graphsub.egraph.runner import Runner
 from graphsub.egraph.saturation import EXTRACTORS, run_extractor
 from graphsub.optimizer import optimize
-from graphsub.rules import builtin_rules
+from graphsub.ir import GraphBuilder
+from graphsub.rules import builtin_rules, parse_rules
 from graphsub.search import Limits
 from graphsub.runtime import evaluate, graph_input_specs, random_feeds
 from graphsub.egraph.mcts import MctsOptions, mcts_search
@@ -100,6 +101,21 @@ def test_mcts_applies_rules_that_pay_and_reports_its_search():
     # Same seed, same decisions: the search is reproducible.
     again = mcts_search(graph, RULES, COST, Limits(time=60, budget=8), MctsOptions(seed=1))
     assert again.stats.egraph["decisions"] == info["decisions"]
+
+
+def test_mcts_moves_to_a_child_whose_subtree_its_budget_explored_to_the_end():
+    """One rule, one match: after the first expansion nothing below the child is left to
+    try, so the child is saturated; it is still the move that pays (it was once dropped,
+    and MCTS applied nothing)."""
+    b = GraphBuilder(seed=0)
+    x, y = b.input("x", (8, 64)), b.input("y", (8, 64))
+    b.output(b.tanh(b.mul(b.exp(x), b.exp(y))), "out")
+    graph = b.build()
+    (rule,) = parse_rules("rule exp-product: (mul (exp ?a) (exp ?b)) => (exp (add ?a ?b))")
+    result = mcts_search(graph, [rule], COST, Limits(time=20, budget=8), MctsOptions())
+    assert result.stats.egraph["decisions"] == ["exp-product"]
+    assert result.rules_used() == {"exp-product": 1} and result.final_cost < result.initial_cost
+    assert_equivalent(graph, result.graph)
 
 
 @pytest.mark.parametrize("algorithm", ["eqsat", "mcts"])

@@ -135,7 +135,8 @@ def test_optimize_uses_generated_rules_with_a_checked_result(tmp_path, monkeypat
     rules, _ = generate(3, ["matmul", "concat", "split"], variables=2,
                         executor=make_executor("serial"), verify=False)
     graph = zoo.build("sru:hidden=64,steps=1")
-    result = graphsub.optimize(graph, rules=rules, cost="analytic", time_limit=10, budget=20)
+    result = graphsub.optimize(graph, rules=rules, rules_only=True, cost="analytic",
+                               time_limit=10, budget=20)
     assert result.stats.matches > 0 and result.stats.generated > 0
     for candidate in result.candidates:
         original = graphsub.to_onnx(graph).SerializeToString()

@@ -46,7 +46,8 @@ def test_a_rewrite_changes_its_subgraph_not_everything_downstream():
 
 
 def _best(graph, rules):
-    result = optimize(graph, rules, "backtracking", time_limit=5, cost="analytic")
+    result = optimize(graph, rules, "backtracking", rules_only=True, time_limit=5,
+                      cost="analytic")
     assert result.candidates and result.candidates[0].trace
     return result.candidates[0]
 
@@ -203,7 +204,8 @@ def test_a_reassociation_shows_both_products_changed_on_both_sides():
     b.output(b.relu(b.mul(b.mul(b.mul(x, y), b.exp(x)), b.tanh(y))), "out")
     graph = b.build()
     (rule,) = parse_rules("rule assoc:\n  (mul (mul ?x ?y) ?z) => (mul ?x (mul ?y ?z))")
-    found = optimize(graph, [rule], "backtracking", time_limit=5, cost="analytic", alpha=2.0)
+    found = optimize(graph, [rule], "backtracking", rules_only=True, time_limit=5,
+                     cost="analytic", alpha=2.0)
     moved = max(found.candidates, key=lambda c: len(c.trace))  # cost-neutral: not the best
     steps = replay(graph, moved, [rule])
     assert steps

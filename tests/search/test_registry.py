@@ -59,8 +59,8 @@ def test_optimize_hands_a_search_its_limits_and_options(monkeypatch):
     registry.register("probe", ProbeOptions, "probes", 3)(probe)
     assert registry.ALGORITHMS["probe"].summary == "a test probe"
     graph = zoo.build("squeezenet")
-    graphsub.optimize(graph, [], "probe", k=4, budget=7, cost=AnalyticCostModel("cpu"),
-                      time_limit=1, options={"temperature": 2.0})
+    graphsub.optimize(graph, [], "probe", rules_only=True, k=4, budget=7,
+                      cost=AnalyticCostModel("cpu"), time_limit=1, options={"temperature": 2.0})
     assert seen["options"] == ProbeOptions(k=4, temperature=2.0)
     limits = seen["limits"]
     assert isinstance(limits, registry.Limits)

@@ -508,8 +508,13 @@ PEERS_HELP = "Also time onnxruntime's, onnxscript's and onnxslim's outputs."
 ORT_FUSIONS_HELP = ("Also try onnxruntime's com.microsoft fused operators (onnxscript's); "
                     "the output then runs only on onnxruntime.")
 RulesOpt = Annotated[Optional[list[Path]], typer.Option(
-    "--rules", metavar="FILE", help="Rule file (graphsub .rules or TASO .pb), repeatable "
-    "(default: the built-in library).", rich_help_panel="Search")]
+    "--rules", metavar="FILE", help="Rule file (graphsub .rules or TASO .pb), repeatable: "
+    "added to the built-in library (a rule named as a library rule is used in its place).",
+    rich_help_panel="Search")]
+RulesOnlyOpt = Annotated[bool, typer.Option(
+    "--rules-only", metavar="", help="Use the --rules files alone, without the built-in library: the "
+    "normal form is then the normal-form rules they declare (none: no normal form).",
+    rich_help_panel="Search")]
 
 
 def make_settings(given: dict[str, Any], option_texts: list[str] | None,
@@ -526,9 +531,13 @@ def make_settings(given: dict[str, Any], option_texts: list[str] | None,
     return Settings.make(**values, options=options)
 
 
-def check_rule_files(paths: list[Path] | None) -> None:
-    """Refuse a rule file that is not there before any work (its contents are read, and any
-    error in them named with the file and line, when the rules load)."""
+def check_rule_files(paths: list[Path] | None, rules_only: bool = False) -> None:
+    """Refuse a rule file that is not there, or --rules-only without one, before any work
+    (the files' contents are read, and any error in them named with the file and line, when
+    the rules load)."""
+    if rules_only and not paths:
+        raise GraphsubError("--rules-only uses the --rules files alone: give at least one "
+                            "(--rules FILE)")
     for path in paths or []:
         if not path.is_file():
             raise GraphsubError(f"rule file {path} does not exist" if not path.exists() else
@@ -548,7 +557,7 @@ def optimize(ctx: typer.Context,
              k_multi: Annotated[Optional[int], typer.Option("--k-multi", metavar="N", help="eqsat: iterations that apply multi-pattern rules (1).", rich_help_panel="Search")] = None,
              budget: Annotated[Optional[int], typer.Option(metavar="N", help="The algorithm's unit of work: graphs expanded (backtracking, greedy: 1000), MCTS iterations per decision (128), e-graph iterations.", rich_help_panel="Search")] = None,
              split: SplitOpt = None, executor: ExecutorOpt = "process",
-             rules: RulesOpt = None,
+             rules: RulesOpt = None, rules_only: RulesOnlyOpt = False,
              time_limit: Annotated[float, typer.Option("--time-limit", metavar="SECONDS", help=TIME_LIMIT_HELP, rich_help_panel="Time")] = 60.0,
              measure_limit: Annotated[Optional[float], typer.Option("--measure-limit", metavar="SECONDS", help="Seconds for timing, confirming and verifying after a search of the whole --time-limit.", rich_help_panel="Time")] = None,
              cost: Annotated[str, typer.Option(metavar="NAME", help="Cost model: measured (timed on the target), analytic, compiled (inductor's kernels).", rich_help_panel="Cost")] = "measured",
@@ -588,19 +597,19 @@ def optimize(ctx: typer.Context,
         check_output_path(report, "--report", [model])
         if report.resolve() == output.resolve():
             raise GraphsubError("--report and --output name the same file; give two names")
-    check_rule_files(rules)
+    check_rule_files(rules, rules_only)
     shapes = parse_input_shapes(input_shape)
     loading = StepLog()
     with counted("loading the model", loading):
         loaded = open_model(model, shapes, parse_input_values(input_value), custom_ops or [])
     with err.status("loading and checking rules..."):
-        rule_list = load_rule_files(rules or [])
+        rule_set = load_rule_files(rules or [], rules_only)
     bar, update = _search_progress(time_limit, budget)
     stages = _Stages(bar)
     try:
         with bar, reporting(stages.count):
             try:
-                data, rep = optimize_model(loaded, rules=rule_list, settings=settings,
+                data, rep = optimize_model(loaded, rules=rule_set, settings=settings,
                                            progress=update, say=stages, started=started)
             finally:
                 stages.stop()
@@ -632,7 +641,7 @@ def compare(ctx: typer.Context,
             time_limit: Annotated[float, typer.Option("--time-limit", metavar="SECONDS", help="Search time limit per algorithm.")] = 10.0,
             cost: Annotated[str, typer.Option(metavar="NAME", help="Cost model: analytic (deterministic: search times compare fairly) or measured (operators timed once, for whichever algorithm prices them first).")] = "analytic",
             k: Annotated[int, typer.Option("--k", metavar="K", help="Longest rewrite sequence for pruning, dpp and sampling (OCGGS's K).")] = 10,
-            split: SplitOpt = None, rules: RulesOpt = None,
+            split: SplitOpt = None, rules: RulesOpt = None, rules_only: RulesOnlyOpt = False,
             input_shape: InputShapeOpt = None, threads: ThreadsOpt = None, target: TargetOpt = None,
             report: Annotated[Optional[Path], typer.Option("--report", metavar="FILE", help="Also write the comparison: compare.html (OCGGS's figures: cost against search time, final costs) or compare.json (the data).")] = None,
             as_json: JsonOpt = False) -> None:
@@ -650,16 +659,16 @@ def compare(ctx: typer.Context,
                              target=target)
     if k < 1:
         raise GraphsubError(f"--k must be at least 1 (got {k})")
-    check_rule_files(rules)
+    check_rule_files(rules, rules_only)
     if report is not None:
         report_format(report)
         check_output_path(report, "--report", [model])
     shapes = parse_input_shapes(input_shape)
     loaded = open_model(model, shapes)
-    rule_list = load_rule_files(rules or [])
+    rule_set = load_rule_files(rules or [], rules_only)
     with err.status("") as status:
         runs = compare_algorithms(
-            loaded.graph, names, rule_list, settings, k,
+            loaded.graph, names, rule_set, settings, k,
             started=lambda a: status.update(f"searching with {a} (up to {time_limit:g} s)..."))
     data = {"model": loaded.label, "target": settings.target_name, "cost": cost,
             "time_limit": time_limit, "k": k, "split": split,

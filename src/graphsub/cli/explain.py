@@ -26,8 +26,8 @@ def explain(rule: Annotated[str, typer.Argument(help="The rule's name (see the .
                 "--input-shape", help="Fix an input's shape, NAME=1x3x224x224 (repeatable).")
             ] = None,
             rules: Annotated[Optional[list[Path]], typer.Option(
-                "--rules", help="Rule files to look the rule up in (default: the built-in "
-                "library).")] = None,
+                "--rules", help="Rule files to look the rule up in, beside the built-in "
+                "library (a rule named as a library rule in its place).")] = None,
             show: Annotated[int, typer.Option(
                 "--show", min=1, help="The most nodes listed (all are counted).")] = 40,
             as_json: JsonOpt = False) -> None:
@@ -35,14 +35,15 @@ def explain(rule: Annotated[str, typer.Argument(help="The rule's name (see the .
     pattern starts with, whether it matches and is rewritten, or the pattern node, graph
     node and condition where it fails."""
     from graphsub.loaded import open_model
-    from graphsub.pipeline.run import load_rule_files
+    from graphsub.pipeline.rule_sets import load_rule_files
     from graphsub.rules.explain import explain as explain_rule
     from graphsub.rules.parser import print_term
 
-    by_name = {r.name: r for r in load_rule_files(rules or [])}
+    by_name = {r.name: r for r in load_rule_files(rules or []).rules}
     if rule not in by_name:
         close = difflib.get_close_matches(rule, list(by_name), n=3)
-        where = "the rule files given" if rules else "the built-in library"
+        where = "the built-in library or the rule files given" if rules else \
+            "the built-in library"
         raise GraphsubError(f"no rule named {rule!r} in {where}"
                             + (f"; did you mean {', '.join(close)}?" if close else
                                "; give a rule's name as its .rules file writes it "

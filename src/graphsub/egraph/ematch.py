@@ -6,6 +6,14 @@ output .N of a multi-output op, the e-nodes behind the class's `#out N` projecti
 pattern-node check, computed attributes and `where` conditions are the graph matcher's own,
 reading e-class analyses instead of graph values.
 
+A pattern's chain of three or more sums or products (graphsub.rules.chains: GELU's
+`x * 0.5 * (1 + erf(...))`) matches as it does in a graph, in any association and order of
+its operands: read through the e-nodes of each class that compute it (`chain_views`), so that
+a rule recognises what an exporter wrote however it associated it, without waiting for the
+associativity rules to have written out the one association the pattern spells. (A graph
+also reads a product's other forms, a division by a constant, a scalar multiplication, a
+power; an e-graph matches those as written.)
+
 Matching is semi-naive: a pattern whose root is more than its depth above every class that
 changed since the rule was last searched cannot match anything new there, so only roots near a
 change are tried (`SourceIndex`). Multi-pattern rules (Tensat section 4) match each source on
@@ -23,9 +31,10 @@ from typing import Any
 from graphsub.egraph.egraph import PROJ, EGraph
 from graphsub.tensors.types import Constant, TensorType
 from graphsub.rules.ast import OpTerm, Rule, Term, term_ops, term_vars
+from graphsub.rules.chains import has_chain, pattern_chain
 from graphsub.rules.expr import RuleError
-from graphsub.rules.matcher import (Match, Producer, conditions_hold, match_node, no_bindings,
-                                    symmetric_sources)
+from graphsub.rules.matcher import (Bindings, Match, Producer, conditions_hold, match_node,
+                                    match_term, no_bindings, symmetric_sources)
 from graphsub.search.run import DeadlineReached
 
 
@@ -38,6 +47,7 @@ class EGraphHost:
     canonical e-class ids."""
 
     __slots__ = ("egraph",)
+    reads_chains = True
 
     def __init__(self, egraph: EGraph) -> None:
         self.egraph = egraph
@@ -67,6 +77,12 @@ class EGraphHost:
                            if eg.node(m).op == term.op)
         return out
 
+    def chain_views(self, op: str, cls: int) -> list[tuple[int, tuple[int, ...]]]:
+        """Every e-node of op `op` in the class, with its children: each a way to read the
+        class as `op` of operands (chains.frontiers reads the children on, any association)."""
+        eg = self.egraph
+        return [(n, self.children(n)) for n in eg.nodes_of(cls) if eg.node(n).op == op]
+
     def children(self, nid: int) -> tuple[int, ...]:
         find = self.egraph.find
         return tuple(find(c) for c in self.egraph.node(nid).children)
@@ -87,10 +103,14 @@ def match_key(eg: EGraph, match: EMatch) -> tuple[Any, ...]:
 
 
 def term_depth(term: Term) -> int:
-    """Operator levels of a term (a variable is 0)."""
-    if isinstance(term, OpTerm):
-        return 1 + max((term_depth(a) for a in term.args), default=0)
-    return 0
+    """Operator levels a term's match may reach down (a variable is 0): a chain of k operands
+    is read in any association, down to k - 1 levels above its deepest operand."""
+    if not isinstance(term, OpTerm):
+        return 0
+    chain = pattern_chain(term)
+    if chain is not None:
+        return len(chain) - 1 + max(term_depth(t) for t in chain)
+    return 1 + max((term_depth(a) for a in term.args), default=0)
 
 
 def _root_nodes(eg: EGraph, term: OpTerm, near: set[int] | None) -> Iterator[tuple[int, int]]:
@@ -118,20 +138,44 @@ def on_time(deadline: float | None, what: str) -> None:
         raise DeadlineReached(what)
 
 
+def _root_matches(eg: EGraph, term: OpTerm, near: set[int] | None, deadline: float | None,
+                  what: str) -> Iterator[tuple[int, Bindings[int]]]:
+    """(root class, bindings) of one source pattern, with roots in `near` when given; the
+    clock read at every root (on a large e-graph one pattern's matches take a good part of
+    a second). A chain at the root is read from its class, through every e-node that
+    computes it (EGraphHost.chain_views), once per class."""
+    host = EGraphHost(eg)
+    if pattern_chain(term) is not None:
+        for root in dict.fromkeys(root for root, _ in _root_nodes(eg, term, near)):
+            on_time(deadline, what)
+            for st in match_term(host, term, root, no_bindings()):
+                yield root, st
+        return
+    for root, n in _root_nodes(eg, term, near):
+        on_time(deadline, what)
+        for st in match_node(host, term, n, eg.node(n), host.children(n), no_bindings()):
+            yield root, st
+
+
 def match_source(eg: EGraph, term: Term, near: set[int] | None = None,
                  deadline: float | None = None
                  ) -> list[tuple[int, dict[str, int], dict[str, Any]]]:
     """Every (root class, tensor bindings, attribute bindings) of one source pattern, with
-    roots in `near` when given. The clock is read at every root: on a large e-graph one
-    pattern's matches take a good part of a second."""
+    roots in `near` when given; each once (a chain read through several associations of one
+    class binds alike)."""
     if not isinstance(term, OpTerm):
         raise RuleError("a source term must be an operator, not a bare variable")
-    host = EGraphHost(eg)
     out = []
-    for root, n in _root_nodes(eg, term, near):
-        on_time(deadline, f"matching {term.op}")
-        for st in match_node(host, term, n, eg.node(n), host.children(n), no_bindings()):
-            out.append((root, st.tensors, st.attrs))
+    seen: set[tuple[Any, ...]] = set()
+    chains = has_chain(term)
+    for root, st in _root_matches(eg, term, near, deadline, f"matching {term.op}"):
+        if chains:
+            key = (root, tuple(sorted(st.tensors.items())),
+                   tuple(sorted((k, repr(v)) for k, v in st.attrs.items())))
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append((root, st.tensors, st.attrs))
     return out
 
 
@@ -143,11 +187,8 @@ def source_occurs(eg: EGraph, term: Term, near: set[int] | None = None,
         raise RuleError("a source term must be an operator, not a bare variable")
     if any(not eg.has_op(op) for op in term_ops(term)):
         return False
-    host = EGraphHost(eg)
-    for _, n in _root_nodes(eg, term, near):
-        on_time(deadline, f"looking for {term.op}")
-        for _ in match_node(host, term, n, eg.node(n), host.children(n), no_bindings()):
-            return True
+    for _ in _root_matches(eg, term, near, deadline, f"looking for {term.op}"):
+        return True
     return False
 
 

@@ -183,7 +183,10 @@ class _Mcts:
             if child is None or child.saturated:
                 continue
             self.backpropagate(child, self.simulate(child))
-        visited = [c for c in root.open_children() if c.visits > 0]
+        # Every child that changed the e-graph was visited, those whose subtree the budget
+        # explored to the end (saturated, so never selected again) too: they are moves as
+        # good as any. A rule that changed nothing made a child never visited.
+        visited = [c for c in root.children.values() if c.visits > 0]
         if not visited:
             return None
         return max(visited, key=lambda ch: ch.value / ch.visits)

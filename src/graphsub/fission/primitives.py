@@ -5,6 +5,10 @@ kernel (fission paper, section 2.1; Korch, section 3). Each operator's category 
 definition (`OpDef.category`, `ops.base.Category`); it decides what a generated kernel may hold
 (graphsub.fission.candidates): elementwise, reduce/broadcast and layout primitives fuse into
 one loop nest; a linear primitive (a matmul, a convolution) is a library call of its own.
+
+The rules fission reads are chosen by the role each declares (graphsub.rules.roles: fission,
+kernel, primitive, cleanup) among graphsub's own rule files: this folder's and the library's,
+whose GELU forms and cleanup rules serve the search's normal form and fission alike.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from graphsub.ir.graph import Graph, Value
 from graphsub.ops import get_op
 from graphsub.ops.base import Category
 from graphsub.ops.fused import Ref
-from graphsub.rules import LIBRARY, Rule, load_rules
+from graphsub.rules import Rule, library_files, load_rules
 from graphsub.rules.fixed_point import rewrite_to_fixed_point
+from graphsub.rules.roles import Role, with_role
 
 _HERE = Path(__file__).parent
 
@@ -28,23 +33,32 @@ def category(op: str) -> Category:
 
 
 @lru_cache(maxsize=None)
+def own_rules() -> tuple[Rule, ...]:
+    """Every rule of graphsub's own rule files, fission's (this folder's) first, then the
+    library's, each checked numerically on load: what fission's rule sets are chosen from."""
+    return tuple(load_rules([*sorted(_HERE.glob("*.rules")), *library_files()]))
+
+
+@lru_cache(maxsize=None)
 def fission_rules() -> tuple[Rule, ...]:
-    """Coarse operator -> primitives (fission.rules), each checked numerically on load."""
-    return tuple(load_rules([_HERE / "fission.rules"]))
+    """Coarse operator -> primitives (the fission role: fission.rules)."""
+    return tuple(with_role(own_rules(), Role.FISSION))
 
 
 @lru_cache(maxsize=None)
 def kernel_rules() -> tuple[Rule, ...]:
-    """Primitives -> the fused operator a library runs as one kernel (kernels.rules, and the
-    library's activations, which the search's normal form reads back the same way)."""
-    return tuple(load_rules([_HERE / "kernels.rules", LIBRARY / "activations.rules"]))
+    """Primitives -> the fused operator a library runs as one kernel (the kernel role:
+    kernels.rules, and the library's activations, which the search's normal form reads back
+    the same way)."""
+    return tuple(with_role(own_rules(), Role.KERNEL))
 
 
 @lru_cache(maxsize=None)
 def primitive_rules() -> tuple[Rule, ...]:
-    """Rewrites among primitives that fission exposes (primitives.rules): reduce-sum as a
-    matmul, row scalings moved past matmuls, horizontal fusion of batched matmuls."""
-    return tuple(load_rules([_HERE / "primitives.rules"]))
+    """Rewrites among primitives that fission exposes (the primitive role: primitives.rules):
+    reduce-sum as a matmul, row scalings moved past matmuls, horizontal fusion of batched
+    matmuls."""
+    return tuple(with_role(own_rules(), Role.PRIMITIVE))
 
 
 def fission(graph: Graph) -> Graph:
@@ -89,7 +103,7 @@ def inline_generated(graph: Graph) -> Graph:
 
 @lru_cache(maxsize=None)
 def cleanup_rules() -> tuple[Rule, ...]:
-    """The built-in library's cleanup rules (transpose pairs, no-op reshapes, ...): what an
-    orchestrated graph is tidied with, since a library kernel's target may transpose back
-    what the graph had transposed."""
-    return tuple(load_rules([LIBRARY / "cleanup.rules"]))
+    """The cleanup role's rules (the library's cleanup.rules: transpose pairs, no-op
+    reshapes, ...): what an orchestrated graph is tidied with, since a library kernel's
+    target may transpose back what the graph had transposed."""
+    return tuple(with_role(own_rules(), Role.CLEANUP))

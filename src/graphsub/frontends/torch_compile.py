@@ -71,10 +71,9 @@ from graphsub.frontends.side_effects import (PrivateInputs, Writes, find_writes,
 from graphsub.ir.binding import is_symbolic_graph
 from graphsub.ir.graph import Graph
 from graphsub.tensors.symbolic import bind_all, evaluate_size
-from graphsub.pipeline import (FISSION, SEARCH, Found, RunContext, Settings, Stage, run_stage,
-                               start_run)
-from graphsub.rules import Rule
-from graphsub.search.normal_form import normal_form, normal_form_rules
+from graphsub.pipeline import (FISSION, SEARCH, Found, RuleSet, RunContext, Settings, Stage,
+                               run_stage, start_run)
+from graphsub.search.normal_form import normal_form
 from graphsub.runtime.check_sizes import ProfileShape
 from graphsub.verdicts.speedup import MIN_ROUNDS, Decision, HeadToHead, sequential
 from graphsub.runtime.timing import CallTimer
@@ -115,7 +114,7 @@ class BackendOptions:
     mode: str | None = None
     fission: bool = True                # fission and kernel orchestration after the search
     race: bool = True                   # keep graphsub's module only if it outruns the baseline
-    rules: Sequence[str] | None = None  # rule files; default: the built-in library
+    rules: Sequence[str] | None = None  # rule files, added to the built-in library
     rtol: float = 1e-3                  # verification tolerance (relative; absolute scales)
     #: The algorithm's own options (alpha, k, c, seed, ...).
     search: dict[str, Any] = field(default_factory=dict)
@@ -424,6 +423,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     target = get_target(target_name)
     assert isinstance(target, TorchTarget)  # the backend's targets: torch-cpu, torch-cuda
     rules = load_rule_files(list(opts.rules or []))
+    for note in rules.notes:  # a rule file's rule used in a library rule's place, say
+        warnings.warn(f"graphsub: {note}", GraphsubWarning, stacklevel=3)
     if opts.fission:
         # Checked numerically on a fresh install (seconds): here, not out of the first part's
         # time limit, which it used up (a float16 decoder's first compilation on an H200
@@ -822,7 +823,7 @@ class _PartOutcome:
     report: PartReport
 
 
-def _optimize_part(part: _Part, target: TorchTarget, rules: Sequence[Rule], settings: Settings,
+def _optimize_part(part: _Part, target: TorchTarget, rules: RuleSet, settings: Settings,
                    opts: BackendOptions, profile: Sequence[dict[str, int]]) -> _PartOutcome:
     """One part through the pipeline's stages (search, fission and the race between their
     graphs), then checked against the original part. With dynamic sizes, costs are measured
@@ -864,7 +865,7 @@ def _optimize_part(part: _Part, target: TorchTarget, rules: Sequence[Rule], sett
         if fission_won:
             best, report.predicted_after = found.fission.graph, found.fission.cost
     normal, steps = (found.normal_form, found.normal_steps) if found.normal_form is not None \
-        else normal_form(graph, normal_form_rules(context.rules), found.cost_model)
+        else normal_form(graph, context.normal_form_rules, found.cost_model)
     report.notes = found.cost_model.notes()
     output = next(n for n in part.sub.graph.nodes if n.op == "output")
     single = not isinstance(output.args[0], (tuple, list))

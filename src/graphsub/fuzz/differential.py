@@ -481,8 +481,10 @@ def _search(subject: _Subject, algorithm: str, rules: Sequence[Rule], time_limit
            if name == "budget" or name in ALGORITHMS[algorithm].option_names()}
     with _GcClock() as gc_clock:
         start = time.perf_counter()
-        result = optimize(subject.graph, rules, algorithm=algorithm, time_limit=time_limit,
-                          cost="analytic", target="ort-cpu", threads=1,
+        # exactly these rules (the library is among the defaults): minimize_rules narrows
+        # them down to the culprits, which an added library would put back
+        result = optimize(subject.graph, rules, algorithm=algorithm, rules_only=True,
+                          time_limit=time_limit, cost="analytic", target="ort-cpu", threads=1,
                           shape_profile=subject.profile(), **own)
         seconds = time.perf_counter() - start
     found = [("best", result.graph, result.trace)]
@@ -644,7 +646,7 @@ def _pipeline(subject: _Subject, rules: Sequence[Rule], time_limit: float,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a failure is in the report
         written, report = optimize_model(subject.graph, subject.data, rules=rules,
-                                         cost="analytic", time_limit=time_limit,
+                                         rules_only=True, cost="analytic", time_limit=time_limit,
                                          target="ort-cpu", threads=1,
                                          measure_seconds=measure_seconds, evidence=False,
                                          shape_profile=subject.profile())

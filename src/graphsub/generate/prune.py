@@ -62,7 +62,8 @@ def _generalized(rule: Rule, sources: tuple[Term, ...], targets: tuple[Term, ...
     reads a variable the source does not bind."""
     bound = set().union(*(term_vars(t) for t in sources))
     kept = tuple(c for c in rule.conditions if _names(c) <= bound)
-    general = Rule(rule.name, sources, targets, rule.lets, kept, rule.doc + how, rule.origin)
+    general = Rule(rule.name, sources, targets, rule.lets, kept, rule.doc + how, rule.origin,
+                   rule.roles)
     return general if _closed(general) else None
 
 

@@ -14,7 +14,8 @@ budget (graphsub.budget).
 | verify | `measure_stages` | exported, selection | `Verified`: the model to write, checked |
 | report | `report_stage` | found, exported, verified | the OptimizeReport |
 
-What they hand each other (`Exported`, `Found`) is in `values`.
+What they hand each other (`Exported`, `Found`) is in `values`; the rules a run reads (the
+library, with the user's added or alone) in `rule_sets`.
 
 `optimize_model` runs them through `optimize_stages` (graphsub.pipeline.model), `optimize`
 the search alone, the torch.compile backend the search and fission of each captured part and
@@ -30,13 +31,15 @@ from graphsub.pipeline.model import ModelOutcome, optimize_stages
 from graphsub.pipeline.objective import Objective
 from graphsub.pipeline.probe_stage import PROBE
 from graphsub.pipeline.report_stage import REPORT
-from graphsub.pipeline.run import RunContext, Stage, load_rule_files, run_stage, start_run
+from graphsub.pipeline.rule_sets import RuleSet, load_rule_files, rule_set
+from graphsub.pipeline.run import RunContext, Stage, run_stage, start_run
 from graphsub.pipeline.peers_stage import PEERS
 from graphsub.pipeline.search_stage import SEARCH, ProgressRecorder
 from graphsub.pipeline.settings import Settings, parse_option
 from graphsub.pipeline.values import Exported, Found
 
 __all__ = ["EXPORT", "Exported", "FISSION", "Found", "MEASURE", "ModelOutcome", "ORT_FUSIONS",
-           "Objective", "PEERS", "PROBE", "ProgressRecorder", "REPORT", "RunContext", "SEARCH",
-           "Settings", "Stage", "VERIFY", "VerificationError", "Verified", "load_rule_files",
-           "optimize_stages", "parse_option", "run_stage", "start_run"]
+           "Objective", "PEERS", "PROBE", "ProgressRecorder", "REPORT", "RuleSet", "RunContext",
+           "SEARCH", "Settings", "Stage", "VERIFY", "VerificationError", "Verified",
+           "load_rule_files", "optimize_stages", "parse_option", "rule_set", "run_stage",
+           "start_run"]

@@ -18,7 +18,6 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 from graphsub.targets import Target, automatic_target, get_target
@@ -26,9 +25,11 @@ from graphsub.budget import Budget, StageClock, writing_seconds
 from graphsub.cost import CostModel, make_cost_model
 from graphsub.fission import stage as fission_stage
 from graphsub.ir.graph import Graph
+from graphsub.pipeline.rule_sets import RuleSet, rule_set
 from graphsub.pipeline.sessions import OriginalSessions
 from graphsub.pipeline.settings import Settings
-from graphsub.rules import Rule, builtin_rules, load_rules
+from graphsub.rules import Rule
+from graphsub.rules.roles import Role, with_role
 from graphsub.runtime.ort_sessions import ModelData
 from graphsub.runtime.check_sizes import ProfileShape, complete_profile
 from graphsub.search.result import ProgressFn
@@ -47,6 +48,8 @@ class RunContext:
     budget: Budget
     target: Target
     graph: Graph
+    #: The run's rules, every role (graphsub.pipeline.rule_sets); what the search and the
+    #: normal form read of them: `search_rules`, `normal_form_rules`.
     rules: tuple[Rule, ...]
     #: The latency model: what the search prices with (or weighs, under another objective:
     #: values.Found.cost_model) and what reports show as predicted ms.
@@ -79,6 +82,18 @@ class RunContext:
     def threads(self) -> int:
         """The threads onnxruntime and torch run with (all cores unless set)."""
         return self.settings.threads or os.cpu_count() or 1
+
+    @functools.cached_property
+    def search_rules(self) -> tuple[Rule, ...]:
+        """The rules the search (and what goes on from it) rewrites with: those declaring
+        the search role."""
+        return tuple(with_role(self.rules, Role.SEARCH))
+
+    @functools.cached_property
+    def normal_form_rules(self) -> tuple[Rule, ...]:
+        """The rules of the normal form applied before the search (graphsub.search.
+        normal_form): those declaring the normal-form role."""
+        return tuple(with_role(self.rules, Role.NORMAL_FORM))
 
     @functools.cached_property
     def original_model(self) -> ModelData:
@@ -141,12 +156,15 @@ def run_stage(context: RunContext, stage: Stage[Inputs, Made], *inputs: Inputs.a
         return stage.function(context, clock, *inputs, **named)
 
 
-def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | None = None,
-              budget: Budget | None = None, **given: Any) -> RunContext:
+def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | RuleSet | None = None,
+              budget: Budget | None = None, *, rules_only: bool = False,
+              **given: Any) -> RunContext:
     """A run's context: the target and cost model the settings name (built here, once;
     where they name no target, the first of the machine's defaults that can run the graph),
-    the rules (the built-in library by default), and the budget (from now, unless given).
-    `given` sets the other fields of RunContext (original, label, say, progress)."""
+    the rules (the built-in library, with `rules` added, or `rules` alone with `rules_only`:
+    pipeline.rule_sets; a RuleSet is taken as it was chosen), and the budget (from now,
+    unless given). `given` sets the other fields of RunContext (original, label, say,
+    progress); the choice of rules adds its notes to the run's."""
     budget = budget or Budget(settings.time_limit, settings.measure_limit,
                               fission=settings.fission)
     passed_over = ""
@@ -163,7 +181,7 @@ def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | None = N
         cost_model = settings.cost
     else:
         cost_model = make_cost_model(settings.cost, target=target)
-    rules = builtin_rules() if rules is None else rules
+    chosen = rules if isinstance(rules, RuleSet) else rule_set(rules, rules_only)
     if settings.fission:
         fission_stage.load_rules()
     profile = complete_profile(settings.shape_profile, graph.meta.get("symbols") or {})
@@ -171,8 +189,9 @@ def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | None = N
         cost_model.shape_profile = profile
     if target.capabilities.runs == "onnx" and budget.measuring:
         budget.writing = writing_seconds(graph.weight_bytes())
-    context = RunContext(settings, budget, target, graph, tuple(rules), cost_model,
+    context = RunContext(settings, budget, target, graph, chosen.rules, cost_model,
                          profile=profile, **given)
+    context.notes.extend(chosen.notes)
     if passed_over:
         context.notes.append(f"no --target was named and the machine's default cannot run this "
                              f"model ({passed_over}): optimized for {target.name} instead "
@@ -181,9 +200,4 @@ def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | None = N
     return context
 
 
-def load_rule_files(paths: Sequence[str | Path]) -> list[Rule]:
-    """The rules of these files (graphsub .rules or TASO .pb), or the built-in library."""
-    return load_rules([Path(p) for p in paths]) if paths else builtin_rules()
-
-
-__all__ = ["RunContext", "Stage", "load_rule_files", "run_stage", "start_run"]
+__all__ = ["RunContext", "Stage", "run_stage", "start_run"]

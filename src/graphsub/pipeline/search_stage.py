@@ -18,7 +18,7 @@ from graphsub.pipeline.values import Exported, Found
 from graphsub.search import ALGORITHMS, Candidate, OptimizeResult, SearchStats
 from graphsub.search.registry import Limits
 from graphsub.search.result import ProgressFn, SearchProgress, Step, StopReason
-from graphsub.search.normal_form import normal_form, normal_form_rules, with_start
+from graphsub.search.normal_form import normal_form, with_start
 from graphsub.search.propagate import propagate
 from graphsub.search.split import splitting
 
@@ -83,7 +83,7 @@ def search(context: RunContext, clock: StageClock, peers: Sequence[Exported] = (
             # analytically), and a chain cut halfway pays nothing.
             initial_cost = cost_model.graph_cost(start_graph)
             start_graph, normal_steps = normal_form(
-                start_graph, normal_form_rules(context.rules), cost_model)
+                start_graph, context.normal_form_rules, cost_model)
             normal = (start_graph, normal_steps)
             if normal_steps:
                 context.say(f"normal form: {len(normal_steps)} rewrites "
@@ -96,7 +96,7 @@ def search(context: RunContext, clock: StageClock, peers: Sequence[Exported] = (
                                               * (1 - PROPAGATION_SHARE), 0.0))
             function = algorithm.function if settings.split is None else \
                 splitting(algorithm, settings.split, settings.executor)
-            result = function(start_graph, context.rules, cost_model, limits,
+            result = function(start_graph, context.search_rules, cost_model, limits,
                               settings.search_options)
             result = with_start(result, normal_steps, initial_cost)
     except KeyboardInterrupt:
@@ -108,7 +108,7 @@ def search(context: RunContext, clock: StageClock, peers: Sequence[Exported] = (
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                result = propagate(result, context.rules, cost_model,
+                result = propagate(result, context.search_rules, cost_model,
                                    None if clock.deadline is None
                                    else clock.deadline - peer_seconds)
                 if from_peer is not None:
@@ -136,8 +136,8 @@ def search_from_peer(context: RunContext, clock: StageClock, cost_model: CostMod
                 f"{clock.remaining():.1f} s")
     limits = Limits(time=max(clock.remaining(), MIN_SEARCH_SECONDS), budget=settings.budget,
                     keep=1)
-    found = ALGORITHMS[settings.algorithm].function(start.graph, context.rules, cost_model,
-                                                    limits, settings.search_options)
+    found = ALGORITHMS[settings.algorithm].function(start.graph, context.search_rules,
+                                                    cost_model, limits, settings.search_options)
     improved = math.isfinite(found.final_cost) and found.final_cost < start.cost
     context.notes.append(f"the search went on from {start.step.rule}'s output (predicted "
                      f"{start.cost * 1e3:.3g} ms) for {found.stats.seconds:.1f} s: " + (
@@ -168,7 +168,7 @@ def search_bodies(context: RunContext, clock: StageClock, cost_model: CostModel
     def search_one(graph: Graph, seconds: float) -> tuple[Graph, float, float]:
         limits = Limits(time=max(min(seconds, clock.remaining()), 0.0), budget=settings.budget,
                         keep=1)
-        result = algorithm.function(graph, context.rules, cost_model, limits,
+        result = algorithm.function(graph, context.search_rules, cost_model, limits,
                                     settings.search_options)
         return result.graph, result.initial_cost, result.final_cost
 

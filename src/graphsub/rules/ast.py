@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphsub.rules.roles import DEFAULT_ROLES, Role
+
 
 # ---- attribute expressions ------------------------------------------------------------------
 
@@ -85,6 +87,10 @@ Term = Var | OpTerm | Ref
 
 @dataclass(frozen=True)
 class Rule:
+    """A rewrite (sources => targets where conditions), what it is for (`roles`, as its file
+    declares them: graphsub.rules.roles) and where it came from (`origin`). Two rules are
+    equal when they rewrite alike, are documented alike and declare the same roles."""
+
     name: str
     sources: tuple[Term, ...]
     targets: tuple[Term, ...]
@@ -92,6 +98,7 @@ class Rule:
     conditions: tuple[Expr, ...] = ()
     doc: str = ""
     origin: str = field(default="", compare=False)  # the file (or TASO rule) it came from
+    roles: frozenset[Role] = DEFAULT_ROLES
     _vars: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def __post_init__(self) -> None:

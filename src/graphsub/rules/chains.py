@@ -13,8 +13,9 @@ value (`close-to`), whichever way the graph wrote it. Floating point makes these
 within rounding, as every rewrite that reorders arithmetic is, and each rewrite is verified
 on the model like any other.
 
-Only a graph reads chains this way: an e-graph (graphsub.egraph) explores associations with
-rules of its own, so it matches a pattern's tree as written.
+An e-graph (graphsub.egraph.ematch) reads a pattern's chain through any association and order
+too, from the e-nodes that compute each class; a product's other forms (divisions by a
+constant, scalar multiplications, powers) only a graph reads.
 """
 
 from __future__ import annotations
@@ -99,6 +100,12 @@ def pattern_chain(term: OpTerm) -> tuple[Term, ...] | None:
     if len(names) == len(operands) == len(set(names)):
         return None  # distinct free operands: a rule about association itself (mul-assoc)
     return tuple(operands)
+
+
+def has_chain(term: Term) -> bool:
+    """Whether a pattern reads a chain somewhere in it (`pattern_chain`)."""
+    return isinstance(term, OpTerm) and (pattern_chain(term) is not None
+                                         or any(has_chain(a) for a in term.args))
 
 
 def _float_constant(graph: Graph, value: Value) -> Constant | None:

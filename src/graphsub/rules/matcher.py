@@ -5,9 +5,11 @@ A host is what the patterns are matched in: a graph, whose handles are values, o
 (graphsub.egraph.ematch), whose handles are e-classes. `match_term` and `match_node` decide
 whether a term matches there (operator, output index, attributes, shape conditions, both
 operand orders of a commutative op) for either, so a change to what a pattern means is one
-edit. A rule that writes a chain of sums or products is matched in a graph in every form
-(`FormsHost`, graphsub.rules.chains). Where to try the roots is the host's own search: `find_matches` below for graphs, the
-semi-naive `SourceIndex` for e-graphs.
+edit. A rule that writes a chain of sums or products is matched in every association and
+order of the chain (graphsub.rules.chains) by a host that `reads_chains`: a graph for such a
+rule (`FormsHost`, which also reads a product's other forms) and an e-graph. Where to try the
+roots is the host's own search: `find_matches` below for graphs, the semi-naive
+`SourceIndex` for e-graphs.
 
 Source terms are trees, so matching one root at one node is deterministic; the search is over
 where the roots go. In a graph the first root is tried at every node of its op (nodes are
@@ -24,7 +26,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from graphsub.ir.graph import Graph, Value
 from graphsub.rules.chains import (PRODUCT_VIEWS, Reciprocal, by_identity, frontiers,
-                                   graph_chain_views, pattern_chain)
+                                   graph_chain_views, has_chain, pattern_chain)
 from graphsub.tensors.types import Constant, TensorType
 from graphsub.ops import get_op
 from graphsub.ops.base import norm_axis
@@ -54,8 +56,19 @@ class PatternHost(TensorHost[H_contra], Protocol[H_contra]):
     """A place patterns are matched in: the tensors expressions read, and the nodes that
     compute a handle."""
 
+    @property
+    def reads_chains(self) -> bool:
+        """Whether a pattern's chain (chains.pattern_chain) matches here in any association
+        and order, through `chain_views`; else as written."""
+        ...
+
     def producers(self, term: OpTerm, handle: H_contra) -> Sequence[Producer]:
         """The nodes of op `term.op` whose output `term.index` is `handle`."""
+        ...
+
+    def chain_views(self, op: str, handle: H_contra) -> Sequence[tuple[int, tuple[Any, ...]]]:
+        """The ways `handle` is computed as `op` of operands: (node id, operand handles),
+        what chains.frontiers reads a chain through."""
         ...
 
     def same(self, bound: H_contra, handle: H_contra) -> bool:
@@ -64,9 +77,11 @@ class PatternHost(TensorHost[H_contra], Protocol[H_contra]):
 
 
 class GraphHost:
-    """A graph as a pattern host: handles are its values."""
+    """A graph as a pattern host: handles are its values. A rule without a chain is matched
+    here, as written (`reads_chains` is False)."""
 
     __slots__ = ("graph", "type_of")
+    reads_chains = False
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
@@ -88,6 +103,10 @@ class GraphHost:
     def same(self, bound: Value, value: Value) -> bool:
         return bound == value
 
+    def chain_views(self, op: str, value: Value) -> Sequence[tuple[int, tuple[Any, ...]]]:
+        """The ways `value` is computed as a chain of `op` (chains.graph_chain_views)."""
+        return graph_chain_views(self.graph, op, value)
+
 
 class FormsHost(GraphHost):
     """A graph where products and sums are read in every form (graphsub.rules.chains), for
@@ -96,6 +115,7 @@ class FormsHost(GraphHost):
     handle) they read, and its chains any association."""
 
     __slots__ = ()
+    reads_chains = True
 
     def __init__(self, graph: Graph) -> None:
         super().__init__(graph)
@@ -122,11 +142,11 @@ class FormsHost(GraphHost):
                          if len(operands) == len(term.args))
         return super().producers(term, value)
 
-    def chain_views(self, op: str, value: Value | Reciprocal) -> list[tuple[int, tuple[Any, ...]]]:
-        """The ways `value` is computed as a chain of `op` (chains.graph_chain_views)."""
+    def chain_views(self, op: str, value: Value | Reciprocal
+                    ) -> Sequence[tuple[int, tuple[Any, ...]]]:
         if type(value) is Reciprocal:
             return []
-        return graph_chain_views(self.graph, op, value)
+        return super().chain_views(op, value)
 
 
 def host_for(graph: Graph, rule: Rule) -> GraphHost:
@@ -221,9 +241,8 @@ def match_term(host: PatternHost[H], term: Term, handle: H, st: Bindings[H],
         return
     if not isinstance(term, OpTerm):
         raise RuleError("let-bound names may appear only in targets")
-    forms: PatternHost[Any] = host  # a FormsHost matches graph values only: H cannot say so
-    if type(forms) is FormsHost and (chain := pattern_chain(term)) is not None:
-        yield from _match_chain(host, term, chain, forms.chain_views, handle, st, tracer)
+    if host.reads_chains and (chain := pattern_chain(term)) is not None:
+        yield from _match_chain(host, term, chain, handle, st, tracer)
         return
     producers = host.producers(term, handle)
     if not producers and tracer is not None:
@@ -304,14 +323,14 @@ def _wanted(host: PatternHost[H], st: Bindings[H], e: Any) -> Any:
     return want if ok else _UNKNOWN
 
 
-def _match_chain(host: PatternHost[H], term: OpTerm, chain: tuple[Term, ...], views: Any,
-                 handle: H, st: Bindings[H], tracer: Tracer | None) -> Iterator[Bindings[H]]:
+def _match_chain(host: PatternHost[H], term: OpTerm, chain: tuple[Term, ...], handle: H,
+                 st: Bindings[H], tracer: Tracer | None) -> Iterator[Bindings[H]]:
     """Every way the pattern's chain of operands matches `handle` read as a chain of the
     same length, in any association and order (graphsub.rules.chains); each set of bindings
     once."""
     seen: set[tuple[Any, ...]] = set()
     found = False
-    for leaves, nodes in frontiers(views, term.op, handle, len(chain)):
+    for leaves, nodes in frontiers(host.chain_views, term.op, handle, len(chain)):
         found = True
         start = st.copy()
         start.nodes |= nodes
@@ -386,11 +405,6 @@ def reads_forms(rule: Rule) -> bool:
     """Whether the rule writes a chain (a product or sum of three or more operands, chains.
     pattern_chain): such a rule recognises an expression however it is written, and its
     products are read in every form; any other rule matches as written."""
-
-    def has_chain(term: Term) -> bool:
-        return isinstance(term, OpTerm) and (pattern_chain(term) is not None
-                                             or any(has_chain(a) for a in term.args))
-
     return any(has_chain(s) for s in rule.sources)
 
 

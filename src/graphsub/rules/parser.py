@@ -10,7 +10,12 @@
          in (split :axis -1 :sizes [(dim ?w1 -1) (dim ?w2 -1)] y).0,
             (split :axis -1 :sizes [(dim ?w1 -1) (dim ?w2 -1)] y).1
 
-`print_rule(parse_rules(text)[0])` gives canonical text that parses back to the same rule.
+A file may declare what its rules are for before its first rule (`roles: normal-form,
+search`), and a rule its own right after its name (graphsub.rules.roles); without a
+declaration a rule is a search rule.
+
+`print_rule(parse_rules(text)[0])` gives canonical text that parses back to the same rule
+(roles included).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import dataclass
 from graphsub.errors import GraphsubError
 from graphsub.rules.ast import (AVar, Call, Expr, Lit, ListExpr, OpTerm, OutRef, Ref, Rule, Term,
                                 Var)
+from graphsub.rules.roles import DEFAULT_ROLES, Role, role_named, role_names
 
 
 class RuleSyntaxError(GraphsubError):
@@ -78,6 +84,9 @@ class _Parser:
         self.toks = tokens
         self.i = 0
         self.origin = origin
+        #: The roles the file declares for its rules (its header's), and where.
+        self.file_roles = DEFAULT_ROLES
+        self.declared_at: int | None = None
 
     # -- token helpers --
     def peek(self, offset: int = 0) -> Token | None:
@@ -125,8 +134,48 @@ class _Parser:
                 out.append(self.rule("\n".join(doc)))
                 comments = []
                 continue
+            if tok.kind == "WORD" and tok.text == "roles":
+                self.file_header(tok, after_rule=bool(out))
+                comments = []
+                continue
             raise RuleSyntaxError(f"{self.origin}:{tok.line}: expected 'rule', found {tok.text!r}")
         return out
+
+    def file_header(self, tok: Token, after_rule: bool) -> None:
+        """The file's `roles:` line: once, before its first rule (a declaration between
+        rules would leave a reader unsure which rules it covers)."""
+        if after_rule:
+            raise RuleSyntaxError(f"{self.origin}:{tok.line}: a file declares its roles before "
+                                  "its first rule; a rule declares its own on the line after "
+                                  "'rule NAME:'")
+        if self.declared_at is not None:
+            raise RuleSyntaxError(f"{self.origin}:{tok.line}: the file's roles are declared "
+                                  f"twice (first on line {self.declared_at})")
+        self.declared_at = tok.line
+        self.file_roles = self.roles()
+
+    def roles(self) -> frozenset[Role]:
+        """`roles: NAME, NAME ...`, each name a graphsub.rules.roles.Role."""
+        self.expect("WORD", "roles")
+        tok = self.next()
+        if tok.kind == "KEY":  # roles:kernel, written without a space
+            names = [Token("WORD", tok.text[1:], tok.line)]
+        elif tok.kind == ":":
+            names = [self.next()]
+        else:
+            raise RuleSyntaxError(f"{self.origin}:{tok.line}: expected ':' after 'roles', found "
+                                  f"{tok.text!r}")
+        while self.at(","):
+            self.next()
+            names.append(self.next())
+        out: set[Role] = set()
+        for name in names:
+            role = role_named(name.text) if name.kind == "WORD" else None
+            if role is None:
+                raise RuleSyntaxError(f"{self.origin}:{name.line}: unknown role {name.text!r}; "
+                                      f"the roles are {role_names(Role)}")
+            out.add(role)
+        return frozenset(out)
 
     def skip_comments(self) -> None:
         while self.at("COMMENT"):
@@ -150,6 +199,7 @@ class _Parser:
         if name_tok.kind not in ("WORD", "NUM"):
             raise RuleSyntaxError(f"{self.origin}:{name_tok.line}: expected a rule name")
         self.expect(":")
+        roles = self.roles() if self.at("WORD", "roles") else self.file_roles
         sources = [self.term(allow_refs=False)]
         self.skip_comments()
         while self.at(","):
@@ -192,7 +242,7 @@ class _Parser:
             raise RuleSyntaxError(f"{self.origin}: rule {name_tok.text}: {len(sources)} source "
                                   f"term(s) but {len(targets)} target term(s)")
         return Rule(name_tok.text, tuple(sources), tuple(targets), tuple(lets),
-                    tuple(conditions), doc, self.origin)
+                    tuple(conditions), doc, self.origin, roles)
 
     def term(self, allow_refs: bool) -> Term:
         tok = self.next()
@@ -290,6 +340,8 @@ def print_term(t: Term) -> str:
 def print_rule(rule: Rule) -> str:
     lines = [f"# {line}" if line else "#" for line in rule.doc.splitlines()]
     lines.append(f"rule {rule.name}:")
+    if rule.roles != DEFAULT_ROLES:
+        lines.append(f"  roles: {role_names(rule.roles)}")
     lines.append("  " + ", ".join(print_term(s) for s in rule.sources))
     target = ", ".join(print_term(t) for t in rule.targets)
     if rule.lets:

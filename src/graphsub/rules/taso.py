@@ -20,6 +20,7 @@ from pathlib import Path
 from graphsub.errors import GraphsubError
 from graphsub.rules.ast import AVar, Call, Expr, ListExpr, Lit, OpTerm, OutRef, Rule, Term, Var
 from graphsub.rules.matcher import SAME_SHAPES
+from graphsub.rules.roles import Role
 
 OP_NAMES = {0: "INPUT", 1: "WEIGHT", 2: "ANY", 3: "CONV2D", 4: "DROPOUT", 5: "LINEAR",
             6: "POOL2D_MAX", 7: "POOL2D_AVG", 8: "RELU", 9: "SIGMOID", 10: "TANH",
@@ -253,8 +254,10 @@ def convert_rule(tr: TasoRule, ungrouped: bool = False) -> Rule:
     doc = f"TASO graph_subst.pb rule {tr.number}"
     if ungrouped:
         doc += " (restricted to ungrouped convolutions: it fails for grouped ones)"
+    # TASO's file says nothing of roles: its rules are for the search, as a rule file of the
+    # user's that declares none (graphsub.rules.roles)
     return Rule(f"taso-{tr.number}", sources, targets, conditions=conditions, doc=doc,
-                origin=f"taso:{tr.number}")
+                origin=f"taso:{tr.number}", roles=frozenset({Role.SEARCH}))
 
 
 @dataclass

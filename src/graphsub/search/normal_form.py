@@ -12,34 +12,28 @@ terminates and depends on no cost; the result is kept as the search's start only
 cost model predicts it cheaper than the input graph, and every step is in the trace, as a
 search's are.
 
-Which rules: those of the library's normal-form files (NORMAL_FORM_FILES), as the run loaded
-them; a rule file of the user's takes no part.
+Which rules: those that declare the normal-form role (graphsub.rules.roles: the library's
+activations, attention and cleanup files do, in their headers), among the rules the run was
+given; a rule file of the user's takes part where it declares the role too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 
 from graphsub.cost.base import CostModel
 from graphsub.ir.graph import Graph
 from graphsub.rules.applier import Rejection
 from graphsub.rules.ast import Rule
 from graphsub.rules.fixed_point import rewrite_to_fixed_point
+from graphsub.rules.roles import Role, with_role
 from graphsub.search.pricing import price_rewrite
 from graphsub.search.result import OptimizeResult, Step
 
-#: The library files whose rules make the normal form (by file name).
-NORMAL_FORM_FILES = frozenset({"activations.rules", "attention.rules", "cleanup.rules"})
-
-
 def normal_form_rules(rules: Sequence[Rule]) -> list[Rule]:
-    """The rules among `rules` that come from the library's normal-form files."""
-    from graphsub.rules import LIBRARY
-
-    return [r for r in rules if Path(r.origin).name in NORMAL_FORM_FILES
-            and Path(r.origin).parent == LIBRARY]
+    """The rules among `rules` that declare the normal-form role, in their order."""
+    return with_role(rules, Role.NORMAL_FORM)
 
 
 def normal_form(graph: Graph, rules: Sequence[Rule], cost_model: CostModel
@@ -73,4 +67,4 @@ def with_start(result: OptimizeResult, steps: tuple[Step, ...],
                    candidates=candidates)
 
 
-__all__ = ["NORMAL_FORM_FILES", "normal_form", "normal_form_rules", "with_start"]
+__all__ = ["normal_form", "normal_form_rules", "with_start"]
