@@ -33,14 +33,12 @@ def times_the_reference(target: Target, threads: int) -> bool:
 
 class OriginalSessions:
     """The run's onnxruntime session of its original model (one at a time: a session of
-    another model, or at other threads, replaces it). `made` counts the sessions built, for
-    the tests that hold the run to one."""
+    another model, or at other threads, replaces it)."""
 
     def __init__(self) -> None:
         self._model: ModelData | None = None
         self._key: tuple[int, bool] | None = None
         self._session: Any = None
-        self.made = 0
         #: Seconds the session took to build (what another session of the model would take).
         self.build_seconds = 0.0
 
@@ -54,7 +52,6 @@ class OriginalSessions:
             self._session = make_session(model, threads, quiet=True, timed=key[1])
             self.build_seconds = time.perf_counter() - start
             self._model, self._key = model, key
-            self.made += 1
         return self._session
 
     def for_target(self, model: ModelData, threads: int, target: Target) -> Any:
