@@ -231,7 +231,8 @@ def measure_and_choose(device: Target, graph: Graph, original: ModelData,
     say(f"timing the original and {len(candidates)} candidate(s) on {device.name}")
     t0 = time.perf_counter()
     original_run, reference, original_s = run_original(
-        device, graph, original, feeds, None if original_session is None else original_session[0])
+        device, graph, original, feeds,
+        None if original_session is None else original_session[0])
     prepare_s = (original_session[1] if original_session is not None
                  else time.perf_counter() - t0 - original_s)
     selection = Selection("not-run", candidates=reports, original_run_s=original_s)
