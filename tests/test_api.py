@@ -46,7 +46,7 @@ def test_input_values_go_with_the_model_and_the_run_is_searched_there(rate_file,
     """The model runs only at sr=16000: given in Python as on the command line, the probe has
     nothing to find, and the written model computes what the original computes there."""
     model = graphsub.open_model(rate_file, input_values={"sr": 16000})
-    assert model.graph.meta["input_values"]["sr"] == np.int64(16000)
+    assert model.graph.facts.input_values["sr"] == np.int64(16000)
     data, report = graphsub.optimize_model(model, cost="analytic", time_limit=5)
     assert not any("fails on graphsub's default inputs" in n for n in report.notes)
     assert report.model == "rate.onnx"
@@ -58,7 +58,7 @@ def test_input_values_go_with_the_model_and_the_run_is_searched_there(rate_file,
 def test_input_values_are_numbers_arrays_or_text_and_a_misfit_is_named(rate_file):
     for value in (16000, np.array(16000), "16000"):
         model = graphsub.open_model(rate_file, input_values={"sr": value})
-        assert int(model.graph.meta["input_values"]["sr"]) == 16000
+        assert int(model.graph.facts.input_values["sr"]) == 16000
     with pytest.raises(GraphsubError, match="expected 1 comma-separated number"):
         graphsub.open_model(rate_file, input_values={"sr": [1, 2]})
     with pytest.raises(GraphsubError, match="not an input of the model"):

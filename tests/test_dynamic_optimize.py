@@ -9,6 +9,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import graphsub
+from graphsub.ir.facts import GraphFacts
 from graphsub.budget import StageClock
 from graphsub.cost.analytic import AnalyticCostModel
 from graphsub.cost.base import make_signature
@@ -111,7 +112,7 @@ def test_a_dynamic_model_is_searched_and_written_with_its_sizes():
     result = graphsub.optimize(graph, cost="analytic", time_limit=20)
     rules = {s.rule for s in result.trace}
     assert "remove-add-zeros" in rules
-    assert result.graph.meta["symbols"] == graph.meta["symbols"]
+    assert result.graph.facts.symbols == graph.facts.symbols
     exported = graphsub.to_onnx(result.graph)
     assert [d.dim_param or d.dim_value for d in exported.graph.input[0].type.tensor_type.shape.dim] \
         == ["batch", "seq", 16]
@@ -146,7 +147,7 @@ def test_verification_checks_every_binding_and_a_size_dependent_mistake_fails_it
     b = GraphBuilder()
     x = b.input("x", (BATCH, 4))
     b.output(b.mul(x, b.weight(np.float32(2))), "y")
-    right = b.build({"symbols": {"batch": SymbolRange()}})
+    right = b.build(GraphFacts(symbols={"batch": SymbolRange()}))
     verified = _verify(right, model)
     assert verified.chosen is not None and len(verified.verified_at) >= 5
     assert {"batch": 1} in verified.verified_at
@@ -155,7 +156,7 @@ def test_verification_checks_every_binding_and_a_size_dependent_mistake_fails_it
     x = b.input("x", (BATCH, 4))
     first = b.slice(x, starts=(0,), ends=(1,), axes=(0,))
     b.output(b.mul(b.add(b.sub(x, x), first), b.weight(np.float32(2))), "y")
-    wrong = b.build({"symbols": {"batch": SymbolRange()}})
+    wrong = b.build(GraphFacts(symbols={"batch": SymbolRange()}))
     with pytest.warns(RuntimeWarning, match="verification failed"):
         failed = _verify(wrong, model)
     assert "does not match" in str(failed.failure)

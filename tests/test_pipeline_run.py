@@ -133,14 +133,14 @@ def test_search_fission_and_export_hand_on_values():
 
 def test_the_probe_changes_no_graph_it_was_handed():
     """The model runs only at sr=16000: the probe finds it, and the search, measuring and
-    verification run there; the caller's graph keeps the meta it had."""
+    verification run there; the caller's graph keeps the facts it had (no input values)."""
     model = rate_model()
     graph = graphsub.load(model)
-    meta = dict(graph.meta)
+    facts = graph.facts
     _, report = graphsub.optimize_model(graph, model.SerializeToString(), cost="analytic",
                                         time_limit=5)
     assert any("it runs at sr=16000" in note for note in report.notes)
-    assert graph.meta == meta
+    assert graph.facts is facts and not facts.input_values
 
 
 @pytest.mark.parametrize("peers", [True, False])

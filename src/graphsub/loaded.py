@@ -38,7 +38,7 @@ class LoadedModel:
         first shape; none for a static one)."""
         from graphsub.runtime.check_sizes import default_profile
 
-        profile = default_profile(self.graph.meta.get("symbols") or {})
+        profile = default_profile(self.graph.facts.symbols)
         return profile[0].values if profile else {}
 
     def input_specs(self, sizes: Mapping[str, int] | None = None) -> list[InputSpec]:
@@ -78,7 +78,7 @@ def open_model(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
         graph, original = load_with_original(source, input_shapes)
         label = getattr(getattr(source, "graph", None), "name", "") or "model"
     if input_values:
-        graph = graph.with_meta(input_values=given_values(graph, input_values))
+        graph = graph.with_facts(input_values=given_values(graph, input_values))
     return LoadedModel(graph, original, label)
 
 

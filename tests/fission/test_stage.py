@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import graphsub
+from graphsub.ir.facts import GraphFacts
 from graphsub.targets import get_target
 from graphsub.cli import app
 from graphsub.cost import AnalyticCostModel
@@ -37,7 +38,7 @@ def _block(opset: int, gelu: str = "none"):
     h = b.op("gelu", b.matmul(h, b.he_weight((32, 32))), approximate=gelu)
     scores = b.matmul(h, b.op("transpose", h, perm=(1, 0)))
     b.output(b.matmul(b.op("softmax", scores, axis=-1), h), "y")
-    return b.build(meta={"opset": opset})
+    return b.build(GraphFacts(opset=opset))
 
 
 def _primitive_model(opset: int, gelu: str = "none"):
@@ -130,7 +131,7 @@ def test_primitives_written_another_way_are_recognized():
     erf = b.op("erf", b.op("div", h, scalar(np.sqrt(2.0))))
     gelu = b.op("mul", b.op("mul", scalar(0.5), h), b.op("add", erf, scalar(1.0)))
     b.output(gelu, "y")
-    model = b.build(meta={"opset": 20})
+    model = b.build(GraphFacts(opset=20))
     outcome = fission_and_orchestrate(model, AnalyticCostModel(),
                                       get_target("ort-cpu").runs_as_one_kernel)
     assert {"layer_norm", "gelu"} <= {n.op for n in outcome.graph.nodes.values()}

@@ -28,14 +28,14 @@ def _check(path, symbols: set[str]):
 
     original = onnx.load(str(path))
     graph = graphsub.load(original)
-    assert set(graph.meta["symbols"]) == symbols
+    assert set(graph.facts.symbols) == symbols
     exported = graphsub.to_onnx(graph)
     for before, after in ((original.graph.input, exported.graph.input),
                           (original.graph.output, exported.graph.output)):
         assert [_dims(v) for v in before] == [_dims(v) for v in after]
     # what graphsub writes, graphsub (and onnxruntime's symbolic inference) reads back
-    assert set(graphsub.load(exported).meta["symbols"]) == symbols
-    bindings = check_bindings(graph.meta["symbols"])
+    assert set(graphsub.load(exported).facts.symbols) == symbols
+    bindings = check_bindings(graph.facts.symbols)
     assert len(bindings) >= MIN_BINDINGS
     for binding in bindings:
         result = compare_models(original.SerializeToString(), exported,
@@ -66,7 +66,7 @@ def test_a_cnn_keeps_its_batch(folder, exporter):
 @pytest.mark.parametrize("exporter", EXPORTERS)
 def test_an_ocr_model_keeps_its_width(folder, exporter):
     graph = _check(export_ocr(folder, exporter), {"batch", "width"})
-    assert graph.meta["symbols"]["width"].low == 2  # its pooling needs two columns
+    assert graph.facts.symbols["width"].low == 2  # its pooling needs two columns
 
 
 def _exported(kind: str, exporter: str, folder):
@@ -97,8 +97,8 @@ def test_optimize_writes_a_model_that_keeps_its_sizes_and_equals_the_original(fo
     for before, after in ((original.graph.input, written.graph.input),
                           (original.graph.output, written.graph.output)):
         assert [_dims(v) for v in before] == [_dims(v) for v in after]
-    assert report.shapes["symbols"].keys() == graph.meta["symbols"].keys()
-    bindings = check_bindings(graph.meta["symbols"], [{n: v for n, v in p.binding}
+    assert report.shapes["symbols"].keys() == graph.facts.symbols.keys()
+    bindings = check_bindings(graph.facts.symbols, [{n: v for n, v in p.binding}
                                                       for p in map(parse_profile,
                                                                    report.shapes["profile"])])
     assert len(bindings) >= MIN_BINDINGS

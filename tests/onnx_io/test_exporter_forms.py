@@ -48,7 +48,7 @@ def conv_model(dims) -> onnx.ModelProto:
 def test_minus_one_and_question_mark_dimensions_import_and_optimize(dims, tmp_path):
     model = conv_model(dims)
     graph = graphsub.load(model)
-    symbols = sorted(graph.meta["symbols"])
+    symbols = sorted(graph.facts.symbols)
     assert len(symbols) == dims.count(-1) + dims.count("?")
     src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
     onnx.save(model, src)
@@ -97,7 +97,7 @@ def branch_by_rate() -> onnx.ModelProto:
 
 def test_input_values_are_fed_as_given_everywhere_the_model_runs(tmp_path):
     graph = graphsub.load(branch_by_rate())
-    graph.meta["input_values"] = given_values(graph, {"sr": "16000"})
+    graph = graph.with_facts(input_values=given_values(graph, {"sr": "16000"}))
     specs = dict(graph_input_specs(graph))
     assert isinstance(specs["sr"], GivenInput) and int(specs["sr"].value) == 16000
     for seed in range(3):
@@ -210,7 +210,7 @@ def test_a_slice_that_would_be_empty_below_a_size_raises_the_sizes_range():
                        [init("start", np.array([7])), init("end", np.array([2**62])),
                         init("axis", np.array([0])), init("reps", np.array([1, 1]))])
     graph = graphsub.load(model)
-    assert graph.meta["symbols"]["s"].low == 8
+    assert graph.facts.symbols["s"].low == 8
     assert compare_models(model.SerializeToString(), graphsub.to_onnx(graph),
                           graph_input_specs(graph, {"s": 11}), SAME_FUNCTION).equivalent
 

@@ -67,7 +67,7 @@ def test_weights_are_views_of_the_mapped_data_file_and_sessions_share_them(store
     big = [w for w in weights if w.array.nbytes >= external.MIN_EXTERNAL_TENSOR]
     assert big and all(mapped_region(w.array) is not None for w in big)
     assert all(not w.array.flags.writeable for w in big)
-    assert graph.meta["external_data"]
+    assert graph.facts.external_data
     original = model_data(stored)
     assert isinstance(original, DetachedModel)
     exported = to_model_data(graph)

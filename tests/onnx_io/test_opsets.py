@@ -39,7 +39,7 @@ def test_an_opset_6_prelu_is_written_back_with_its_meaning(tmp_path):
     src, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
     onnx.save(prelu_opset6(), src)
     loaded = graphsub.open_model(src)
-    assert "opset 6 kept" in loaded.graph.meta["opset_kept"]
+    assert "opset 6 kept" in loaded.graph.facts.opset_kept
     graphsub.save(loaded.graph, out)
     written = onnx.load(out)
     assert written.opset_import[0].version == 6
@@ -70,5 +70,5 @@ def test_a_model_of_the_ml_domain_alone_needs_no_conversion():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx.ml", 1)])
     model.ir_version = 8
     graph_ = graphsub.load(model)
-    assert "opset_kept" not in graph_.meta
+    assert not graph_.facts.opset_kept
     assert [n.op for n in graph_.nodes.values() if n.op not in ("input",)] == ["opaque"]

@@ -52,7 +52,7 @@ def test_light_models_are_in_the_zoo_and_convert_from_opset_9():
     names = [n for n in zoo.names() if n.startswith("light_")]
     assert len(names) == 9
     g = zoo.build("light_bvlc_alexnet")
-    assert g.meta["source_opset"] == 9 and g.meta["opset"] == 13
+    assert g.facts.source_opset == 9 and g.facts.opset == 13
     assert [g[n].attrs["op_type"] for n in g.topo_order() if g[n].op == "opaque"] == ["LRN", "LRN"]
 
 

@@ -31,7 +31,7 @@ def assert_equal_at_bindings(model: onnx.ModelProto, graph=None, tolerance=Toler
     file keeps every input's and output's dimension names."""
     graph = graph or graphsub.load(model)
     exported = graphsub.to_onnx(graph)
-    symbols = graph.meta["symbols"]
+    symbols = graph.facts.symbols
     bindings = check_bindings(symbols)
     assert len(bindings) >= min(MIN_BINDINGS, _distinct(symbols))
     for binding in bindings:
@@ -92,7 +92,7 @@ def test_a_symbolic_input_is_imported_with_its_names():
                        [vi("pixels", ["N", 3, 224, 224])], [vi("y", ["N", 3, 224, 224])])
     g = graphsub.load(model)
     assert g.type_of(g.outputs[0]).shape == (size_symbol("N"), 3, 224, 224)
-    assert g.meta["symbols"] == {"N": SymbolRange()}
+    assert g.facts.symbols == {"N": SymbolRange()}
     assert_equal_at_bindings(model, g)
 
 
@@ -103,7 +103,7 @@ def test_unnamed_and_minus_one_dimensions_get_fresh_symbols():
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 4])
     model = make_model([helper.make_node("Add", ["x", "y"], ["z"])], [x, y], [vi("z", None)])
     g = graphsub.load(model)
-    assert sorted(g.meta["symbols"]) == ["x_0", "y_0"]
+    assert sorted(g.facts.symbols) == ["x_0", "y_0"]
     assert [str(graphsub.load(model)[i].type) for i in g.inputs] == ["float32[x_0x4]",
                                                                      "float32[y_0x4]"]
 
@@ -151,7 +151,7 @@ def test_a_slice_by_the_sequence_bounds_it_and_a_range_of_it_is_computed_from_th
     model = make_model(nodes, [vi("x", ["batch", "seq", 8])], [vi("z", ["batch", "seq", 8])],
                        inits)
     g = graphsub.load(model)
-    assert g.meta["symbols"]["seq"] == SymbolRange(1, 16)
+    assert g.facts.symbols["seq"] == SymbolRange(1, 16)
     assert "sizes" in {g[n].op for n in g.topo_order()}
     assert g.type_of(g.outputs[0]).shape == (BATCH, SEQ, 8)
     assert_equal_at_bindings(model, g)
@@ -189,7 +189,7 @@ def test_outputs_keep_the_dimension_names_their_model_declared():
     assert g.type_of(g.outputs[0]).shape == (BATCH, SEQ + 1, 4)
     _, exported = assert_equal_at_bindings(model, g)
     assert _dims(exported.graph.output[0]) == ["batch", "seq_plus_one", 4]
-    del g.meta["output_dims"]  # a graph built by hand writes the expression
+    g = g.with_facts(output_dims={})  # a graph built by hand writes the expression
     assert _dims(graphsub.to_onnx(g).graph.output[0]) == ["batch", "seq + 1", 4]
 
 
@@ -202,8 +202,8 @@ def test_a_squeeze_of_every_unit_dimension_takes_a_size_symbol_to_be_more_than_o
                        [vi("x", ["s", 8])], [vi("y", ["s", 8])], [ints("axes", [2])])
     g = graphsub.load(model)
     assert g.type_of(g.outputs[0]).shape == (size_symbol("s"), 8)
-    assert g.meta["symbols"]["s"] == SymbolRange(2, None)
-    assert all(b["s"] >= 2 for b in check_bindings(g.meta["symbols"]))
+    assert g.facts.symbols["s"] == SymbolRange(2, None)
+    assert all(b["s"] >= 2 for b in check_bindings(g.facts.symbols))
     assert_equal_at_bindings(model, g)
 
 
@@ -219,8 +219,8 @@ def test_a_squeeze_of_every_unit_dimension_over_a_size_expression_raises_its_sym
                            rng.standard_normal((3, 2, 5)).astype(np.float32), "w")])
     g = graphsub.load(model)
     assert g.type_of(g.outputs[0]).shape == (3, size_symbol("s") - 4)
-    assert g.meta["symbols"]["s"].low == 6
-    assert all(b["s"] >= 6 for b in check_bindings(g.meta["symbols"]))
+    assert g.facts.symbols["s"].low == 6
+    assert all(b["s"] >= 6 for b in check_bindings(g.facts.symbols))
     assert_equal_at_bindings(model, g)
 
 
@@ -236,7 +236,7 @@ def test_a_slice_counted_from_the_end_is_written_as_the_model_counts(starts, end
                         ints("sp", steps)])
     graph = graphsub.load(model)
     exported = graphsub.to_onnx(graph).SerializeToString()
-    for s in range(max(graph.meta["symbols"]["s"].low, 2), 12):
+    for s in range(max(graph.facts.symbols["s"].low, 2), 12):
         result = compare_models(model.SerializeToString(), exported,
                                 graph_input_specs(graph, {"s": s}), Tolerance(rtol=1e-6))
         assert result.equivalent, (s, [d.describe() for d in result.outputs])

@@ -53,7 +53,7 @@ def test_the_constants_an_integer_input_is_compared_with_are_its_candidate_value
 def test_size_trials_put_the_batch_at_one_and_stay_in_each_range():
     graph = graphsub.load(height_model())
     assert leading_symbols(graph) == {"n"}
-    symbols = graph.meta["symbols"]
+    symbols = graph.facts.symbols
     trials = size_trials(graph, {"n": 128, "h": 128, "w": 128}, symbols)
     assert trials[0] == {"n": 128, "h": 128, "w": 128}
     assert trials[1] == {"n": 1, "h": 128, "w": 128}
@@ -141,7 +141,7 @@ def test_control_flow_onnxruntime_cannot_type_at_fixed_sizes_is_written_as_decla
     with pytest.raises(Exception, match="inferenc"):
         ort.InferenceSession(fixed.SerializeToString(), providers=["CPUExecutionProvider"])
     graph = graphsub.load(model, {"x": (2, 4)})
-    graph.meta["input_values"] = given_values(graph, {"mode": "1"})
+    graph = graph.with_facts(input_values=given_values(graph, {"mode": "1"}))
     data, report = graphsub.optimize_model(graph, model.SerializeToString(), cost="analytic",
                                            time_limit=5)
     assert any("declares its inputs as the original did" in n for n in report.notes)

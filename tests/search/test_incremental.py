@@ -24,7 +24,7 @@ MODELS = ["squeezenet", "sru", "nasrnn:steps=2", "inception_e_blocks:n=1", "bert
 
 def fresh(g: Graph) -> Graph:
     """The same graph without its edit history: every fact is computed from scratch."""
-    return Graph(dict(g.nodes), g.inputs, g.outputs, g.output_names, g.meta, g.next_id)
+    return Graph(dict(g.nodes), g.inputs, g.outputs, g.output_names, g.facts, g.next_id)
 
 
 def key(match):

@@ -49,7 +49,7 @@ def with_logits(graph: Graph) -> Graph:
     logits = [graph[s].inputs[0] for s in graph.nodes_by_op("softmax")]
     return Graph(graph.nodes, graph.inputs, list(graph.outputs) + logits,
                  list(graph.output_names) + [f"logits{i}" for i in range(len(logits))],
-                 graph.meta, graph.next_id)
+                 graph.facts, graph.next_id)
 
 
 @pytest.mark.parametrize("name", zoo_params())

@@ -322,7 +322,7 @@ def check(a: Annotated[str, typer.Argument(help="Reference model (ONNX file or z
     if atol is not None:
         tolerance = replace(tolerance, atol=atol, atol_scale=0.0)
     # a model with symbolic sizes is compared at the bindings optimize verifies at
-    bindings = check_bindings(ma.graph.meta.get("symbols") or {}, [ma.sizes]) or [{}]
+    bindings = check_bindings(ma.graph.facts.symbols, [ma.sizes]) or [{}]
     for sizes in bindings:
         result = compare_models(ma.original, mb.original, ma.input_specs(sizes), tolerance,
                                 trials=trials, seed=seed)

@@ -124,4 +124,4 @@ def graph_from_choice(eg: EGraph, ep: EGraphProblem, choice: Mapping[int, int],
         next_id += 1
     outputs = [value_of[r] for r in roots]
     return Graph(nodes, list(range(len(template.inputs))), outputs, template.output_names,
-                 template.meta)
+                 template.facts)

@@ -284,7 +284,7 @@ def convert_graph(graph: fx.Graph, constants: dict[fx.Node, torch.Tensor],
     out = c.b.build().cse()
     ranges = _symbol_ranges(graph)
     if ranges:
-        out.meta["symbols"] = ranges
+        out.facts = out.facts.but(symbols=ranges)
     return out, inputs
 
 

@@ -835,7 +835,7 @@ def _optimize_part(part: _Part, target: TorchTarget, rules: RuleSet, settings: S
         graph, inputs = convert_graph(part.sub.graph, part.constants)
         if is_symbolic_graph(graph):
             symbol_sources(graph)  # each size must be read from an input
-            shapes = {tuple(sorted((n, b[n]) for n in graph.meta["symbols"])): None
+            shapes = {tuple(sorted((n, b[n]) for n in graph.facts.symbols)): None
                       for b in profile}  # in order, without repeats
             settings = settings.replace(shape_profile=tuple(
                 ProfileShape.of(dict(shape)) for shape in shapes))

@@ -68,9 +68,8 @@ def bind_graph(graph: Graph, binding: Mapping[str, int]) -> Graph:
             raise ShapeError(f"{node.op} is not defined at {dict(binding)}: {exc}") from None
         in_types = [nodes[v.node].outputs[v.index] for v in node.inputs]
         nodes[nid] = make_node(node.op, node.inputs, in_types, attrs, node.name)
-    meta = {k: v for k, v in graph.meta.items() if k not in ("symbols", "output_dims")}
-    meta["binding"] = dict(binding)
-    return Graph(nodes, graph.inputs, graph.outputs, graph.output_names, meta)
+    return Graph(nodes, graph.inputs, graph.outputs, graph.output_names,
+                 graph.facts.but(symbols={}, output_dims={}))
 
 
 #: How far `defined_ranges` looks for the smallest size a model is defined at.

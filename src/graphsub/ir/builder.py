@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from graphsub.errors import GraphsubError
+from graphsub.ir.facts import NO_FACTS, GraphFacts
 from graphsub.ir.graph import Graph, Node, Value, make_node
 from graphsub.tensors.types import Constant, TensorType
 from graphsub.ops import all_ops
@@ -98,7 +99,7 @@ class GraphBuilder:
         self._outputs.append(value)
         self._output_names.append(name)
 
-    def build(self, meta: dict[str, Any] | None = None) -> Graph:
+    def build(self, facts: GraphFacts = NO_FACTS) -> Graph:
         if not self._outputs:
             raise GraphsubError("graph has no outputs: call output() before build()")
-        return Graph(self._nodes, self._inputs, self._outputs, self._output_names, meta).dce()
+        return Graph(self._nodes, self._inputs, self._outputs, self._output_names, facts).dce()

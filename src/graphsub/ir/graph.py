@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from graphsub.errors import CycleError, GraphsubError, ShapeError
+from graphsub.ir.facts import NO_FACTS, GraphFacts
 from graphsub.ir.hashing import commutative_ops, graph_hash, node_digests
 from graphsub.ir.incremental import incremental_users, incremental_weight_only, node_fingerprints
 from graphsub.ir.node import Node as Node  # re-exported: the graph's nodes
@@ -76,23 +77,24 @@ class Graph:
     """An immutable dataflow graph over `Node`s, with named inputs and outputs.
 
     `inputs` lists the ids of the `input` nodes in interface order; `outputs` the values the
-    graph returns, named by `output_names`. `meta` carries facts that are not part of the
-    computation (the ONNX opset and domains it came with) and does not enter the hash.
+    graph returns, named by `output_names`. `facts` (ir.facts.GraphFacts) says what is known of it
+    besides what it computes (its opset, how its model declared its inputs, the ranges of its
+    size symbols); they do not enter the hash.
     """
 
-    __slots__ = ("_nodes", "inputs", "outputs", "output_names", "meta", "_next_id",
+    __slots__ = ("_nodes", "inputs", "outputs", "output_names", "facts", "_next_id",
                  "_topo", "_users", "_hash", "_weight_only", "_by_op", "_digests", "delta",
                  "_positions", "_fingerprints", "memo")
 
     def __init__(self, nodes: Mapping[int, Node], inputs: Sequence[int],
                  outputs: Sequence[Value], output_names: Sequence[str],
-                 meta: Mapping[str, Any] | None = None, next_id: int | None = None,
+                 facts: GraphFacts = NO_FACTS, next_id: int | None = None,
                  check: bool = True) -> None:
         self._nodes = dict(nodes)
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
         self.output_names = tuple(output_names)
-        self.meta = dict(meta or {})
+        self.facts = facts
         self._next_id = next_id if next_id is not None else max(self._nodes, default=-1) + 1
         self._topo: list[int] | None = None
         self._users: dict[int, list[tuple[int, int]]] | None = None
@@ -240,12 +242,12 @@ class Graph:
     def edit(self) -> GraphEditor:
         return GraphEditor(self)
 
-    def with_meta(self, **facts: Any) -> Graph:
-        """The same computation with these facts added to its meta: what a stage learns about
-        the model (the input values it runs at) goes into a new graph, never into one that
-        others hold."""
+    def with_facts(self, **changes: Any) -> Graph:
+        """The same computation with these facts changed (GraphFacts' fields): what a stage
+        learns about the model (the input values it runs at) goes into a new graph, never into
+        one that others hold."""
         g = Graph(self._nodes, self.inputs, self.outputs, self.output_names,
-                  {**self.meta, **facts}, self._next_id, check=False)
+                  self.facts.but(**changes), self._next_id, check=False)
         g._topo = self._topo
         return g
 
@@ -255,7 +257,7 @@ class Graph:
         if len(order) == len(self._nodes):
             return self
         nodes = {nid: self._nodes[nid] for nid in order}
-        g = Graph(nodes, self.inputs, self.outputs, self.output_names, self.meta,
+        g = Graph(nodes, self.inputs, self.outputs, self.output_names, self.facts,
                   self._next_id, check=False)
         g._topo = order
         return g
@@ -285,7 +287,7 @@ class Graph:
             nodes[nid] = node if ins == node.inputs else Node(node.op, node.attrs, ins,
                                                                node.outputs, node.name)
         outputs = [Value(canon.get(v.node, v.node), v.index) for v in self.outputs]
-        return Graph(nodes, self.inputs, outputs, self.output_names, self.meta, self._next_id,
+        return Graph(nodes, self.inputs, outputs, self.output_names, self.facts, self._next_id,
                      check=False).dce()
 
     def __repr__(self) -> str:
@@ -421,7 +423,7 @@ class GraphEditor:
     def _finish_fully(self) -> Graph:
         base = self._base
         g = Graph(self._nodes, base.inputs, self._outputs, base.output_names,
-                  base.meta, self._next_id, check=False)
+                  base.facts, self._next_id, check=False)
         g.topo_order()  # cycle check
         g = g.dce()
         changed = frozenset(nid for nid, node in g.nodes.items() if base.nodes.get(nid) is not node)
@@ -460,7 +462,7 @@ class GraphEditor:
         for nid in changed:
             if any(pos(v.node) >= pos(nid) for v in nodes[nid].inputs):
                 return None
-        g = Graph(nodes, base.inputs, self._outputs, base.output_names, base.meta,
+        g = Graph(nodes, base.inputs, self._outputs, base.output_names, base.facts,
                   self._next_id, check=False)
         g.delta = GraphDelta(base, changed, frozenset(removed), new_pos)
         return g

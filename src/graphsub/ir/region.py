@@ -56,7 +56,7 @@ def cut_out(graph: Graph, ops: Iterable[int], outputs: Sequence[Value], prefix: 
                 ins.append(Value(boundary[v], 0))
         nodes[nid] = Node(node.op, node.attrs, tuple(ins), node.outputs, node.name)
     sub = Graph(nodes, list(boundary.values()), list(outputs),
-                [f"{prefix}_output_{k}" for k in range(len(outputs))], graph.meta, fresh)
+                [f"{prefix}_output_{k}" for k in range(len(outputs))], graph.facts, fresh)
     return sub, tuple(boundary)
 
 

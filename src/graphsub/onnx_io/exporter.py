@@ -231,17 +231,17 @@ def _value_info(name: str, t: TensorType, declared: Sequence[Any] | None = None
 
 
 def _input_value_info(graph: Graph, nid: int) -> onnx.ValueInfoProto:
-    """An input's declared type: its type in the graph, or, where `meta["inputs_as_declared"]`
+    """An input's declared type: its type in the graph, or, where `facts.inputs_as_declared`
     says so, the open sizes the original model declared where the user fixed them: control
     flow that onnxruntime cannot type at fixed sizes (a branch squeezing a size of 1) must
     be written as the original was (the candidate is checked at the fixed sizes)."""
     name, t = graph[nid].attrs["name"], graph[nid].type
-    declared = (graph.meta.get("input_dims") or {}).get(name)
-    if t.is_opaque or not graph.meta.get("inputs_as_declared") or declared is None \
+    declared = graph.facts.input_dims.get(name)
+    if t.is_opaque or not graph.facts.inputs_as_declared or declared is None \
             or len(declared) != t.rank:
         return _value_info(name, t)
-    dims = [d if type(d) is int else dim_text(d) for d in t.shape]
-    dims = [was if not isinstance(was, int) else d for was, d in zip(declared, dims)]
+    fixed = [d if type(d) is int else dim_text(d) for d in t.shape]
+    dims = [was if not isinstance(was, int) else d for was, d in zip(declared, fixed)]
     return helper.make_tensor_value_info(
         name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), dims)
 
@@ -312,10 +312,10 @@ def _export(graph: Graph, opset: int | None, model_name: str, avoid: Collection[
     external.EXTERNAL_DATA_BYTES."""
     # An opaque node is written at the opset it was read at (a graph of one operator for
     # timing has no opset of its own: the default would lose Split's num_outputs, opset 18).
-    opset = opset or graph.meta.get("opset") or max(
+    opset = opset or graph.facts.opset or max(
         [DEFAULT_OPSET, *(v for node in graph.nodes.values() if node.op == "opaque"
                           for d, v in node.attrs["opsets"] if d in ("", "ai.onnx"))])
-    kept = graph.meta.get("opset_kept") and opset == graph.meta.get("opset")
+    kept = bool(graph.facts.opset_kept) and opset == graph.facts.opset
     if not (MIN_OPSET <= opset <= MAX_OPSET or kept):
         raise ExportError(f"cannot export at opset {opset}: graphsub writes opsets "
                           f"{MIN_OPSET} to {MAX_OPSET}")
@@ -325,7 +325,7 @@ def _export(graph: Graph, opset: int | None, model_name: str, avoid: Collection[
     # The weight-only values computation or outputs read directly become initializers.
     folded = materialized_weights(graph)
     if detach is None:
-        detach = bool(graph.meta.get("external_data")) or sum(
+        detach = graph.facts.external_data or sum(
             int(a.nbytes) for a in folded.values()) > external.EXTERNAL_DATA_BYTES
     ctx = ExportContext(opset, detach)
     needed = {v.node for v in folded}
@@ -382,7 +382,7 @@ def _export(graph: Graph, opset: int | None, model_name: str, avoid: Collection[
         if names[v] != name:
             ctx.emit("Identity", [names[v]], [name])
 
-    declared = graph.meta.get("output_dims", {})
+    declared = graph.facts.output_dims
     onnx_graph = helper.make_graph(
         ctx.nodes, model_name,
         [_input_value_info(graph, i) for i in graph.inputs],

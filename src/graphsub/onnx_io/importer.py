@@ -21,6 +21,7 @@ from onnx import helper, numpy_helper
 
 from graphsub.errors import GraphsubError, ModelLoadError
 from graphsub.ir.binding import defined_ranges
+from graphsub.ir.facts import GraphFacts
 from graphsub.ir.graph import Graph, Node, Value, make_node
 from graphsub.tensors.symbolic import (Dim, SymbolRange, bind_all, floordiv, renamed, size_symbol,
                                   symbols_in)
@@ -1047,7 +1048,7 @@ def load(source: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -
 
     A dimension the model leaves open (a dim_param, or none) is a size symbol of the graph,
     kept through import; `input_shapes` fixes inputs to concrete shapes instead. The graph's
-    `meta["symbols"]` gives each symbol's range.
+    `facts.symbols` gives each symbol's range.
     """
     return _graph_of(*_read_model(source), input_shapes)
 
@@ -1103,23 +1104,22 @@ def _graph_of(original: onnx.ModelProto, mapped: Mapping[str, np.ndarray],
         else:
             raise ModelLoadError(f"graph output {o.name!r} is not computed by any node")
         out_names.append(o.name)
-    meta = {"opset": opset, "source_opset": source_opset, "producer": model.producer_name,
-            **({"opset_kept": f"opset {source_opset} kept: {kept_because}"}
-               if kept_because else {}),
-            "external_data": external_data,
-            "domain_opsets": {d: v for d, v in ctx.domain_opsets.items() if d}}
-    if input_shapes:
+    facts = GraphFacts(
+        opset=opset, source_opset=source_opset, producer=model.producer_name,
+        opset_kept=f"opset {source_opset} kept: {kept_because}" if kept_because else "",
+        external_data=external_data,
+        domain_opsets={d: v for d, v in ctx.domain_opsets.items() if d},
         # what the model declared where the user fixed sizes (graphsub.pipeline.probe_stage:
         # control flow onnxruntime cannot type at fixed sizes is written as declared)
-        meta["input_dims"] = {vi.name: sizes.declared_dims(vi.type) for vi in g.input
-                              if vi.name in input_shapes}
-    if ctx.symbol_ranges:
-        meta["symbols"] = dict(ctx.symbol_ranges)
-        meta["output_dims"] = {o.name: sizes.declared_dims(o.type) for o in g.output}
+        input_dims={vi.name: sizes.declared_dims(vi.type) for vi in g.input
+                    if vi.name in (input_shapes or {})},
+        symbols=dict(ctx.symbol_ranges),
+        output_dims={o.name: sizes.declared_dims(o.type) for o in g.output}
+        if ctx.symbol_ranges else {})
     _unfoldable_marked(ctx, input_ids, out_values)
-    graph = _softmax_guards(Graph(ctx.nodes, input_ids, out_values, out_names, meta).dce())
+    graph = _softmax_guards(Graph(ctx.nodes, input_ids, out_values, out_names, facts).dce())
     if ctx.symbol_ranges:
-        graph.meta["symbols"] = defined_ranges(graph, ctx.symbol_ranges)
+        graph = graph.with_facts(symbols=defined_ranges(graph, ctx.symbol_ranges))
     return graph
 
 

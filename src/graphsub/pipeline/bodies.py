@@ -118,13 +118,13 @@ class BodySearcher:
 
     def __init__(self, search: BodySearch, graph: Graph, seconds: float, threads: int) -> None:
         self.search = search
-        domains = dict(graph.meta.get("domain_opsets") or {})
-        domains[""] = graph.meta.get("opset") or domains.get("", 17)
+        domains = dict(graph.facts.domain_opsets)
+        domains[""] = graph.facts.opset or domains.get("", 17)
         self.opsets = sorted(domains.items())
         self.threads = threads
         self.seconds = seconds
         self.total = max(body_node_count(graph), 1)
-        self.symbols = dict(graph.meta.get("symbols") or {})
+        self.symbols = dict(graph.facts.symbols)
         self.outcomes: list[BodyOutcome] = []
 
     def optimize(self, graph: Graph, avoid: Collection[str] = ()) -> Graph:
@@ -208,9 +208,9 @@ class BodySearcher:
             self.outcomes.append(BodyOutcome(where, len(body.node), math.nan, math.nan, False,
                                              f"not searched: {exc}"))
             return None
-        if self.symbols and graph.meta.get("symbols"):
-            graph.meta["symbols"] = {n: self.symbols.get(n, r)
-                                     for n, r in graph.meta["symbols"].items()}
+        if self.symbols and graph.facts.symbols:
+            graph = graph.with_facts(symbols={n: self.symbols.get(n, r)
+                                              for n, r in graph.facts.symbols.items()})
         start = self.optimize(graph, avoid)
         best, before, after = self.search(start, self.seconds * len(body.node) / self.total)
         if after >= before * (1 - MIN_GAIN):
@@ -220,7 +220,7 @@ class BodySearcher:
                                              "nothing cheaper found"))
             return None
         try:
-            optimized = to_onnx(best, opset=graph.meta.get("opset"), avoid=avoid)
+            optimized = to_onnx(best, opset=graph.facts.opset, avoid=avoid)
             comparison = self._check(original, optimized, graph)
         except GraphsubError as exc:
             self.outcomes.append(BodyOutcome(where, len(body.node), before, after, False,
@@ -235,7 +235,7 @@ class BodySearcher:
         return _written_back(body, optimized)
 
     def _check(self, original: onnx.ModelProto, optimized: onnx.ModelProto, graph: Graph) -> bool:
-        bindings = check_bindings(graph.meta.get("symbols") or {}) or [{}]
+        bindings = check_bindings(graph.facts.symbols) or [{}]
         a, b = (make_session(m.SerializeToString(), self.threads, quiet=True)
                 for m in (original, optimized))
         names = [o.name for o in a.get_outputs()]

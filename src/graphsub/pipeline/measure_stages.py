@@ -231,7 +231,7 @@ def verify(context: RunContext, clock: StageClock, exported: Sequence[Exported],
             selection.runnable.close()
             return replace(original, selection=replace(selection, chosen=None, runnable=None,
                                                        outcome="not-written"))
-        bindings = check_bindings(graph.meta.get("symbols") or {},
+        bindings = check_bindings(graph.facts.symbols,
                                   [s.values for s in shapes]) or [{}]
         context.say("verifying the optimized model against the original"
                     + (f" at {len(bindings)} bindings of its sizes" if main else ""))

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 #: What the import of the user's model learnt that holds for any graph of the same function
 #: with the same inputs: the values given to inputs, how the inputs were declared.
-_CARRIED_META = ("input_values", "inputs_as_declared", "input_dims", "output_dims")
+_CARRIED_FACTS = ("input_values", "inputs_as_declared", "input_dims", "output_dims")
 
 
 #: The peers' outputs imported and priced at most, fewest operators first (the more a peer
@@ -97,10 +97,7 @@ def _imported(original: Graph, proto: onnx.ModelProto) -> Graph:
             _same_kind(graph.type_of(a), original.type_of(b))
             for a, b in zip(graph.outputs, original.outputs)):
         raise GraphsubError("its outputs differ from the original's")
-    for key in _CARRIED_META:
-        if key in original.meta:
-            graph.meta[key] = original.meta[key]
-    return graph
+    return graph.with_facts(**{key: getattr(original.facts, key) for key in _CARRIED_FACTS})
 
 
 def _same_kind(a: TensorType, b: TensorType) -> bool:

@@ -31,8 +31,8 @@ def probe_inputs(context: RunContext, clock: StageClock) -> RunContext:
     anyway."""
     run = _declared_as_original_where_needed(context)
     graph = run.graph
-    symbols = graph.meta.get("symbols") or {}
-    given = graph.meta.get("input_values") or {}
+    symbols = graph.facts.symbols
+    given = graph.facts.input_values
     scalars = [graph[i].attrs["name"] for i in graph.inputs
                if graph[i].type.dtype.startswith(("int", "uint")) and graph[i].type.is_static
                and graph[i].type.numel == 1 and graph[i].attrs["name"] not in given]
@@ -53,7 +53,7 @@ def probe_inputs(context: RunContext, clock: StageClock) -> RunContext:
         run.time_model.shape_profile = run.profile
         changed.append(", ".join(f"{k}={v}" for k, v in sorted(found.binding.items())))
     if found.values:
-        run = replace(run, graph=graph.with_meta(input_values={**given, **found.values}))
+        run = replace(run, graph=graph.with_facts(input_values={**given, **found.values}))
         changed.append(", ".join(f"{k}={np.asarray(v).reshape(-1)[0]}"
                                  for k, v in sorted(found.values.items())))
     note = (f"the original model fails on graphsub's default inputs ({found.error}); it runs "
@@ -74,7 +74,7 @@ def _declared_as_original_where_needed(run: RunContext) -> RunContext:
     candidates are written with the inputs declared as the original declared them; they are
     still searched, measured and verified at the fixed sizes."""
     graph = run.graph
-    fixed = graph.meta.get("input_dims") or {}
+    fixed = graph.facts.input_dims
     opened = any(not isinstance(d, int) for dims in fixed.values() if dims for d in dims)
     if run.original is None or run.large or not opened or not any(
             n.op == "opaque" and n.attrs["op_type"] in _CONTROL_FLOW
@@ -86,7 +86,7 @@ def _declared_as_original_where_needed(run: RunContext) -> RunContext:
     run.notes.append(f"onnxruntime cannot build this model with the sizes given declared on "
                      f"its inputs ({error}): the written model declares its inputs as the "
                      "original did, and is checked at the sizes given only; run it at those")
-    return replace(run, graph=graph.with_meta(inputs_as_declared=True))
+    return replace(run, graph=graph.with_facts(inputs_as_declared=True))
 
 
 def _cannot_run(run: RunContext, base: dict[str, int], error: str, tried: int,

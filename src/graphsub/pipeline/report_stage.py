@@ -40,9 +40,9 @@ def report(context: RunContext, clock: StageClock, found: Found, exported: Seque
     shapes: dict[str, Any] = {}
     if context.profile:
         source = ("given" if settings.shape_profile else
-                  "default" if context.profile == default_profile(graph.meta["symbols"])
+                  "default" if context.profile == default_profile(graph.facts.symbols)
                   else "where the original runs")
-        shapes = {"symbols": {n: str(r) for n, r in graph.meta["symbols"].items()},
+        shapes = {"symbols": {n: str(r) for n, r in graph.facts.symbols.items()},
                   "profile": [str(p) for p in context.profile],
                   "default_profile": source == "default", "profile_source": source,
                   "verified_at": list(verified.verified_at)}

@@ -184,7 +184,7 @@ def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | RuleSet 
     chosen = rules if isinstance(rules, RuleSet) else rule_set(rules, rules_only)
     if settings.fission:
         fission_stage.load_rules()
-    profile = complete_profile(settings.shape_profile, graph.meta.get("symbols") or {})
+    profile = complete_profile(settings.shape_profile, graph.facts.symbols)
     if profile:
         cost_model.shape_profile = profile
     if target.capabilities.runs == "onnx" and budget.measuring:

@@ -87,14 +87,14 @@ def summarize(graph: Graph) -> GraphSummary:
         outputs=[{"name": n, "shape": list(graph.type_of(v).shape),
                   "dtype": graph.type_of(v).dtype}
                  for n, v in zip(graph.output_names, graph.outputs)],
-        opset=graph.meta.get("opset"), structural_hash=graph.structural_hash(),
+        opset=graph.facts.opset, structural_hash=graph.structural_hash(),
         **_at_profile(graph))
 
 
 def _at_profile(graph: Graph) -> dict[str, Any]:
     """For a graph with symbolic sizes: the symbols' ranges, and its FLOPs and bytes moved at
     the default profile (runtime.check_sizes.default_profile)."""
-    symbols = graph.meta.get("symbols") or {}
+    symbols = graph.facts.symbols
     if not symbols:
         return {}
     (shape,) = default_profile(symbols)

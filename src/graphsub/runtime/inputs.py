@@ -31,8 +31,8 @@ class GivenInput(TensorType):
 def graph_input_specs(graph: Graph, binding: Mapping[str, int] | None = None
                       ) -> list[InputSpec]:
     """The graph's inputs and their types; with symbolic sizes, at `binding`'s values; the
-    inputs given values (graph.meta["input_values"]) as GivenInput."""
-    given = graph.meta.get("input_values") or {}
+    inputs given values (graph.facts.input_values) as GivenInput."""
+    given = graph.facts.input_values
     specs: list[InputSpec] = []
     for i in graph.inputs:
         name, t = graph[i].attrs["name"], graph[i].type

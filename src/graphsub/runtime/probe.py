@@ -67,10 +67,10 @@ def probe(graph: Graph, model: ModelData, binding: Mapping[str, int], free_sizes
         session = session_of_model()
     except Exception:  # noqa: BLE001 (onnxruntime raises its own types)
         return None
-    given = graph.meta.get("input_values") or {}
+    given = graph.facts.input_values
     choices = {name: values for name, values in compared_values(_proto(model)).items()
                if name not in given}
-    symbols: Mapping[str, SymbolRange] = graph.meta.get("symbols") or {}
+    symbols = graph.facts.symbols
     bindings = size_trials(graph, dict(binding), symbols) if free_sizes else [dict(binding)]
     deadline = None  # counted from the first run's end: the default must be tried anyway
     first_error = ""

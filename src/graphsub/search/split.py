@@ -162,7 +162,7 @@ def without_weight_data(graph: Graph) -> Graph:
                 and node.attrs["value"].array.nbytes >= STUB_BYTES:
             attrs = Attrs({**node.attrs, "value": ConstantStub(node.attrs["value"])})
             nodes[nid] = Node(node.op, attrs, node.inputs, node.outputs, node.name)
-    return Graph(nodes, graph.inputs, graph.outputs, graph.output_names, graph.meta,
+    return Graph(nodes, graph.inputs, graph.outputs, graph.output_names, graph.facts,
                  graph.next_id, check=False)
 
 
@@ -281,7 +281,7 @@ def _search_region(index: int, search: SearchFn, graph: Graph, rules: Sequence[R
     graph, without the chain of parent graphs a search leaves behind."""
     result = search(graph, rules, cost_model, limits, options)
     g = result.graph
-    plain = Graph(g.nodes, g.inputs, g.outputs, g.output_names, g.meta, g.next_id, check=False)
+    plain = Graph(g.nodes, g.inputs, g.outputs, g.output_names, g.facts, g.next_id, check=False)
     return index, (plain, result.trace, result.stats, result.initial_cost, result.final_cost)
 
 

@@ -70,7 +70,7 @@ def random_weights(graph: Graph, seed: int) -> Graph:
             arr = rng.standard_normal(t.shape) * 0.1
         nodes[nid] = make_node("weight", (), (), {"value": Constant(arr.astype(t.dtype))},
                                node.name)
-    return Graph(nodes, graph.inputs, graph.outputs, graph.output_names, graph.meta,
+    return Graph(nodes, graph.inputs, graph.outputs, graph.output_names, graph.facts,
                  graph.next_id)
 
 
@@ -118,7 +118,7 @@ def calibrate_logits(graph: Graph, seed: int) -> Graph:
     if not logits:
         return graph
     names = [f"logits{i}" for i in range(len(logits))]
-    probe = Graph(graph.nodes, graph.inputs, logits, names, graph.meta, graph.next_id,
+    probe = Graph(graph.nodes, graph.inputs, logits, names, graph.facts, graph.next_id,
                   check=False).dce()
     values = run(to_onnx_bytes(probe), random_feeds(graph_input_specs(graph), seed), threads=1)
     nodes = dict(graph.nodes)
@@ -132,7 +132,7 @@ def calibrate_logits(graph: Graph, seed: int) -> Graph:
             array = nodes[nid].attrs["value"].array
             nodes[nid] = make_node("weight", (), (), {"value": Constant(
                 (array * factor).astype(array.dtype))}, nodes[nid].name)
-    return Graph(nodes, graph.inputs, graph.outputs, graph.output_names, graph.meta,
+    return Graph(nodes, graph.inputs, graph.outputs, graph.output_names, graph.facts,
                  graph.next_id)
 
 

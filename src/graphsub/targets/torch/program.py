@@ -200,7 +200,7 @@ class TorchProgram:
         of a shape profile within its range (runtime.check_sizes)."""
         from graphsub.runtime.check_sizes import default_profile
 
-        symbols = self.graph.meta.get("symbols") or {name: SymbolRange()
+        symbols = self.graph.facts.symbols or {name: SymbolRange()
                                                      for name in self.sources}
         binding = default_profile(symbols)[0].values
         binding.update({k: v for k, v in self._reference.items() if k in binding})
