@@ -13,6 +13,7 @@ from graphsub.ir.facts import GraphFacts
 from graphsub.budget import StageClock
 from graphsub.cost.analytic import AnalyticCostModel
 from graphsub.cost.base import make_signature
+from graphsub.cost.multi import MultiObjectiveCostModel, Weights
 from graphsub.errors import GraphsubError
 from graphsub.ir import GraphBuilder
 from graphsub.tensors.symbolic import SymbolRange, size_symbol
@@ -78,11 +79,17 @@ def test_a_symbolic_operator_costs_the_weighted_mean_of_its_costs_at_the_profile
                          (TensorType((BATCH, SEQ, 64)),), lambda: (None, None))
     with pytest.raises(GraphsubError, match="no shape profile"):
         model.signature_cost(sig)
-    model.shape_profile = (ProfileShape.of({"batch": 1, "seq": 8}, 3.0),
-                           ProfileShape.of({"batch": 4, "seq": 64}, 1.0))
-    at = [model.signature_cost(sig.bound(s.values)) for s in model.shape_profile]
-    assert model.signature_cost(sig) == pytest.approx((3 * at[0] + at[1]) / 4)
+    profiled = model.at_profile((ProfileShape.of({"batch": 1, "seq": 8}, 3.0),
+                                 ProfileShape.of({"batch": 4, "seq": 64}, 1.0)))
+    at = [profiled.signature_cost(sig.bound(s.values)) for s in profiled.shape_profile]
+    assert profiled.signature_cost(sig) == pytest.approx((3 * at[0] + at[1]) / 4)
     assert at[1] > at[0]
+    with pytest.raises(GraphsubError, match="no shape profile"):  # the model it came from
+        model.signature_cost(sig)
+    # a model that prices through another prices at its profile (MetaFlow's weighted sum)
+    weighted = MultiObjectiveCostModel(model, Weights(time=1.0, launches=1e-6))
+    assert weighted.at_profile(profiled.shape_profile).signature_cost(sig) == \
+        pytest.approx(profiled.signature_cost(sig) + 1e-6)
 
 
 def test_a_shape_condition_that_depends_on_the_sizes_does_not_apply_and_is_counted():
@@ -180,6 +187,25 @@ def test_an_operator_reading_sizes_is_timed_at_the_sizes_it_will_see():
     graph = graphsub.load(model)
     assert {"sizes", "opaque"} <= {graph[n].op for n in graph.topo_order()}
     cost_model = make_cost_model("measured", target=get_target("ort-cpu", threads=1))
-    cost_model.shape_profile = (ProfileShape.of({"batch": 2, "seq": 16}),)
+    cost_model = cost_model.at_profile((ProfileShape.of({"batch": 2, "seq": 16}),))
     assert 0 < cost_model.graph_cost(graph) < 1.0
     assert cost_model.notes() == []
+
+
+def test_a_model_with_open_sizes_is_optimized_under_another_objective():
+    """MetaFlow's weighted sum prices symbolic operators at the run's profile (it once had
+    none of its own and ended the run), and the API takes the objective as the command
+    line's text."""
+    rng = np.random.default_rng(5)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["h"]),
+                        helper.make_node("Relu", ["h"], ["r"]),
+                        helper.make_node("Relu", ["r"], ["y"])],
+                       [vi("x", ["batch", 64])], [vi("y", ["batch", 64])],
+                       [init("w", rng.standard_normal((64, 64)).astype(np.float32))])
+    graph = graphsub.load(model)
+    _, report = graphsub.optimize_model(graph, model.SerializeToString(), cost="analytic",
+                                        time_limit=8, objective="latency,memory=0.3")
+    assert any("minimized latency=1,memory=0.3" in note for note in report.notes)
+    assert min(c.predicted_ms for c in report.candidates) < report.predicted_ms_before
+    with pytest.raises(GraphsubError, match="objective takes"):
+        Settings.make(objective=3)

@@ -9,6 +9,7 @@ wherever kernels are what is priced.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -248,10 +249,36 @@ class CostModel(ABC):
             self._memo[sig] = cost
         return cost
 
-    #: The shapes an operator over symbolic sizes is priced at (runtime.check_sizes.
-    #: ProfileShape), set by the run from its settings; its cost is the weighted mean of its
-    #: costs there, so a static graph and a symbolic one are priced in the same unit.
-    shape_profile: tuple[ProfileShape, ...] = ()
+    _shape_profile: tuple[ProfileShape, ...] = ()
+
+    @property
+    def shape_profile(self) -> tuple[ProfileShape, ...]:
+        """The shapes an operator over symbolic sizes is priced at (runtime.check_sizes.
+        ProfileShape); its cost is the weighted mean of its costs there, so a static graph
+        and a symbolic one are priced in the same unit. Fixed for a model's life: another
+        profile is another model (`at_profile`), since every price of a symbolic operator
+        it gave depends on it."""
+        return self._shape_profile
+
+    def at_profile(self, profile: tuple[ProfileShape, ...]) -> CostModel:
+        """This model pricing symbolic operators at `profile`: itself where that is its
+        profile, else a copy that shares what it measured of static operators (and its
+        persistent cache) and has priced nothing symbolic yet. The model it was made from is
+        unchanged, so whoever holds it (a run that began at the default profile, a user's
+        own model) keeps the prices it had."""
+        profile = tuple(profile)
+        if profile == self.shape_profile:
+            return self
+        model = copy.copy(self)
+        model._memo = {sig: cost for sig, cost in self._memo.items() if sig.is_static}
+        model._by_node = {}
+        model._profile_changed(profile)
+        return model
+
+    def _profile_changed(self, profile: tuple[ProfileShape, ...]) -> None:
+        """Take `profile` in a copy `at_profile` just made (a model that prices through
+        another hands that one the profile instead)."""
+        self._shape_profile = profile
 
     def _profiled_cost(self, sig: OpSignature) -> float:
         if not self.shape_profile:

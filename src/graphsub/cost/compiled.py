@@ -168,9 +168,9 @@ class CompiledCostModel(CostModel):
     def shape_profile(self) -> tuple[ProfileShape, ...]:
         return self.inner.shape_profile
 
-    @shape_profile.setter
-    def shape_profile(self, value: tuple[ProfileShape, ...]) -> None:
-        self.inner.shape_profile = value
+    def _profile_changed(self, profile: tuple[ProfileShape, ...]) -> None:
+        self.inner = self.inner.at_profile(profile)
+        self._ratios, self._estimated = dict(self._ratios), set(self._estimated)
 
     @property
     def estimated(self) -> int:

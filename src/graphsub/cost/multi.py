@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from graphsub.cost.base import CostModel, OpSignature, costs_nothing, node_signature
 from graphsub.ir.graph import Graph
 from graphsub.ops import get_op
+from graphsub.runtime.check_sizes import ProfileShape
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,14 @@ class MultiObjectiveCostModel(CostModel):
     @deadline.setter
     def deadline(self, value: float | None) -> None:
         self.time_model.deadline = value
+
+    # The time model's profile is what it prices symbolic operators at.
+    @property
+    def shape_profile(self) -> tuple[ProfileShape, ...]:
+        return self.time_model.shape_profile
+
+    def _profile_changed(self, profile: tuple[ProfileShape, ...]) -> None:
+        self.time_model = self.time_model.at_profile(profile)
 
     def notes(self) -> list[str]:
         return self.time_model.notes()

@@ -49,8 +49,8 @@ def probe_inputs(context: RunContext, clock: StageClock) -> RunContext:
         raise GraphsubError(_cannot_run(run, base, found.error, found.tried, scalars))
     changed = []
     if found.binding != base:
-        run = replace(run, profile=(ProfileShape.of(found.binding),))
-        run.time_model.shape_profile = run.profile
+        profile = (ProfileShape.of(found.binding),)
+        run = replace(run, profile=profile, time_model=run.time_model.at_profile(profile))
         changed.append(", ".join(f"{k}={v}" for k, v in sorted(found.binding.items())))
     if found.values:
         run = replace(run, graph=graph.with_facts(input_values={**given, **found.values}))

@@ -185,8 +185,7 @@ def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | RuleSet 
     if settings.fission:
         fission_stage.load_rules()
     profile = complete_profile(settings.shape_profile, graph.facts.symbols)
-    if profile:
-        cost_model.shape_profile = profile
+    cost_model = cost_model.at_profile(profile)
     if target.capabilities.runs == "onnx" and budget.measuring:
         budget.writing = writing_seconds(graph.weight_bytes())
     context = RunContext(settings, budget, target, graph, chosen.rules, cost_model,

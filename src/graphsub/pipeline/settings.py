@@ -127,6 +127,11 @@ class Settings:
         if not all(isinstance(p, ProfileShape) for p in self.shape_profile):
             raise GraphsubError("shape_profile takes ProfileShape values or text such as "
                                 "'batch=1,seq=128'")
+        if isinstance(self.objective, str):  # the API takes the command line's text
+            object.__setattr__(self, "objective", Objective.parse(self.objective))
+        if not isinstance(self.objective, Objective):
+            raise GraphsubError(f"objective takes an Objective or text such as "
+                                f"'latency,memory=0.3', not {self.objective!r}")
         if self.split is not None and self.split < 2:
             raise GraphsubError(f"--split needs a part size of at least 2 operators (got "
                                 f"{self.split})")
