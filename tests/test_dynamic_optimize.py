@@ -142,9 +142,11 @@ def _verify(candidate_graph, model):
     context = start_run(graph, Settings.make(cost="analytic"), original=model.SerializeToString())
     data = graphsub.to_onnx(candidate_graph).SerializeToString()
     exported = [Exported(Candidate(candidate_graph, 0.0, ()), data)]
-    selection = Selection("faster", chosen=0,
-                          runnable=context.target.prepare(candidate_graph, data, "candidate"))
-    return verify(context, StageClock.lasting(60), exported, selection)
+    context.sessions.hold_chosen(context.target.prepare(candidate_graph, data, "candidate"))
+    try:
+        return verify(context, StageClock.lasting(60), exported, Selection("faster", chosen=0))
+    finally:
+        context.sessions.close()
 
 
 def test_verification_checks_every_binding_and_a_size_dependent_mistake_fails_it():

@@ -78,3 +78,51 @@ def test_the_original_is_one_onnxruntime_session_per_run(monkeypatch, name):
     assert report.verification["equivalent"]
     assert [t["shape"] for t in report.timings["profile"]] == ["batch=4", "batch=2:0.5"]
     assert built.count(original) == 1
+
+
+def _tracked_candidates(monkeypatch: pytest.MonkeyPatch) -> dict[int, bool]:
+    """Whether each candidate's onnxruntime runnable made from now on is closed, by id."""
+    from graphsub.runtime.ort_sessions import OrtRunnable
+
+    closed: dict[int, bool] = {}
+    init, close = OrtRunnable.__init__, OrtRunnable.close
+
+    def tracked_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        if self.label.startswith("candidate"):
+            closed[id(self)] = False
+
+    def tracked_close(self):
+        closed[id(self)] = True
+        close(self)
+
+    monkeypatch.setattr(OrtRunnable, "__init__", tracked_init)
+    monkeypatch.setattr(OrtRunnable, "close", tracked_close)
+    return closed
+
+
+@pytest.mark.parametrize("ends", ["verified", "in an error after the measuring"])
+def test_the_run_closes_the_chosen_candidate_however_it_ends(monkeypatch, ends):
+    """The chosen candidate's runnable goes from the measuring to the verification through
+    the run's sessions (pipeline.sessions.RunSessions), not through the Selection: it is
+    closed whether the verification ran or an error ended the run between the two."""
+    from graphsub.pipeline import measure_stages
+
+    original = _transposes_with_an_open_batch()
+    closed = _tracked_candidates(monkeypatch)
+    if ends != "verified":
+        def fails(*args, **kwargs):
+            raise RuntimeError("the export broke")
+        monkeypatch.setattr(measure_stages, "written", fails)
+    run = lambda: optimize_model(  # noqa: E731
+        load(original), original, "transposes", time_limit=20, measure_limit=6,
+        cost="analytic", fission=False, peers=False,
+        target=_slowed(get_target("ort-cpu", threads=1)), threads=1,
+        shape_profile=("batch=4",), evidence=False)
+    if ends == "verified":
+        _, report = run()
+        assert report.outcome == "faster" and report.verification["equivalent"]
+    else:
+        with pytest.raises(RuntimeError, match="the export broke"):
+            run()
+    assert closed and all(closed.values()), closed

@@ -167,6 +167,6 @@ def test_no_stage_assigns_to_what_another_stage_made():
                     root = root.value
                 if isinstance(target, (ast.Attribute, ast.Subscript)) and isinstance(
                         root, ast.Name) and root.id in ("context", "run", "found", "exported",
-                                                        "verified"):
+                                                        "selection", "verified"):
                     assigned.append(f"{path.name}:{node.lineno}")
     assert not assigned, assigned

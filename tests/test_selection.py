@@ -230,7 +230,7 @@ def test_the_fuzzers_candidate_that_onnxruntime_breaks_is_dropped_with_a_note():
     as_written = run(candidate, feeds, optimize=False)["y"]
     assert np.allclose(as_written, run(original, feeds, optimize=False)["y"], rtol=1e-4, atol=1e-5)
     ort_breaks_it = not np.allclose(run(candidate, feeds)["y"], as_written, rtol=1e-3, atol=1e-4)
-    selection = measure_and_choose(
+    selection, _ = measure_and_choose(
         get_target("ort-cpu", threads=1), graph, original,
         [(Candidate(graphsub.load(candidate), 0.5, ()), candidate)], feeds,
         StageClock.lasting(10), measure_seconds=0.2)
@@ -265,12 +265,13 @@ def test_when_the_fastest_fails_its_confirmation_the_runner_up_gets_one(monkeypa
     monkeypatch.setattr(sel, "sequential", confirm)
     ready = [(0, _Closable(), 0.001), (1, _Closable(), 0.001), (2, _Closable(), 0.001)]
     ready = [ready[0], ready[2], ready[1]]  # order of `ready` is not the screening's order
-    selection = sel._screen_and_confirm(
+    selection, runnable = sel._screen_and_confirm(
         Selection("not-run", candidates=[CandidateReport(1.0, None, []) for _ in range(3)],
                   original_run_s=0.001),
         _Closable(), ready, {}, StageClock.lasting(60), 1.0, get_target("ort-cpu"),
         lambda message: None)
     assert selection.chosen == chosen
+    assert runnable is (None if chosen is None else dict((i, r) for i, r, _ in ready)[chosen])
     assert [c["candidate"] for c in selection.timings["confirms"]] == [2, 1]
     if chosen is None:
         assert selection.outcome == "not-confirmed" and selection.confirmed == 2
@@ -293,7 +294,7 @@ def test_on_a_loaded_machine_a_byte_copy_of_the_original_is_never_faster():
     graph, data, candidates = byte_copy_candidate()
     feeds = random_feeds(graph_input_specs(graph))
     with busy_processes(2):
-        selection = measure_and_choose(get_target("ort-cpu", threads=1), graph, data,
+        selection, _ = measure_and_choose(get_target("ort-cpu", threads=1), graph, data,
                                        candidates, feeds, StageClock.lasting(6),
                                        measure_seconds=0.5)
     assert selection.chosen is None and selection.outcome != "faster", selection.outcome
@@ -311,13 +312,14 @@ def test_on_a_loaded_machine_a_faster_candidate_is_kept_with_an_interval_above_o
         Slowed(prepare(graph, onnx, label)) if label == "original" else prepare(graph, onnx,
                                                                                 label)))
     with busy_processes(2):
-        selection = measure_and_choose(target, graph, data, candidates,
+        selection, chosen = measure_and_choose(target, graph, data, candidates,
                                        random_feeds(graph_input_specs(graph)),
                                        StageClock.lasting(8), measure_seconds=0.5)
     assert selection.outcome == "faster" and selection.chosen == 0, selection.notes
     c = selection.confirmation()
     assert c["low"] > 1 and c["decision"] == "faster" and c["rounds"] >= fewest_rounds(0.95)
-    selection.runnable.close()
+    assert chosen is not None  # the caller's to close
+    chosen.close()
 
 
 class Alternating(Runnable):
@@ -360,10 +362,10 @@ def test_an_undecided_confirmation_spends_the_time_left_then_keeps_the_original(
     monkeypatch.setattr(sel, "read_load", lambda: load)
     graph, data, candidates = byte_copy_candidate()
     start = time.perf_counter()
-    selection = measure_and_choose(StandIns(), graph, data, candidates,
+    selection, chosen = measure_and_choose(StandIns(), graph, data, candidates,
                                    random_feeds(graph_input_specs(graph)), StageClock.lasting(4),
                                    measure_seconds=0.5)
-    assert selection.outcome == outcome and selection.chosen is None
+    assert selection.outcome == outcome and selection.chosen is None and chosen is None
     c = selection.confirmation()
     assert c["rounds"] > MIN_ROUNDS and c["looks"] >= 2
     assert c["low"] < c["required"] < c["high"] and c["speedup"] > c["required"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 
@@ -53,7 +53,6 @@ class Selection:
     #: (report/optimize.py's OptimizeReport.outcome says what each means)
     outcome: str
     chosen: int | None = None
-    runnable: Runnable | None = None  # the chosen candidate on the target (for verification)
     before_ms: float | None = None
     after_ms: float | None = None
     #: The fastest candidate's speedup over the original in the screening (median round).
@@ -77,6 +76,14 @@ class Selection:
             return {}
         return {**self.head_to_head.as_dict(), "candidate": self.confirmed,
                 "min_gain": MIN_GAIN}
+
+
+class Choice(NamedTuple):
+    """What measuring hands on: the selection, and the chosen candidate prepared on the
+    target and still open (None: none chosen), which the caller owns and closes."""
+
+    selection: Selection
+    runnable: Runnable | None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -216,18 +223,19 @@ def measure_and_choose(device: Target, graph: Graph, original: ModelData,
                        feeds: Mapping[str, np.ndarray], clock: StageClock,
                        measure_seconds: float = 3.0, tolerance: Tolerance = SAME_FUNCTION,
                        say: Callable[[str], None] = lambda message: None,
-                       original_session: tuple[Any, float] | None = None) -> Selection:
+                       original_session: tuple[Any, float] | None = None) -> Choice:
     """Time the original and `candidates` (best predicted first) on `device` within the
     clock's time, keeping back what verification will take (graphsub.budget), and choose.
     The screening times at least `measure_seconds` of runs when its share of the time
     allows; a head-to-head confirmation looks after its first block of rounds and goes on
     while undecided. `original_session`: the run's session of the original for the target's
     `prepare`, and the seconds it took to build (what verification is expected to spend
-    again per session)."""
+    again per session). The chosen candidate's runnable comes back open, for the caller to
+    own (verification runs it) and close; every other is closed here."""
     reports = [CandidateReport(c.cost * 1e3, None, [s.rule for s in c.trace])
                for c, _ in candidates]
     if not candidates:
-        return Selection("no-cheaper-graph")
+        return Choice(Selection("no-cheaper-graph"), None)
     say(f"timing the original and {len(candidates)} candidate(s) on {device.name}")
     t0 = time.perf_counter()
     original_run, reference, original_s = run_original(
@@ -252,7 +260,7 @@ def measure_and_choose(device: Target, graph: Graph, original: ModelData,
             for _, other, _ in ready:
                 other.close()
             selection.mismatch = (i, tried)
-            return selection
+            return Choice(selection, None)
         else:
             runnable, run_s, diffs = tried
             reports[i].check = [{"name": d.name, "max_abs": d.max_abs, "max_rel": d.max_rel,
@@ -262,7 +270,7 @@ def measure_and_choose(device: Target, graph: Graph, original: ModelData,
         original_run.close()
         if all(r.note.startswith("not timed") for r in reports):
             selection.outcome = "no-time"
-        return selection
+        return Choice(selection, None)
     slowest = max([original_s] + [s for _, _, s in ready])
     clock.keep_back(verification_seconds(prepare_s, slowest))
     return _screen_and_confirm(selection, original_run, ready, feeds, clock, measure_seconds,
@@ -272,22 +280,23 @@ def measure_and_choose(device: Target, graph: Graph, original: ModelData,
 def _screen_and_confirm(selection: Selection, original_run: Runnable,
                         ready: list[tuple[int, Runnable, float]], feeds: Mapping[str, np.ndarray],
                         clock: StageClock, measure_seconds: float, device: Target,
-                        say: Callable[[str], None]) -> Selection:
+                        say: Callable[[str], None]) -> Choice:
     slowest = max([selection.original_run_s] + [s for _, _, s in ready])
     options = timing_options(slowest)
     runnables = [original_run] + [r for _, r, _ in ready]
+    chosen: Runnable | None = None
     try:
         available = clock.remaining()
         one_round = sum(s for s in [selection.original_run_s] + [s for _, _, s in ready])
         one_round *= options["block"] + (1 if options["pause"] else 0)
         if available < 2 * one_round:
             selection.outcome = "no-time"
-            return selection
+            return Choice(selection, None)
         contenders = _screen(selection, runnables, ready, feeds, available * SCREEN_SHARE,
                              measure_seconds, options)
         if not contenders:
             selection.outcome = "not-faster"
-            return selection
+            return Choice(selection, None)
         for attempt, k in enumerate(contenders):
             index, runnable, _ = ready[k]
             confirm_budget = clock.remaining()
@@ -302,13 +311,12 @@ def _screen_and_confirm(selection: Selection, original_run: Runnable,
             _record_confirmation(selection, index, confirm, result, explains)
             if result.decision is Decision.FASTER:
                 selection.outcome = "faster"
-                selection.chosen = index
-                selection.runnable = runnable
+                selection.chosen, chosen = index, runnable
                 selection.after_ms = confirm.after.median_round * 1e3
                 if attempt:
                     selection.notes.append("the fastest candidate in the screening was not "
                                            "confirmed head to head; the runner-up was")
-                return selection
+                return Choice(selection, chosen)
             if attempt:  # the fastest's verdict stands
                 selection.notes.append(f"the runner-up was not confirmed either: it measured "
                                        f"{describe(result.as_dict())}, {result.decision}")
@@ -323,10 +331,10 @@ def _screen_and_confirm(selection: Selection, original_run: Runnable,
                 selection.outcome = str(result.decision)  # undecided when the time ran out
                 break
             selection.outcome = "not-confirmed"  # the runner-up gets its chance
-        return selection
+        return Choice(selection, None)
     finally:
         for r in runnables:
-            if r is not selection.runnable:
+            if r is not chosen:
                 r.close()
 
 

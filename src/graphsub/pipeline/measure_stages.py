@@ -70,13 +70,14 @@ def measure(context: RunContext, clock: StageClock, exported: Sequence[Exported]
         _original_runs(context, main)
     try:
         shared = _shared_session(context)
-        selection = measure_and_choose(context.target, bind_graph(graph, main),
+        selection, chosen = measure_and_choose(context.target, bind_graph(graph, main),
                                        context.original_model, candidates,
                                        random_feeds(graph_input_specs(graph, main)),
                                        first, context.settings.measure_seconds,
                                        say=context.say, tolerance=model_tolerance(graph),
                                        original_session=None if shared is None else (
                                            shared, context.sessions.build_seconds))
+        context.sessions.hold_chosen(chosen)
     except GraphsubError as exc:
         if not main:
             raise
@@ -87,12 +88,13 @@ def measure(context: RunContext, clock: StageClock, exported: Sequence[Exported]
                             "the sizes it runs at with --input-shape NAME=1x3x48x320 or "
                             "--shape-profile") from None
     if shapes:
-        selection.timings["profile"] = [{"shape": str(shapes[0]), "role": "chosen here"}]
-        if selection.chosen is not None:
-            for k, shape in enumerate(shapes[1:]):
-                until = time.perf_counter() + clock.remaining() / (len(shapes) - 1 - k)
-                if not _not_slower_at(context, exported, selection, shape, until):
-                    break
+        selection = replace(selection, timings={
+            **selection.timings, "profile": [{"shape": str(shapes[0]), "role": "chosen here"}]})
+        for k, shape in enumerate(shapes[1:]):
+            if selection.chosen is None:
+                break
+            until = time.perf_counter() + clock.remaining() / (len(shapes) - 1 - k)
+            selection = _not_slower_at(context, exported, selection, shape, until)
     # what the report calls predicted is latency, whatever the search minimized
     for report, (candidate, *_) in zip(selection.candidates, exported):
         report.predicted_ms = context.time_model.graph_cost(candidate.graph) * 1e3
@@ -122,11 +124,11 @@ def _original_runs(context: RunContext, binding: dict[str, int]) -> None:
     runnable.close()
 
 
-def _timed_session(context: RunContext, selection: Selection) -> Any:
+def _timed_session(context: RunContext) -> Any:
     """The chosen candidate's onnxruntime session from the measuring, where the target runs
     ONNX as the reference session does (the same bytes, the same provider and threads):
     what the later checks of it run on instead of building another; else None."""
-    runnable = selection.runnable
+    runnable = context.sessions.chosen
     if isinstance(runnable, OrtRunnable) and times_the_reference(context.target,
                                                                  context.threads):
         return runnable.session
@@ -149,9 +151,10 @@ def _bound(candidate: Candidate, binding: dict[str, int]) -> Candidate:
 
 
 def _not_slower_at(context: RunContext, exported: Sequence[Exported], selection: Selection,
-                   shape: ProfileShape, until: float) -> bool:
-    """Time the chosen candidate against the original at another shape of the profile;
-    False (and the original kept, with a note) where it is decided slower there."""
+                   shape: ProfileShape, until: float) -> Selection:
+    """Time the chosen candidate against the original at another shape of the profile: the
+    selection with that timing, and, where the candidate is decided slower there, the
+    original kept (with a note) and the candidate's runnable closed."""
     assert selection.chosen is not None
     binding = shape.values
     candidate, data = exported[selection.chosen].candidate, exported[selection.chosen].model
@@ -162,7 +165,7 @@ def _not_slower_at(context: RunContext, exported: Sequence[Exported], selection:
                                       session=_shared_session(context))
     chosen = context.target.prepare(bind_graph(candidate.graph, binding), data,
                                     f"candidate {selection.chosen} at {shape}",
-                                    session=_timed_session(context, selection))
+                                    session=_timed_session(context))
     try:
         run_s = max(time_once(original, feeds), time_once(chosen, feeds))
         _, result = sequential(original, chosen, feeds, until, min_gain=0.0,
@@ -171,16 +174,15 @@ def _not_slower_at(context: RunContext, exported: Sequence[Exported], selection:
         original.close()
         chosen.close()
     slower = result.decision is Decision.NOT_FASTER
-    selection.timings["profile"].append({"shape": str(shape), **result.as_dict(),
-                                         "slower": slower})
-    if slower:
-        selection.notes.append(f"candidate {selection.chosen} is faster at "
-                               f"{selection.timings['profile'][0]['shape']} but slower at "
-                               f"{shape} ({describe(result.as_dict())}): the original is kept")
-        assert selection.runnable is not None  # set with `chosen`
-        selection.runnable.close()
-        selection.chosen, selection.runnable, selection.outcome = None, None, "slower-at-shape"
-    return not slower
+    rows = [*selection.timings["profile"], {"shape": str(shape), **result.as_dict(),
+                                            "slower": slower}]
+    timed = replace(selection, timings={**selection.timings, "profile": rows})
+    if not slower:
+        return timed
+    context.sessions.release_chosen()
+    return replace(timed, chosen=None, outcome="slower-at-shape", notes=[
+        *selection.notes, f"candidate {selection.chosen} is faster at {rows[0]['shape']} but "
+        f"slower at {shape} ({describe(result.as_dict())}): the original is kept"])
 
 
 @dataclass(frozen=True)
@@ -224,12 +226,12 @@ def verify(context: RunContext, clock: StageClock, exported: Sequence[Exported],
         index, comparison = selection.mismatch
         chosen, data = exported[index].candidate, None
     else:
-        assert selection.chosen is not None and selection.runnable is not None
+        assert selection.chosen is not None
         chosen, data = exported[selection.chosen].candidate, written(context, exported,
                                                               selection.chosen)
         if data is None:  # it cannot be written as ONNX: the original stays (a note says why)
-            selection.runnable.close()
-            return replace(original, selection=replace(selection, chosen=None, runnable=None,
+            context.sessions.release_chosen()
+            return replace(original, selection=replace(selection, chosen=None,
                                                        outcome="not-written"))
         bindings = check_bindings(graph.facts.symbols,
                                   [s.values for s in shapes]) or [{}]
@@ -238,9 +240,9 @@ def verify(context: RunContext, clock: StageClock, exported: Sequence[Exported],
         on_target = not context.target.capabilities.is_reference
         # on the reference runtime the candidate's timed session is the one to check (two
         # sessions in memory, the original's and its, and neither built again)
-        candidate_session = None if on_target else _timed_session(context, selection)
+        candidate_session = None if on_target else _timed_session(context)
         if not on_target and candidate_session is None:  # two in memory at a time, not three
-            selection.runnable.close()
+            context.sessions.release_chosen()
         specs = [graph_input_specs(graph, binding) for binding in bindings]
         reference = _reference_session(context)
         try:
@@ -250,7 +252,7 @@ def verify(context: RunContext, clock: StageClock, exported: Sequence[Exported],
                 context.say("onnxruntime cannot run this model: verifying with graphsub's "
                             "reference evaluator (float32 inside) and on the target")
                 comparison = check_equivalence_by_reference(
-                    graph, chosen.graph, selection.runnable, specs, tolerance)
+                    graph, chosen.graph, context.sessions.chosen, specs, tolerance)
             else:
                 comparison, compared = check_equivalence(
                     context.original_model if reference is None else reference,
@@ -260,10 +262,10 @@ def verify(context: RunContext, clock: StageClock, exported: Sequence[Exported],
                 if comparison.equivalent and on_target:
                     assert reference is not None  # else checked by the reference evaluator
                     comparison = check_equivalence_on_target(
-                        reference, selection.runnable, graph_input_specs(graph, main),
+                        reference, context.sessions.chosen, graph_input_specs(graph, main),
                         tolerance)
         finally:
-            selection.runnable.close()
+            context.sessions.release_chosen()
         if main:
             verified_at = bindings
     if not comparison.equivalent:
@@ -273,7 +275,7 @@ def verify(context: RunContext, clock: StageClock, exported: Sequence[Exported],
         warnings.warn(message, context.warning, stacklevel=2)
         context.notes.append(message)
         return replace(original, comparison=comparison, failure=failure, selection=replace(
-            selection, chosen=None, runnable=None, outcome="verification-failed"))
+            selection, chosen=None, outcome="verification-failed"))
     assert data is not None
     return Verified(selection, data, chosen, comparison, verified_at=tuple(verified_at))
 

@@ -26,7 +26,7 @@ from graphsub.cost import CostModel, make_cost_model
 from graphsub.fission import stage as fission_stage
 from graphsub.ir.graph import Graph
 from graphsub.pipeline.rule_sets import RuleSet, rule_set
-from graphsub.pipeline.sessions import OriginalSessions
+from graphsub.pipeline.sessions import RunSessions
 from graphsub.pipeline.settings import Settings
 from graphsub.rules import Rule
 from graphsub.rules.roles import Role, with_role
@@ -75,8 +75,9 @@ class RunContext:
     notes: list[str] = field(default_factory=list)
     warning: type[Warning] = RuntimeWarning
     #: The original's onnxruntime session, made once and shared by the stages that run it
-    #: (the probe, the measuring, the verification); `optimize_stages` closes it.
-    sessions: OriginalSessions = field(default_factory=OriginalSessions)
+    #: (the probe, the measuring, the verification), and the chosen candidate on the target
+    #: from the measuring to the verification; `optimize_stages` closes both.
+    sessions: RunSessions = field(default_factory=RunSessions)
 
     @property
     def threads(self) -> int:
