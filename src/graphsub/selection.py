@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
@@ -44,9 +44,10 @@ SCREEN_SHARE = 0.4
 #: own chance, so that more candidates never make the result worse.
 MAX_CONFIRMS = 2
 
-@dataclass
+@dataclass(frozen=True)
 class Selection:
-    """What measuring found: which candidate (if any) replaces the original, and why."""
+    """What measuring found: which candidate (if any) replaces the original, and why. A
+    value: measuring and the checks after it make a new one (dataclasses.replace)."""
 
     #: faster | no-cheaper-graph | not-faster | not-confirmed | undecided | contended |
     #: no-time | not-run | slower-at-shape | verification-failed | not-written
@@ -60,15 +61,19 @@ class Selection:
     confirm: PairedComparison | None = None
     #: What `confirm`'s rounds decided: the speedup's interval, the decision, the contention.
     head_to_head: HeadToHead | None = None
-    candidates: list[CandidateReport] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    candidates: tuple[CandidateReport, ...] = ()
+    notes: tuple[str, ...] = ()
     original_run_s: float = 0.0
     #: A candidate whose first outputs differ from the original's: (its index, the diff).
     mismatch: tuple[int, Comparison] | None = None
     #: The candidate `confirm` timed against the original.
     confirmed: int | None = None
     #: Round medians in ms, for reports: "screen" (by label) and "confirms" (each attempt).
-    timings: dict[str, Any] = field(default_factory=dict)
+    timings: Mapping[str, Any] = field(default_factory=dict)
+
+    def noted(self, note: str) -> Selection:
+        """This selection with one more note."""
+        return replace(self, notes=self.notes + (note,))
 
     def confirmation(self) -> dict[str, Any]:
         """The head-to-head's figures for the report (HeadToHead.as_dict, and MIN_GAIN)."""
@@ -243,33 +248,36 @@ def measure_and_choose(device: Target, graph: Graph, original: ModelData,
         None if original_session is None else original_session[0])
     prepare_s = (original_session[1] if original_session is not None
                  else time.perf_counter() - t0 - original_s)
-    selection = Selection("not-run", candidates=reports, original_run_s=original_s)
     clock.keep_back(verification_seconds(prepare_s, original_s))
     ready: list[tuple[int, Runnable, float]] = []
+    notes: list[str] = []
     for i, (cand, data) in enumerate(candidates):
         if clock.expired():
-            reports[i].note = "not timed: no time left"
-            selection.notes.append(f"candidate {i}: not timed, the time limit was reached")
+            reports[i] = replace(reports[i], note="not timed: no time left")
+            notes.append(f"candidate {i}: not timed, the time limit was reached")
             continue
         tried = _try_candidate(device, i, cand, data, original, feeds, reference, tolerance)
         if isinstance(tried, Dropped):
-            reports[i].note = tried.note
-            selection.notes.append(tried.message)
+            reports[i] = replace(reports[i], note=tried.note)
+            notes.append(tried.message)
         elif isinstance(tried, Comparison):  # a wrong rewrite: an error, not a dropped one
             original_run.close()
             for _, other, _ in ready:
                 other.close()
-            selection.mismatch = (i, tried)
-            return Choice(selection, None)
+            return Choice(Selection("not-run", candidates=tuple(reports), notes=tuple(notes),
+                                    original_run_s=original_s, mismatch=(i, tried)), None)
         else:
             runnable, run_s, diffs = tried
-            reports[i].check = [{"name": d.name, "max_abs": d.max_abs, "max_rel": d.max_rel,
-                                 "used": d.used, "ok": d.ok} for d in diffs]
+            reports[i] = replace(reports[i], check=[
+                {"name": d.name, "max_abs": d.max_abs, "max_rel": d.max_rel, "used": d.used,
+                 "ok": d.ok} for d in diffs])
             ready.append((i, runnable, run_s))
+    selection = Selection("not-run", candidates=tuple(reports), notes=tuple(notes),
+                          original_run_s=original_s)
     if not ready:
         original_run.close()
         if all(r.note.startswith("not timed") for r in reports):
-            selection.outcome = "no-time"
+            selection = replace(selection, outcome="no-time")
         return Choice(selection, None)
     slowest = max([original_s] + [s for _, _, s in ready])
     clock.keep_back(verification_seconds(prepare_s, slowest))
@@ -290,13 +298,11 @@ def _screen_and_confirm(selection: Selection, original_run: Runnable,
         one_round = sum(s for s in [selection.original_run_s] + [s for _, _, s in ready])
         one_round *= options["block"] + (1 if options["pause"] else 0)
         if available < 2 * one_round:
-            selection.outcome = "no-time"
-            return Choice(selection, None)
-        contenders = _screen(selection, runnables, ready, feeds, available * SCREEN_SHARE,
-                             measure_seconds, options)
+            return Choice(replace(selection, outcome="no-time"), None)
+        selection, contenders = _screen(selection, runnables, ready, feeds,
+                                        available * SCREEN_SHARE, measure_seconds, options)
         if not contenders:
-            selection.outcome = "not-faster"
-            return Choice(selection, None)
+            return Choice(replace(selection, outcome="not-faster"), None)
         for attempt, k in enumerate(contenders):
             index, runnable, _ = ready[k]
             confirm_budget = clock.remaining()
@@ -308,29 +314,30 @@ def _screen_and_confirm(selection: Selection, original_run: Runnable,
                                          time.perf_counter() + confirm_budget,
                                          **options)
             explains = not attempt or result.decision is Decision.FASTER
-            _record_confirmation(selection, index, confirm, result, explains)
+            selection = _with_confirmation(selection, index, confirm, result, explains)
             if result.decision is Decision.FASTER:
-                selection.outcome = "faster"
-                selection.chosen, chosen = index, runnable
-                selection.after_ms = confirm.after.median_round * 1e3
+                chosen = runnable
                 if attempt:
-                    selection.notes.append("the fastest candidate in the screening was not "
-                                           "confirmed head to head; the runner-up was")
-                return Choice(selection, chosen)
+                    selection = selection.noted("the fastest candidate in the screening was "
+                                                "not confirmed head to head; the runner-up was")
+                return Choice(replace(selection, outcome="faster", chosen=index,
+                                      after_ms=confirm.after.median_round * 1e3), chosen)
             if attempt:  # the fastest's verdict stands
-                selection.notes.append(f"the runner-up was not confirmed either: it measured "
-                                       f"{describe(result.as_dict())}, {result.decision}")
+                selection = selection.noted(f"the runner-up was not confirmed either: it "
+                                            f"measured {describe(result.as_dict())}, "
+                                            f"{result.decision}")
                 break
             if result.low is None:  # too few rounds for an interval: nothing decided
-                selection.outcome = "no-time"
-                selection.notes.append(
+                selection = replace(selection.noted(
                     f"only {result.rounds} head-to-head round(s) fitted in the time limit; at "
-                    f"least {fewest_rounds(result.confidence)} are needed to decide")
+                    f"least {fewest_rounds(result.confidence)} are needed to decide"),
+                    outcome="no-time")
                 break
             if result.decision is not Decision.NOT_FASTER:
-                selection.outcome = str(result.decision)  # undecided when the time ran out
+                # undecided when the time ran out
+                selection = replace(selection, outcome=str(result.decision))
                 break
-            selection.outcome = "not-confirmed"  # the runner-up gets its chance
+            selection = replace(selection, outcome="not-confirmed")  # the runner-up's turn
         return Choice(selection, None)
     finally:
         for r in runnables:
@@ -340,34 +347,41 @@ def _screen_and_confirm(selection: Selection, original_run: Runnable,
 
 def _screen(selection: Selection, runnables: list[Runnable],
             ready: list[tuple[int, Runnable, float]], feeds: Mapping[str, np.ndarray],
-            budget: float, measure_seconds: float, options: TimingOptions) -> list[int]:
+            budget: float, measure_seconds: float, options: TimingOptions
+            ) -> tuple[Selection, list[int]]:
     """Time the original and every ready candidate side by side for `budget` seconds; each
     candidate's speedup over the original is decided like a confirmation (one look). The
-    contenders (positions in `ready`), fastest first: those that may be MIN_GAIN faster."""
+    selection with the screening's figures, and the contenders (positions in `ready`),
+    fastest first: those that may be MIN_GAIN faster."""
     load = read_load()
     timings = time_runnables(runnables, feeds, min_seconds=min(measure_seconds, budget),
                              deadline=time.perf_counter() + budget, **options)
     load = highest_load(load, read_load())
-    selection.timings["screen"] = {
-        "original": _round_ms(timings[0]),
-        **{f"candidate {i}": _round_ms(t) for (i, _, _), t in zip(ready, timings[1:])}}
-    selection.before_ms = selection.after_ms = timings[0].median_round * 1e3
     screened = [decide(PairedComparison(timings[0], t), load) for t in timings[1:]]
+    reports = list(selection.candidates)
     for (i, _, _), t, result in zip(ready, timings[1:], screened):
-        selection.candidates[i].measured_ms = t.median_round * 1e3
-        selection.candidates[i].screening = result.as_dict()
+        reports[i] = replace(reports[i], measured_ms=t.median_round * 1e3,
+                             screening=result.as_dict())
     order = sorted(range(len(ready)), key=lambda k: -screened[k].speedup)
-    selection.screen_ratio = screened[order[0]].speedup
-    return [k for k in order if screened[k].decision is not Decision.NOT_FASTER][:MAX_CONFIRMS]
+    median_ms = timings[0].median_round * 1e3
+    screen = {"original": _round_ms(timings[0]),
+              **{f"candidate {i}": _round_ms(t) for (i, _, _), t in zip(ready, timings[1:])}}
+    contenders = [k for k in order if screened[k].decision is not Decision.NOT_FASTER]
+    return replace(selection, candidates=tuple(reports), before_ms=median_ms,
+                   after_ms=median_ms, screen_ratio=screened[order[0]].speedup,
+                   timings={**selection.timings, "screen": screen}), contenders[:MAX_CONFIRMS]
 
 
-def _record_confirmation(selection: Selection, index: int, confirm: PairedComparison,
-                         result: HeadToHead, explains: bool) -> None:
-    """Keep a head-to-head's rounds for the report; when it `explains` the outcome, make it
-    the confirmation the verdict gives."""
-    selection.timings.setdefault("confirms", []).append(
-        {"candidate": index, "before_ms": _round_ms(confirm.before),
-         "after_ms": _round_ms(confirm.after), **result.as_dict()})
-    if explains:
-        selection.confirm, selection.head_to_head, selection.confirmed = confirm, result, index
-        selection.before_ms = selection.after_ms = confirm.before.median_round * 1e3
+def _with_confirmation(selection: Selection, index: int, confirm: PairedComparison,
+                       result: HeadToHead, explains: bool) -> Selection:
+    """The selection with a head-to-head's rounds kept for the report; where it `explains`
+    the outcome, as the confirmation the verdict gives."""
+    rounds = {"candidate": index, "before_ms": _round_ms(confirm.before),
+              "after_ms": _round_ms(confirm.after), **result.as_dict()}
+    timed = replace(selection, timings={
+        **selection.timings, "confirms": [*selection.timings.get("confirms", ()), rounds]})
+    if not explains:
+        return timed
+    before_ms = confirm.before.median_round * 1e3
+    return replace(timed, confirm=confirm, head_to_head=result, confirmed=index,
+                   before_ms=before_ms, after_ms=before_ms)

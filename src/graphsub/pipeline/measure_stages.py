@@ -96,8 +96,9 @@ def measure(context: RunContext, clock: StageClock, exported: Sequence[Exported]
             until = time.perf_counter() + clock.remaining() / (len(shapes) - 1 - k)
             selection = _not_slower_at(context, exported, selection, shape, until)
     # what the report calls predicted is latency, whatever the search minimized
-    for report, (candidate, *_) in zip(selection.candidates, exported):
-        report.predicted_ms = context.time_model.graph_cost(candidate.graph) * 1e3
+    selection = replace(selection, candidates=tuple(
+        replace(report, predicted_ms=context.time_model.graph_cost(candidate.graph) * 1e3)
+        for report, (candidate, *_) in zip(selection.candidates, exported)))
     context.notes.extend(selection.notes)
     return selection
 
@@ -180,9 +181,10 @@ def _not_slower_at(context: RunContext, exported: Sequence[Exported], selection:
     if not slower:
         return timed
     context.sessions.release_chosen()
-    return replace(timed, chosen=None, outcome="slower-at-shape", notes=[
-        *selection.notes, f"candidate {selection.chosen} is faster at {rows[0]['shape']} but "
-        f"slower at {shape} ({describe(result.as_dict())}): the original is kept"])
+    return replace(timed.noted(
+        f"candidate {selection.chosen} is faster at {rows[0]['shape']} but slower at {shape} "
+        f"({describe(result.as_dict())}): the original is kept"),
+        chosen=None, outcome="slower-at-shape")
 
 
 @dataclass(frozen=True)

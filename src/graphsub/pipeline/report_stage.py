@@ -79,7 +79,7 @@ def report(context: RunContext, clock: StageClock, found: Found, exported: Seque
         rules_used=dict(Counter(s.rule for s in chosen.trace).most_common()) if chosen else {},
         search={**result.stats.as_dict(),
                 "progress": [(s, ms(cost)) for s, cost in found.progress_points]},
-        candidates=selection.candidates,
+        candidates=list(selection.candidates),
         verification=comparison.as_dict() if comparison is not None and failure is None else
         {"equivalent": True, "note": "the original model is written unchanged",
          **({"failed_candidate": {**comparison.as_dict(),
@@ -88,7 +88,7 @@ def report(context: RunContext, clock: StageClock, found: Found, exported: Seque
         nodes_before=operator_count(graph),
         nodes_after=operator_count(chosen.graph if chosen is not None else graph),
         outcome=selection.outcome, notes=notes,
-        fission=_fission_report(found, chosen), timings=selection.timings,
+        fission=_fission_report(found, chosen), timings=dict(selection.timings),
         op_times=op_times, rewrites=rewrites, shapes=shapes,
         bodies=[b.as_dict() for b in found.bodies], versions=versions())
     # the verdict reads the figures above, in the report's own terms

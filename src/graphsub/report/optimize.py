@@ -28,7 +28,7 @@ class MeasuringOutcome(Protocol):
     def original_run_s(self) -> float: ...
 
 
-@dataclass
+@dataclass(frozen=True)
 class CandidateReport:
     #: Its predicted cost, ms.
     predicted_ms: float
