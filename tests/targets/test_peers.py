@@ -101,7 +101,7 @@ def test_peers_left_when_their_share_of_the_window_runs_out_are_named():
                         original=model.SerializeToString())
     assert peer_candidates(context, StageClock("peers", 0.0, 0.0)) == []  # a deadline long past
     assert any(note.startswith("not run for lack of time") and
-               "onnxruntime (basic level, saved)" in note for note in context.notes)
+               "onnxruntime (basic level, saved)" in note for note in context.log.notes)
 
 
 def test_the_peers_get_a_share_of_the_search_window():
@@ -152,7 +152,7 @@ def test_the_search_goes_on_from_a_peer_output_priced_below_the_input(monkeypatc
     basic = next(p for p in PEERS if p.name == "onnxruntime (basic level, saved)")
     context, _, found = _searched_after_peers(model, [basic], monkeypatch)
     assert any(n.startswith(f"the search went on from {basic.name}'s output")
-               for n in context.notes)
+               for n in context.log.notes)
     built = [c for c in found.result.candidates if c.trace and c.trace[0].kind is StepKind.PEER]
     assert len(built) == 1 and built[0].trace[0].rule == basic.name
     assert len(built[0].trace) > 1  # rewritten further by graphsub's rules
@@ -176,7 +176,7 @@ def test_a_peer_output_graphsub_cannot_start_from_is_passed_over_with_a_note(mon
         conv_bn_branches_model(), [Peer("renamer", renaming)], monkeypatch)
     assert [e.candidate.trace[0].rule for e in peers] == ["renamer"]
     assert "the search could not start from renamer's output: its inputs differ from the " \
-           "original's" in context.notes
+           "original's" in context.log.notes
     assert not any(c.trace and c.trace[0].kind is StepKind.PEER
                    for c in found.result.candidates)
 
@@ -208,5 +208,5 @@ def test_each_peer_output_is_parsed_once(monkeypatch):
     context, peers, _ = _searched_after_peers(model, [basic], monkeypatch)
     (output,) = peers
     assert any(n.startswith(f"the search went on from {basic.name}'s output")
-               for n in context.notes)  # the search's start imported it
+               for n in context.log.notes)  # the search's start imported it
     assert parsed.count(bytes(output.model)) == 1

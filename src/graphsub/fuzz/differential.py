@@ -585,7 +585,7 @@ def _fission(subject: _Subject) -> Outcome:
         warnings.simplefilter("ignore", RuntimeWarning)
         found = run_stage(context, FISSION, Found.unsearched(context))
     if found.fission is None:
-        return Outcome("fission", "error", "; ".join(context.notes)[:500],
+        return Outcome("fission", "error", "; ".join(context.log.notes)[:500],
                        kind="orchestration failed")
     orchestrated = found.fission.graph
     trace = ["fission", "orchestration"]

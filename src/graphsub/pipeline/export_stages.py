@@ -49,12 +49,12 @@ def export(context: RunContext, clock: StageClock, found: Found,
             out.append(Exported(c, None if deferred else to_model_data(
                 c.graph, external_data=external_data)))
         except GraphsubError as exc:
-            context.notes.append(f"candidate {len(out)} could not be written as ONNX and "
-                                 f"was dropped ({exc})")
+            context.log.note(f"candidate {len(out)} could not be written as ONNX and "
+                             f"was dropped ({exc})")
     if context.large and limit < context.settings.candidates:
-        context.notes.append(f"the model holds {context.graph.weight_bytes() / 2**30:.1f} GiB "
-                             "of weights: only the best candidate is timed against the "
-                             "original, so that two copies of them are in memory at most")
+        context.log.note(f"the model holds {context.graph.weight_bytes() / 2**30:.1f} GiB "
+                         "of weights: only the best candidate is timed against the "
+                         "original, so that two copies of them are in memory at most")
     if context.original is not None and context.target.capabilities.runs == "onnx" \
             and not context.large:
         data = to_model_data(context.graph, external_data=external_data)
@@ -74,7 +74,7 @@ def written(context: RunContext, exported: Sequence[Exported], index: int) -> Mo
     try:
         return to_model_data(candidate.graph, external_data=context.settings.external_data)
     except GraphsubError as exc:
-        context.notes.append(f"candidate {index} could not be written as ONNX ({exc})")
+        context.log.note(f"candidate {index} could not be written as ONNX ({exc})")
         return None
 
 
@@ -88,9 +88,9 @@ def ort_fusions(context: RunContext, clock: StageClock, found: Found,
     sources = [Exported(Candidate(context.graph, found.result.initial_cost, ()),
                         context.original_model), *exported[:1]]
     if any(isinstance(source.model, DetachedModel) for source in sources):
-        context.notes.append("onnxruntime fusions: not written for a model with external "
-                             "data (onnxscript's rewriter would read all its weights into "
-                             "memory)")
+        context.log.note("onnxruntime fusions: not written for a model with external "
+                         "data (onnxscript's rewriter would read all its weights into "
+                         "memory)")
         return list(exported)
     fused_candidates = []
     for candidate, data, _ in sources:
@@ -100,16 +100,16 @@ def ort_fusions(context: RunContext, clock: StageClock, found: Found,
         try:
             fused = ort_fusions_module.fuse(data)
         except GraphsubError as exc:
-            context.notes.append(f"a candidate could not be written with onnxruntime's "
-                                 f"fused operators: {exc}")
+            context.log.note(f"a candidate could not be written with onnxruntime's "
+                             f"fused operators: {exc}")
             continue
         if fused is not None:
             step = Step.of_kind(StepKind.ORT_FUSIONS, candidate.cost)
             fused_candidates.append(Exported(
                 Candidate(candidate.graph, candidate.cost, (*candidate.trace, step)), fused))
     if not fused_candidates:
-        context.notes.append("onnxruntime fusions: onnxscript's patterns matched nothing in "
-                             "this model")
+        context.log.note("onnxruntime fusions: onnxscript's patterns matched nothing in "
+                         "this model")
     return [*exported, *fused_candidates]
 
 
@@ -134,10 +134,10 @@ def _export_fits(context: RunContext) -> bool:
     left = budget.time_limit - budget.elapsed()
     if needed <= left:
         return True
-    context.notes.append(f"no candidate was written: writing one ({weights / 2**20:.0f} MB of "
-                         f"weights, about {needed:.0f} s) does not fit in the {max(left, 0):.1f} s "
-                         f"left of the time limit (--measure-limit SECONDS gives measuring its "
-                         f"own time)")
+    context.log.note(f"no candidate was written: writing one ({weights / 2**20:.0f} MB of "
+                     f"weights, about {needed:.0f} s) does not fit in the {max(left, 0):.1f} s "
+                     f"left of the time limit (--measure-limit SECONDS gives measuring its "
+                     f"own time)")
     return False
 
 

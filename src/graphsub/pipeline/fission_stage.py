@@ -33,7 +33,7 @@ def fission(context: RunContext, clock: StageClock, found: Found) -> Found:
     except (GraphsubError, ValueError, RuntimeError) as exc:
         warnings.warn(f"fission and orchestration failed and were skipped: {exc}",
                       context.warning, stacklevel=2)
-        context.notes.append(f"fission and orchestration failed and were skipped: {exc}")
+        context.log.note(f"fission and orchestration failed and were skipped: {exc}")
         return found
     except KeyboardInterrupt:
         context.budget.interrupted()

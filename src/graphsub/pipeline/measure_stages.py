@@ -99,7 +99,7 @@ def measure(context: RunContext, clock: StageClock, exported: Sequence[Exported]
     selection = replace(selection, candidates=tuple(
         replace(report, predicted_ms=context.time_model.graph_cost(candidate.graph) * 1e3)
         for report, (candidate, *_) in zip(selection.candidates, exported)))
-    context.notes.extend(selection.notes)
+    context.log.note_all(selection.notes)
     return selection
 
 
@@ -115,8 +115,8 @@ def _original_runs(context: RunContext, binding: dict[str, int]) -> None:
     if context.budget.elapsed() >= context.budget.time_limit and \
             context.budget.measure_limit is None and \
             context.graph.weight_bytes() > RUN_ALWAYS_BYTES:
-        context.notes.append(f"the original was not run on {context.target.name}: the time "
-                             f"limit was spent before it could be")
+        context.log.note(f"the original was not run on {context.target.name}: the time "
+                         f"limit was spent before it could be")
         return
     graph = bind_graph(context.graph, binding)
     runnable, _, _ = run_original(context.target, graph, context.original_model,
@@ -275,7 +275,7 @@ def verify(context: RunContext, clock: StageClock, exported: Sequence[Exported],
         message = (f"graphsub bug: verification failed: {failure} The original model is "
                    "kept; please report this with the model and the command.")
         warnings.warn(message, context.warning, stacklevel=2)
-        context.notes.append(message)
+        context.log.note(message)
         return replace(original, comparison=comparison, failure=failure, selection=replace(
             selection, chosen=None, outcome="verification-failed"))
     assert data is not None

@@ -69,7 +69,7 @@ def peer_start(context: RunContext, peers: Sequence[Exported], cost_model: CostM
         except Exception as exc:  # noqa: BLE001 (a peer's output: whatever fails, the run goes on)
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else \
                 type(exc).__name__
-            context.notes.append(f"the search could not start from {step.rule}'s output: "
+            context.log.note(f"the search could not start from {step.rule}'s output: "
                              f"{message}")
             continue
         cost = cost_model.graph_cost(graph)

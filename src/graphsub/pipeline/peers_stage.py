@@ -37,15 +37,15 @@ def peer_candidates(context: RunContext, clock: StageClock) -> list[Exported]:
     peers = installed_peers(vendor=context.settings.ort_fusions)
     for at, peer in enumerate(peers):
         if clock.expired():
-            context.notes.append(f"not run for lack of time (their share of the search's window "
-                                 f"ran out): {', '.join(p.name for p in peers[at:])}; a longer "
-                                 "--time-limit runs them")
+            context.log.note(f"not run for lack of time (their share of the search's window "
+                             f"ran out): {', '.join(p.name for p in peers[at:])}; a longer "
+                             "--time-limit runs them")
             break
         context.say(f"running {peer.name}")
         try:
             out = apply_peer(peer, bytes(context.original))
         except GraphsubError as exc:
-            context.notes.append(f"a peer's candidate was left out: {exc}")
+            context.log.note(f"a peer's candidate was left out: {exc}")
             continue
         if out is None:
             continue

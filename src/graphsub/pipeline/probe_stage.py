@@ -60,7 +60,7 @@ def probe_inputs(context: RunContext, clock: StageClock) -> RunContext:
             f"at {'; '.join(changed)}, which graphsub searched, measured and verified at "
             "(give --input-shape, --shape-profile or --input-value to choose others)")
     run.say(f"the original runs at {'; '.join(changed)}, not at the default inputs")
-    run.notes.append(note)
+    run.log.note(note)
     return run
 
 
@@ -83,9 +83,9 @@ def _declared_as_original_where_needed(run: RunContext) -> RunContext:
     error = fixed_declaration_error(graph, run.original)
     if not error:
         return run
-    run.notes.append(f"onnxruntime cannot build this model with the sizes given declared on "
-                     f"its inputs ({error}): the written model declares its inputs as the "
-                     "original did, and is checked at the sizes given only; run it at those")
+    run.log.note(f"onnxruntime cannot build this model with the sizes given declared on "
+                 f"its inputs ({error}): the written model declares its inputs as the "
+                 "original did, and is checked at the sizes given only; run it at those")
     return replace(run, graph=graph.with_facts(inputs_as_declared=True))
 
 

@@ -46,7 +46,7 @@ def report(context: RunContext, clock: StageClock, found: Found, exported: Seque
                   "profile": [str(p) for p in context.profile],
                   "default_profile": source == "default", "profile_source": source,
                   "verified_at": list(verified.verified_at)}
-    notes = found.cost_model.notes() + context.notes
+    notes = found.cost_model.notes() + list(context.log.notes)
     trace = chosen.trace if chosen else ()
     peer_steps = [s.rule for s in trace if s.kind is StepKind.PEER]
     if peer_steps and len(trace) == 1:

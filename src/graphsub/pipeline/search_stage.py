@@ -139,7 +139,7 @@ def search_from_peer(context: RunContext, clock: StageClock, cost_model: CostMod
     found = ALGORITHMS[settings.algorithm].function(start.graph, context.search_rules,
                                                     cost_model, limits, settings.search_options)
     improved = math.isfinite(found.final_cost) and found.final_cost < start.cost
-    context.notes.append(f"the search went on from {start.step.rule}'s output (predicted "
+    context.log.note(f"the search went on from {start.step.rule}'s output (predicted "
                      f"{start.cost * 1e3:.3g} ms) for {found.stats.seconds:.1f} s: " + (
                          f"{len(found.trace)} rewrite(s), predicted "
                          f"{found.final_cost * 1e3:.3g} ms" if improved else
@@ -178,7 +178,7 @@ def search_bodies(context: RunContext, clock: StageClock, cost_model: CostModel
     graph, outcomes = optimize_bodies(context.graph, search_one, seconds, context.threads)
     for outcome in outcomes:
         if outcome.kept or outcome.note.startswith("not kept"):
-            context.notes.append(outcome.text())
+            context.log.note(outcome.text())
     return graph, outcomes
 
 
