@@ -20,7 +20,7 @@ from graphsub.targets.peers import ModelOperators
 
 
 def export(context: RunContext, clock: StageClock, found: Found,
-           peers: Sequence[Exported] = ()) -> list[Exported]:
+           peers: Sequence[Exported] = ()) -> tuple[Exported, ...]:
     """The distinct candidates found as ONNX, at most `settings.candidates`, with the
     `peers`' outputs after graphsub's two best; one that cannot be written is dropped with a
     note. On a target that runs the ONNX file, given the user's file, graphsub's own export
@@ -30,7 +30,7 @@ def export(context: RunContext, clock: StageClock, found: Found,
     the weights."""
     out: list[Exported] = []
     if context.target.capabilities.runs == "onnx" and not _export_fits(context):
-        return out
+        return ()
     seen = {context.graph.structural_hash()}
     limit = 1 if context.large else context.settings.candidates
     external_data = context.settings.external_data
@@ -62,7 +62,7 @@ def export(context: RunContext, clock: StageClock, found: Found,
             out.insert(0, Exported(Candidate(context.graph, found.result.initial_cost, ()), data))
     # the peers' outputs (peer_candidates) after graphsub's two best: where time runs short
     # for timing them all, those are the candidates that must not go untimed
-    return out[:2] + list(peers) + out[2:]
+    return (*out[:2], *peers, *out[2:])
 
 
 def written(context: RunContext, exported: Sequence[Exported], index: int) -> ModelData | None:
@@ -79,7 +79,7 @@ def written(context: RunContext, exported: Sequence[Exported], index: int) -> Mo
 
 
 def ort_fusions(context: RunContext, clock: StageClock, found: Found,
-                exported: Sequence[Exported]) -> list[Exported]:
+                exported: Sequence[Exported]) -> tuple[Exported, ...]:
     """The exported candidates, and the original and the best of them written with
     onnxruntime's fused operators, where onnxscript's patterns match them: the fusions apply
     to what graphsub's rewrites leave as well as to what the exporter wrote, and either can
@@ -91,7 +91,7 @@ def ort_fusions(context: RunContext, clock: StageClock, found: Found,
         context.log.note("onnxruntime fusions: not written for a model with external "
                          "data (onnxscript's rewriter would read all its weights into "
                          "memory)")
-        return list(exported)
+        return tuple(exported)
     fused_candidates = []
     for candidate, data, _ in sources:
         if data is None:
@@ -110,7 +110,7 @@ def ort_fusions(context: RunContext, clock: StageClock, found: Found,
     if not fused_candidates:
         context.log.note("onnxruntime fusions: onnxscript's patterns matched nothing in "
                          "this model")
-    return [*exported, *fused_candidates]
+    return (*exported, *fused_candidates)
 
 
 def _operators(model: ModelData) -> ModelOperators:
@@ -142,8 +142,8 @@ def _export_fits(context: RunContext) -> bool:
 
 
 #: With the time limit spent, no candidate is written (the original is kept, as read).
-EXPORT = Stage("export", export, out_of_time=lambda context, found, peers=(): [])
+EXPORT = Stage("export", export, out_of_time=lambda context, found, peers=(): ())
 ORT_FUSIONS = Stage("ort-fusions", ort_fusions,
-                    out_of_time=lambda context, found, exported: list(exported))
+                    out_of_time=lambda context, found, exported: tuple(exported))
 
 __all__ = ["EXPORT", "ORT_FUSIONS"]

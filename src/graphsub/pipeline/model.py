@@ -38,7 +38,7 @@ def optimize_stages(context: RunContext) -> ModelOutcome:
     settings = context.settings
     try:
         context = run_stage(context, PROBE)
-        peers = run_stage(context, PEERS) if settings.peers else []
+        peers = run_stage(context, PEERS) if settings.peers else ()
         found = run_stage(context, SEARCH, peers)
         if settings.fission:
             found = run_stage(context, FISSION, found)

@@ -14,7 +14,7 @@ from graphsub.search.result import Step, StepKind
 from graphsub.targets.peers import ModelOperators, apply_peer, installed_peers
 
 
-def peer_candidates(context: RunContext, clock: StageClock) -> list[Exported]:
+def peer_candidates(context: RunContext, clock: StageClock) -> tuple[Exported, ...]:
     """What the optimizers a user would otherwise run (graphsub.targets.peers) make of the
     original, as candidates the export stage keeps beside graphsub's: graphsub then never
     hands back a model slower than the best of them that it measured. Run before the search,
@@ -28,7 +28,7 @@ def peer_candidates(context: RunContext, clock: StageClock) -> list[Exported]:
     halfway, and onnxsim's import alone takes seconds."""
     if context.target.capabilities.runs != "onnx" or context.large \
             or context.original is None or isinstance(context.original, DetachedModel):
-        return []
+        return ()
     import onnx
 
     original = ModelOperators.of(onnx.load_from_string(bytes(context.original)))
@@ -58,9 +58,9 @@ def peer_candidates(context: RunContext, clock: StageClock) -> list[Exported]:
         known.add(operators.counts)
         trace = (Step(peer.name, float("nan"), StepKind.PEER),)
         made.append(Exported(Candidate(context.graph, float("nan"), trace), out, parsed))
-    return made
+    return tuple(made)
 
 
-PEERS = Stage("peers", peer_candidates, out_of_time=lambda context: [])
+PEERS = Stage("peers", peer_candidates, out_of_time=lambda context: ())
 
 __all__ = ["PEERS"]
