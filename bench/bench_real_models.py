@@ -313,8 +313,8 @@ def measure(name: str, path: Path, args: argparse.Namespace, exporter: str,
     if values:
         from graphsub.runtime.inputs import given_values
 
-        graph.meta["input_values"] = given_values(graph, values)
-    profile = default_profile(graph.meta.get("symbols") or {})
+        graph = graph.with_facts(input_values=given_values(graph, values))
+    profile = default_profile(graph.facts.symbols)
     specs = graph_input_specs(graph, profile[0].values if profile else None)
     original = path.read_bytes()
     # graphsub writes the original back when nothing beats it: the same file, not re-timed

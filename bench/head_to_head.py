@@ -40,9 +40,9 @@ def main() -> None:
     graph = graphsub.load(args.model, {k: tuple(int(d) for d in v.split("x"))
                                        for k, v in shapes.items()} or None)
     if args.input_value:
-        graph.meta["input_values"] = given_values(graph, dict(
-            item.split("=", 1) for item in args.input_value))
-    profile = default_profile(graph.meta.get("symbols") or {})
+        graph = graph.with_facts(input_values=given_values(graph, dict(
+            item.split("=", 1) for item in args.input_value)))
+    profile = default_profile(graph.facts.symbols)
     specs = graph_input_specs(graph, profile[0].values if profile else None)
     original = Path(args.model).read_bytes()
     fixed = Path(args.model).with_suffix(".h2h-fixed.onnx")
