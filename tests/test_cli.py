@@ -211,10 +211,13 @@ def test_compare_names_an_unknown_algorithm():
 
 
 def test_optimize_with_split_writes_a_verified_model(tmp_path):
+    """Bounded by work (--budget, no peers), the time limit only a ceiling: with a limit of
+    4 s, a loaded machine once spent it loading the model and running the peers, and the
+    search, given no time, never split."""
     out, report = tmp_path / "n.onnx", tmp_path / "r.json"
     result = invoke("optimize", "nasrnn", "-o", str(out), "--cost", "analytic", "--split", "20",
-                    "--executor", "serial", "--time-limit", "4", "--candidates", "1",
-                    "--report", str(report))
+                    "--executor", "serial", "--budget", "10", "--no-peers", "--time-limit",
+                    "30", "--measure-limit", "1", "--candidates", "1", "--report", str(report))
     assert result.exit_code == 0, result.output
     rep = json.loads(report.read_text())
     assert rep["settings"]["split"] == 20
