@@ -21,6 +21,7 @@ from torch.fx.passes.shape_prop import TensorMetadata
 from graphsub.targets.torch.arrays import to_numpy
 from graphsub.errors import ConversionError
 from graphsub.ir.builder import GraphBuilder
+from graphsub.ir.facts import GraphFacts
 from graphsub.ir.graph import Graph, Value
 from graphsub.tensors.symbolic import (Dim, SymbolRange, ceildiv, dim, floordiv, size_symbol,
                                        symbols_in)
@@ -281,11 +282,7 @@ def convert_graph(graph: fx.Graph, constants: dict[fx.Node, torch.Tensor],
         else:
             raise ConversionError(f"{node.op} node {node.name}")
     inputs += _size_carriers(c, inputs, sizes)
-    out = c.b.build().cse()
-    ranges = _symbol_ranges(graph)
-    if ranges:
-        out.facts = out.facts.but(symbols=ranges)
-    return out, inputs
+    return c.b.build(GraphFacts(symbols=_symbol_ranges(graph))).cse(), inputs
 
 
 #: The element type of a size carrier (SIZE_CARRIER_DTYPE[(n,)]: see `_size_carriers`).

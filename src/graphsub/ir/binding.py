@@ -9,6 +9,7 @@ search rewrites the symbolic graph; costs and checks look at it through its bind
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -69,7 +70,7 @@ def bind_graph(graph: Graph, binding: Mapping[str, int]) -> Graph:
         in_types = [nodes[v.node].outputs[v.index] for v in node.inputs]
         nodes[nid] = make_node(node.op, node.inputs, in_types, attrs, node.name)
     return Graph(nodes, graph.inputs, graph.outputs, graph.output_names,
-                 graph.facts.but(symbols={}, output_dims={}))
+                 replace(graph.facts, symbols={}, output_dims={}))
 
 
 #: How far `defined_ranges` looks for the smallest size a model is defined at.

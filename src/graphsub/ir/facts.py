@@ -11,8 +11,7 @@ hold. They do not enter the graph's hash.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -51,10 +50,6 @@ class GraphFacts:
     #: Whether an export declares the inputs as the model did rather than at the sizes fixed
     #: (control flow onnxruntime cannot type at fixed sizes: pipeline.probe_stage).
     inputs_as_declared: bool = False
-
-    def but(self, **changes: Any) -> GraphFacts:
-        """These facts with `changes` (dataclasses.replace, named for reading at call sites)."""
-        return replace(self, **changes)
 
 
 #: The facts of a graph that has none.

@@ -9,6 +9,7 @@ still find the same nodes in a child.
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -247,7 +248,7 @@ class Graph:
         learns about the model (the input values it runs at) goes into a new graph, never into
         one that others hold."""
         g = Graph(self._nodes, self.inputs, self.outputs, self.output_names,
-                  self.facts.but(**changes), self._next_id, check=False)
+                  replace(self.facts, **changes), self._next_id, check=False)
         g._topo = self._topo
         return g
 
