@@ -18,6 +18,7 @@ from graphsub.cost import AnalyticCostModel  # noqa: E402
 from graphsub.frontends import torch_compile as tc  # noqa: E402
 from graphsub.frontends.fx_fold import fold_constants  # noqa: E402
 from graphsub.frontends.fx_import import convert_graph  # noqa: E402
+from graphsub.frontends.fx_origins import traced_with_origins  # noqa: E402
 from graphsub.rules import builtin_rules  # noqa: E402
 from graphsub.runtime import evaluate, graph_input_specs, random_feeds  # noqa: E402
 from graphsub.verdicts.equivalence import SAME_FUNCTION, compare_outputs  # noqa: E402
@@ -66,7 +67,7 @@ def attention_graphs(model, *args, on_cuda=False, **kwargs):
     """The graphsub graphs of the parts graphsub converts that hold a softmax, as the
     backend converts them (traced to ATen, constants folded, partitioned)."""
     gm, inputs = captured(model, *args, **kwargs)
-    aten = tc._trace_static(gm, inputs)
+    aten = traced_with_origins(gm, inputs, functional=True)
     constants = tc._constant_positions(gm, inputs)
     placeholders = [n for n in aten.graph.nodes if n.op == "placeholder"]
     fold_constants(aten, {placeholders[i]: inputs[i] for i in constants})
@@ -85,7 +86,7 @@ def attention_graphs(model, *args, on_cuda=False, **kwargs):
         holders = [p for p in sub.graph.nodes if p.op == "placeholder"]
         part_constants = {p: known[a.name] for p, a in zip(holders, node.args)
                           if isinstance(a, torch.fx.Node) and a.name in known}
-        graph, _ = convert_graph(sub.graph, part_constants)
+        graph = convert_graph(sub.graph, part_constants).graph
         if graph.nodes_by_op("softmax"):
             graphs.append(graph)
     return graphs

@@ -55,7 +55,7 @@ def kernel_graph(kernel, inputs, *args, **kwargs):
 
 def read_by_graphsub(gm, inputs):
     """The graph graphsub reads, its one operator, computed by the numpy reference."""
-    graph, order = convert_graph(gm.graph, {})
+    graph, order, _ = convert_graph(gm.graph, {})
     by_name = {n.name: x for n, x in zip(gm.graph.find_nodes(op="placeholder"), inputs)}
     feeds = {name: by_name[node.name].numpy() for name, node in zip(graph.input_names, order)}
     assert [n.op for n in graph.nodes.values() if n.op not in ("input", "output")] == \
@@ -123,7 +123,7 @@ def test_the_reference_paths_safe_softmax_gives_zeros_on_a_fully_masked_row():
     from graphsub.frontends.torch_compile import propagate_shapes
 
     propagate_shapes(gm, [x])
-    graph, _ = convert_graph(gm.graph, {})
+    graph = convert_graph(gm.graph, {}).graph
     assert [n.op for n in graph.nodes.values() if n.op not in ("input", "output")] == \
         ["guarded_softmax"]
     (out,) = evaluate(graph, {graph.input_names[0]: x.numpy()}).values()

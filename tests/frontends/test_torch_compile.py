@@ -174,20 +174,28 @@ def test_fission_fuses_a_hand_written_rms_norm():
     assert fused and fused[0]["kernel"] in ("rms_norm", "fused")
 
 
-def test_each_part_builds_its_normal_form_once_and_each_program_once(monkeypatch):
-    """The normal form comes from the search stage (it started there) and each graph's torch
-    program is built once, for the race between the search's and fission's graphs and for
-    the module the part becomes alike: both once built twice per part."""
+def test_each_part_applies_its_normal_form_first_and_builds_each_program_once(monkeypatch):
+    """The backend applies the normal form before any pricing, once, and the search starts
+    from it (its own normal form finds nothing more to rewrite); each program (the race
+    between the search's and fission's graphs, the regions spliced for each contender) is
+    built once."""
     from collections import Counter
 
     from graphsub.pipeline import search_stage
     from graphsub.targets.torch.target import TorchTarget
 
-    normal_forms, programs = [], Counter()
-    for module in (search_stage, torch_compile):
-        build = module.normal_form
-        monkeypatch.setattr(module, "normal_form", lambda *args, build=build, **kwargs: (
-            normal_forms.append(1) or build(*args, **kwargs)))
+    firsts, later_steps, programs = [], [], Counter()
+    first = torch_compile.first_normal_form
+    monkeypatch.setattr(torch_compile, "first_normal_form", lambda *args: (
+        firsts.append(1) or first(*args)))
+    normal_form = search_stage.normal_form
+
+    def searched(*args):
+        graph, steps = normal_form(*args)
+        later_steps.append(len(steps))
+        return graph, steps
+
+    monkeypatch.setattr(search_stage, "normal_form", searched)
     program = TorchTarget.program
 
     def counted(self, graph, *args, **kwargs):
@@ -200,7 +208,7 @@ def test_each_part_builds_its_normal_form_once_and_each_program_once(monkeypatch
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     (part,) = torch_compile.reports()[-1].parts
     assert part.fission is not None  # the race between the two graphs had its chance
-    assert len(normal_forms) == 1
+    assert firsts == [1] and later_steps == [0]
     assert programs and max(programs.values()) == 1, programs
 
 
@@ -291,22 +299,42 @@ def test_rewritten_parts_hand_on_outputs_in_the_original_layout(monkeypatch):
     assert all(not p.kept for p in torch_compile.reports()[-1].parts)
 
 
+def wrong_search(monkeypatch):
+    """A search (registered as "wrong" for the test) that drops the first ReLU of its input:
+    a rewrite no rule makes, which only the end-to-end check can catch."""
+    from graphsub.ir.graph import Value
+    from graphsub.search import OptimizeResult, SearchStats, registry
+    from graphsub.search.result import Candidate
+
+    def wrong(graph, rule_list, cost_model, limits=registry.Limits(), options=None):
+        (relu, *_) = graph.nodes_by_op("relu")
+        editor = graph.edit()
+        editor.replace_uses(Value(relu, 0), graph[relu].inputs[0])
+        broken = editor.finish()
+        return OptimizeResult(broken, (), SearchStats(), 1.0, 0.5, [Candidate(broken, 0.5, ())])
+
+    monkeypatch.setitem(registry.DECLARED, "wrong",
+                        registry.Declared(__name__, "a wrong rewrite (a test)"))
+    registry.register("wrong", NoOptions, "rewrites", None)(wrong)
+
+
 def test_parts_that_break_the_whole_graph_are_put_back(monkeypatch):
-    # Without the re-layout, every part passes its own check and the assembled graph is
-    # wrong: the end-to-end check must catch it and put original parts back.
-    keep_attention_in_torch(monkeypatch)
-    force_rewrites(monkeypatch, REWRITES_THAT_CHANGE_LAYOUT)
-    monkeypatch.setattr(torch_compile, "restrided", lambda t, stride: t)
-    model = TransformerBlock().eval()
-    x = torch.randn(2, 16, 64)
-    with pytest.warns(torch_compile.GraphsubWarning, match="whole graph disagreed"):
-        want, got, got_shifted = compiled_outputs(model, x, time_limit=1, algorithm="forced",
-                                                  cost="analytic")
+    # The spliced graph is checked end to end against the captured one: a part whose
+    # rewrite is wrong is left out (as captured), with a warning and the reason in its
+    # report, and the compiled model computes what eager does.
+    wrong_search(monkeypatch)
+    model = MLP().eval()
+    x = torch.randn(8, 32)
+    with pytest.warns(torch_compile.GraphsubWarning, match="end-to-end verification"):
+        want, got, got_shifted = compiled_outputs(model, x, time_limit=1, algorithm="wrong",
+                                                  cost="analytic", fission=False)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     with torch.no_grad():
         torch.testing.assert_close(got_shifted, model(x + 1), rtol=1e-4, atol=1e-5)
-    kept = [p.kept for p in torch_compile.reports()[-1].parts]
-    assert any(k.startswith("end-to-end verification") for k in kept)
+    report = torch_compile.reports()[-1]
+    (part,) = report.parts
+    assert part.kept.startswith("end-to-end verification")
+    assert report.chosen == "eager" and not report.race
 
 
 def test_unsupported_ops_stay_in_torch_and_results_stay_right():
@@ -417,12 +445,14 @@ def test_the_race_returns_the_faster_of_graphsub_and_the_baseline(monkeypatch, s
 @pytest.mark.slow
 def test_with_inductor_the_race_has_three_contenders(monkeypatch):
     """graphsub's graph compiled by inductor, graphsub's own module, and inductor alone: the
-    fastest is returned (here, by the race's say, graphsub's own module)."""
+    fastest is returned (here, by the race's say, graphsub's own module). (The rewrite is
+    forced: without one, inductor on the graph as captured is the baseline itself.)"""
+    force_rewrites(monkeypatch, ["matmul-as-transposed-product"])
     races = iter([1.1, 1.3])  # in the order of the report's race: g+i, then graphsub
     monkeypatch.setattr(torch_compile, "_speedup", lambda *args: raced(next(races)))
     model = MLP().eval()
     want, got, _ = compiled_outputs(model, torch.randn(8, 32), time_limit=2, cost="analytic",
-                                    inductor=True, race=True)
+                                    inductor=True, race=True, algorithm="forced")
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     report = torch_compile.reports()[-1]
     assert report.race == {"graphsub+inductor": 1.1, "graphsub": 1.3}

@@ -23,6 +23,7 @@ import torch
 import torch.fx as fx
 
 from graphsub.errors import GraphsubError
+from graphsub.frontends.fx_origins import traced_with_origins
 
 Binding = dict[str, int]
 
@@ -41,11 +42,11 @@ def has_dynamic_sizes(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> bool
 
 def trace_dynamic(gm: fx.GraphModule, example_inputs: Sequence[Any]
                   ) -> tuple[fx.GraphModule, list[Any], Binding]:
-    """The graph at the ATen level with symbolic sizes, the example inputs with each SymInt
+    """The graph at the ATen level with symbolic sizes (each node that is a node of dynamo's
+    graph marked so: fx_origins), the example inputs with each SymInt
     at the value dynamo saw (what the graph runs on to be measured and checked), and those
     values by symbol."""
     from torch._guards import TracingContext, detect_fake_mode
-    from torch.fx.experimental.proxy_tensor import make_fx
 
     fake_mode = detect_fake_mode(list(example_inputs))
     if fake_mode is None or fake_mode.shape_env is None:
@@ -65,7 +66,7 @@ def trace_dynamic(gm: fx.GraphModule, example_inputs: Sequence[Any]
     folded = _numbers_folded(gm, example_inputs)
     with fake_mode, torch.no_grad():
         fakes = [fake(x) for x in example_inputs]
-        aten_gm = make_fx(folded, decomposition_table={}, tracing_mode="symbolic")(*fakes)
+        aten_gm = traced_with_origins(folded, fakes, functional=False, tracing_mode="symbolic")
     for node in aten_gm.graph.nodes:
         schema = getattr(node.target, "_schema", None)
         if node.op == "call_function" and schema is not None and schema.is_mutable:
@@ -182,8 +183,8 @@ def other_bindings(gm: fx.GraphModule, hints: Binding) -> list[Binding]:
 def inputs_at(gm: fx.GraphModule, example: Sequence[Any], binding: Binding,
               constants: Sequence[int], generator: torch.Generator) -> list[Any]:
     """The graph's inputs at the sizes `binding` gives the symbols: sizes computed, weights
-    as they are, float tensors random, other tensors filled from the example's values (token
-    ids, masks: what the model accepts)."""
+    and one-number tensors as they are, float tensors random, other tensors filled from the
+    example's values (token ids, masks: what the model accepts)."""
     import sympy
 
     fixed = set(constants)
@@ -194,8 +195,8 @@ def inputs_at(gm: fx.GraphModule, example: Sequence[Any], binding: Binding,
             out.append(_size_at(val, binding, sympy))
             continue
         if i in fixed or not isinstance(given, torch.Tensor) or \
-                not isinstance(val, torch.Tensor):
-            out.append(given)
+                not isinstance(val, torch.Tensor) or given.dim() == 0:
+            out.append(given)  # (a one-number tensor: a Python number dynamo lifted)
             continue
         shape = [_size_at(d, binding, sympy) if isinstance(d, torch.SymInt) else int(d)
                  for d in val.shape]

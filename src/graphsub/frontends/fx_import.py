@@ -11,7 +11,7 @@ nodes it can convert (`unsupported_reason`), so that the rest can stay in torch.
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -237,8 +237,18 @@ def _metas(node: fx.Node) -> list[Any]:
     return [m for i, m in enumerate(meta) if m is not None and i in read]
 
 
+class Converted(NamedTuple):
+    """An FX graph as a graphsub Graph: the graph, the FX nodes of its inputs in order, and
+    for each of its values the first FX node computing it (a placeholder for a weight made
+    from a constant input), which is what splicing a rewrite back reads and replaces."""
+
+    graph: Graph
+    inputs: list[fx.Node]
+    sources: dict[Value, fx.Node]
+
+
 def convert_graph(graph: fx.Graph, constants: dict[fx.Node, torch.Tensor],
-                  input_names: dict[fx.Node, str] | None = None) -> tuple[Graph, list[fx.Node]]:
+                  input_names: dict[fx.Node, str] | None = None) -> Converted:
     """A graphsub Graph computing the FX graph's outputs. Placeholders in `constants` become
     weights (parameters, buffers, folded constants); the others become graph inputs, whose FX
     nodes are returned in the order of the graph's inputs. Raises ConversionError for a node
@@ -282,7 +292,25 @@ def convert_graph(graph: fx.Graph, constants: dict[fx.Node, torch.Tensor],
         else:
             raise ConversionError(f"{node.op} node {node.name}")
     inputs += _size_carriers(c, inputs, sizes)
-    return c.b.build(GraphFacts(symbols=_symbol_ranges(graph))).cse(), inputs
+    built = c.b.build(GraphFacts(symbols=_symbol_ranges(graph)))
+    merged = built.cse()
+    return Converted(merged, inputs, _sources(c.env, built, merged))
+
+
+def _sources(env: dict[fx.Node, Any], built: Graph, merged: Graph) -> dict[Value, fx.Node]:
+    """Each value of `merged` (the converted graph after common subexpressions were merged)
+    with the first FX node whose value it is: a node merged into another computed the same
+    thing, which its digest says."""
+    built_digests, merged_digests = built.node_digests(), merged.node_digests()
+    canonical = {digest: nid for nid, digest in merged_digests.items()}
+    out: dict[Value, fx.Node] = {}
+    for node, value in env.items():
+        if not isinstance(value, Value) or value.node not in built_digests:
+            continue
+        nid = canonical.get(built_digests[value.node])
+        if nid is not None:
+            out.setdefault(Value(nid, value.index), node)
+    return out
 
 
 #: The element type of a size carrier (SIZE_CARRIER_DTYPE[(n,)]: see `_size_carriers`).
@@ -303,7 +331,8 @@ def _size_carriers(c: Converter, inputs: list[fx.Node], sizes: list[fx.Node]) ->
         assert size is not None  # a SymInt's expression
         if isinstance(size, int) or not size.is_Symbol or size.name in carried:
             continue
-        c.b.input(f"{node.name}_size", (size,), SIZE_CARRIER_DTYPE)
+        # (its source: the size's node, whose value a splice hands in as a carrier too)
+        c.env[node] = c.b.input(f"{node.name}_size", (size,), SIZE_CARRIER_DTYPE)
         carried.add(size.name)
         out.append(node)
     return out

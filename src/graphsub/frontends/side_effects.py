@@ -124,7 +124,7 @@ def may_write_inputs(gm: fx.GraphModule) -> bool:
         elif value is None:
             return True
     for node in gm.graph.nodes:
-        for arg in _possibly_written(gm, node):
+        for arg in possibly_written(gm, node):
             value = arg.meta.get("example_value") if isinstance(arg, fx.Node) else None
             if not isinstance(value, torch.Tensor) or _storage(value) in inputs:
                 return True
@@ -137,7 +137,7 @@ def _storage(t: torch.Tensor) -> Any:
     return StorageWeakRef(t.untyped_storage())  # type: ignore[no-untyped-call]  # unannotated
 
 
-def _possibly_written(gm: fx.GraphModule, node: fx.Node) -> list[Any]:
+def possibly_written(gm: fx.GraphModule, node: fx.Node) -> list[Any]:
     """The arguments this node of dynamo's graph may write into."""
     if node.op == "call_module":
         return list(node.all_input_nodes) or [None]

@@ -41,7 +41,6 @@ a warning saying why).
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import math
 import time
@@ -57,23 +56,25 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from graphsub.budget import Budget, StageClock
 from graphsub.errors import ConversionError, GraphsubError
-from graphsub.targets.torch.program import SizedTorchProgram, symbol_sources, symbol_values
+from graphsub.targets.torch.program import symbol_sources
 from graphsub.targets.torch.target import TorchTarget
 from graphsub.frontends.dynamic_trace import (has_dynamic_sizes, input_symbols, inputs_at,
                                               other_bindings, trace_dynamic)
 from graphsub.frontends.cuda_graphs import CudaGraphed
 from graphsub.fission import stage as fission_stage
 from graphsub.frontends.fx_fold import fold_constants
-from graphsub.frontends.fx_equivalence import compared, disagreement, restrided, shapes
-from graphsub.frontends.fx_import import convert_graph, symbolic_size, unsupported_reason
+from graphsub.frontends.fx_equivalence import compared, disagreement, shapes
+from graphsub.frontends.fx_import import convert_graph, unsupported_reason
+from graphsub.frontends.fx_origins import traced_with_origins
+from graphsub.frontends.fx_splice import Rewrite, splice
 from graphsub.frontends.side_effects import (PrivateInputs, Writes, find_writes,
-                                             returning_writes, with_writes, without_writes)
+                                             returning_writes, without_writes)
 from graphsub.ir.binding import is_symbolic_graph
 from graphsub.ir.graph import Graph
-from graphsub.tensors.symbolic import bind_all, evaluate_size
 from graphsub.pipeline import (FISSION, SEARCH, Found, RuleSet, RunContext, Settings, Stage,
                                run_stage, start_run)
-from graphsub.search.normal_form import normal_form
+from graphsub.rules.roles import Role, with_role
+from graphsub.search.normal_form import first_normal_form, with_start
 from graphsub.runtime.check_sizes import ProfileShape
 from graphsub.verdicts.speedup import MIN_ROUNDS, Decision, HeadToHead, sequential
 from graphsub.runtime.timing import CallTimer
@@ -369,7 +370,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     if dynamic:
         aten_gm, inputs, hints = trace_dynamic(gm, example_inputs)
     else:
-        traced = _trace_static(gm, PrivateInputs(example_inputs, writes).fresh())
+        traced = traced_with_origins(gm, PrivateInputs(example_inputs, writes).fresh(),
+                                     functional=True)
         aten_gm, inputs = without_writes(traced, writes), list(example_inputs)
     # (state the graph writes changes from call to call: never a constant)
     constants = [i for i in _constant_positions(gm, example_inputs)
@@ -433,12 +435,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     sizes = {p.target: sum(1 for n in getattr(parent, p.target).graph.nodes
                            if n.op == "call_function") for p in parts}
     total = max(sum(sizes.values()), 1)
-    # The optimized graph shares the original's weights and parts until a part is replaced;
-    # the original stays whole as the reference for the end-to-end check.
-    optimized = fx.GraphModule(parent, copy.deepcopy(parent.graph))
-    normal = fx.GraphModule(parent, copy.deepcopy(parent.graph))
-    replaced: list[tuple[str, PartReport]] = []
-    normal_parts: list[str] = []
+    programs = _Programs(target)
+    outcomes: list[_PartOutcome] = []
     for part in parts:
         sub: fx.GraphModule = getattr(parent, part.target)
         part_constants = {}
@@ -451,36 +449,25 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
         try:
             outcome = _optimize_part(
                 _Part(sub, [c[part.target] for c in captured], part_constants,
-                      sub_placeholders), target, rules, opts.settings(target, budget), opts,
-                profile)
+                      sub_placeholders, parent, dict(zip(sub_placeholders, part.args))),
+                target, rules, opts.settings(target, budget), opts, profile, programs)
         except _restart_analysis():
             raise
         except Exception as exc:  # noqa: BLE001 - one part stays as captured, not the graph
             outcome = _part_failed(exc)
         report.parts.append(outcome.report)
-        if outcome.module is not None:
-            setattr(optimized, part.target, outcome.module)
-            replaced.append((part.target, outcome.report))
-        if outcome.normal_form is not None:
-            setattr(normal, part.target, outcome.normal_form)
-            normal_parts.append(part.target)
-    optimized.recompile()
-    normal.recompile()
-    _undo_until_equal(parent, optimized, replaced, checks, constants, opts.rtol)
-    if normal_parts and disagreement(parent, normal, checks, _varied(checks, constants),
-                                     opts.rtol) is not None:
-        normal_parts = []
-    if not (replaced or normal_parts):  # nothing changed: what the user would have had
+        outcomes.append(outcome)
+    check = _Check(gm, checks, _varied(checks, constants), writes, opts.rtol)
+    contenders = _contenders(gm, outcomes, example_inputs, constants, writes, opts, target,
+                             programs, check, report)
+    if not contenders:  # nothing changed: what the user would have had, as captured
         report.chosen = opts.baseline_name
         return baseline, report
-    contenders = _contenders(optimized, normal if normal_parts else None, replaced,
-                             normal_parts, example_inputs, constants, writes, opts, target,
-                             report)
     # without a race: the search's graph, handed on to inductor where asked
     compiled = next((contenders[name] for name in ("graphsub+inductor", "graphsub",
                                                    "normal form+inductor", "normal form")
                      if name in contenders), baseline)
-    if opts.race and contenders:
+    if opts.race:
         speedups = {}
         for name, fn in contenders.items():
             try:
@@ -538,57 +525,88 @@ def _drop(report: CompileReport, name: str, exc: BaseException) -> None:
                   f"{report.dropped[name]}", GraphsubWarning, stacklevel=3)
 
 
-def _contenders(optimized: fx.GraphModule, normal: fx.GraphModule | None,
-                replaced: Sequence[tuple[str, PartReport]], normal_parts: Sequence[str],
+def _contenders(gm: fx.GraphModule, outcomes: Sequence[_PartOutcome],
                 example_inputs: Sequence[Any], constants: Sequence[int], writes: Writes,
-                opts: BackendOptions, target: TorchTarget, report: CompileReport
-                ) -> dict[str, Callable[..., Any]]:
-    """The ways of running the optimized graph that race the baseline: graphsub's module
-    with the search's graphs ("graphsub") and with the normal forms' alone ("normal form":
-    attention fused, nothing else rewritten, for a compiler whose fusions absorb the other
-    rewrites), each handed on to inductor in the options' mode where asked
-    ("...+inductor"), and run as it is (in CUDA graphs where the mode runs them): per-part
-    measurements cannot see what inductor will make of either.
-
-    With dynamic sizes inductor traces graphsub's parts over the symbols: only parts that are
-    one program for every size can be traced so (a part lowered per size would pin
-    inductor's graph to the example's sizes).
-
-    The modules take the graph's writes into its inputs back as their last effect
-    (side_effects.with_writes)."""
+                opts: BackendOptions, target: TorchTarget, programs: _Programs,
+                check: _Check, report: CompileReport) -> dict[str, Callable[..., Any]]:
+    """The ways of running the optimized graph that race the baseline, each dynamo's graph
+    with the parts' rewrites spliced in (fx_splice): the search's graphs ("graphsub") and
+    the normal forms' alone ("normal form": attention fused, nothing else rewritten, for a
+    compiler whose fusions absorb the other rewrites); handed on to inductor in the
+    options' mode where asked ("...+inductor": only the rewritten nodes spliced, the rest as
+    captured), and as graphsub's own program (every converted part graphsub's, its library
+    kernels; in CUDA graphs where the mode runs them): per-part measurements cannot see
+    what inductor will make of either. Each is checked end to end against the captured
+    graph, writes included, parts that break it left out (the last first). Parts the
+    search's splice leaves out say why in their reports."""
     cuda = target.torch_device.type == "cuda" and opts.cuda_graphs
-
-    def own(module: fx.GraphModule) -> Callable[..., Any]:
-        return CudaGraphed(module, constants, writes.positions) if cuda else module
-
-    modules: dict[str, tuple[fx.GraphModule, Sequence[str]]] = {}
-    if replaced:
-        modules["graphsub"] = (with_writes(optimized, writes) if writes else optimized,
-                               [name for name, _ in replaced])
-    if normal is not None:
-        modules["normal form"] = (with_writes(normal, writes) if writes else normal,
-                                  normal_parts)
     contenders: dict[str, Callable[..., Any]] = {}
-    for name, (module, names) in modules.items():
-        if opts.inductor and all(getattr(module, n).one_program for n in names):
+    for label, normal in (("graphsub", False), ("normal form", True)):
+        chosen = [(k, rw) for k, o in enumerate(outcomes)
+                  if (rw := o.normal_form if normal else o.rewrite) is not None]
+        if not chosen:
+            continue
+        ways = ([(f"{label}+inductor", False)] if opts.inductor else []) + [(label, True)]
+        for name, whole in ways:
+            module, left_out = _verified_splice(gm, [rw for _, rw in chosen], whole,
+                                                programs, writes, check)
+            for position, why in left_out.items():
+                part = report.parts[chosen[position][0]]
+                if label == "graphsub" and not part.kept:
+                    part.kept = why
+                    warnings.warn(f"graphsub: kept a part of the graph as it was: {why}",
+                                  GraphsubWarning, stacklevel=3)
+            if module is None:
+                continue
+            if whole:
+                contenders[name] = CudaGraphed(module, constants, writes.positions) if cuda \
+                    else module
+                continue
             try:
-                contenders[f"{name}+inductor"] = _inductor(module, example_inputs, opts.mode)
+                contenders[name] = _inductor(module, example_inputs, opts.mode)
             except Exception as exc:  # noqa: BLE001 - one contender, not the graph
-                _drop(report, f"{name}+inductor", exc)
-        contenders[name] = own(module)
+                _drop(report, name, exc)
     return contenders
 
 
-def _trace_static(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> fx.GraphModule:
-    """The graph at the ATen level at the example's sizes, views functionalized."""
-    from torch.fx.experimental.proxy_tensor import make_fx
+@dataclass(frozen=True)
+class _Check:
+    """The end-to-end check of a spliced graph against the captured one: on the example
+    inputs and the sets at other sizes (`checks`), and on random values at the `varied`
+    positions; what the graph writes into its inputs compared too, on private copies."""
 
-    with torch.no_grad():
-        aten_gm = make_fx(torch.func.functionalize(gm, remove="mutations_and_views"),
-                          decomposition_table={})(*example_inputs)
-    aten_gm.graph.eliminate_dead_code()  # unused outputs: batch norm's statistics, ...
-    aten_gm.recompile()
-    return aten_gm
+    original: fx.GraphModule
+    checks: Sequence[Sequence[Any]]
+    varied: Sequence[int]
+    writes: Writes
+    rtol: float
+
+    def problem(self, optimized: fx.GraphModule) -> str | None:
+        return disagreement(returning_writes(self.original.forward, self.writes),
+                            returning_writes(optimized.forward, self.writes), self.checks,
+                            self.varied, self.rtol)
+
+
+def _verified_splice(gm: fx.GraphModule, rewrites: Sequence[Rewrite], whole: bool,
+                     programs: _Programs, writes: Writes, check: _Check
+                     ) -> tuple[fx.GraphModule | None, dict[int, str]]:
+    """dynamo's graph with the rewrites spliced in and checked end to end: rewrites that
+    cannot be spliced, then (the last first) those with which the graph disagrees with the
+    original, are left out (by position, with why). None: none is left."""
+    left_out: dict[int, str] = {}
+    kept = list(range(len(rewrites)))
+    while kept:
+        spliced = splice(gm, [rewrites[i] for i in kept], programs.of, whole)
+        for j, why in spliced.failed.items():
+            left_out[kept[j]] = f"splice: {why}"
+        kept = [i for i in kept if i not in left_out]
+        if not spliced.count:
+            break
+        problem = check.problem(spliced.module)
+        if problem is None:
+            return spliced.module, left_out
+        left_out[kept.pop()] = f"end-to-end verification: {problem}"
+    return None, left_out
 
 
 def propagate_shapes(gm: fx.GraphModule, args: Sequence[Any]) -> None:
@@ -650,27 +668,14 @@ def _binding_of(gm: fx.GraphModule, args: Sequence[Any]) -> dict[str, int]:
     return out
 
 
-def _undo_until_equal(original: fx.GraphModule, optimized: fx.GraphModule,
-                      replaced: list[tuple[str, PartReport]], checks: Sequence[Sequence[Any]],
-                      constants: Sequence[int], rtol: float) -> None:
-    """Check the assembled graph end to end, since each part was checked alone and the torch
-    code between parts sees only their outputs' values; put original parts back, the last
-    first, until it agrees with the original on every set of inputs in `checks`."""
-    varied = _varied(checks, constants)
-    problem = disagreement(original, optimized, checks, varied, rtol)
-    while problem is not None and replaced:
-        name, part_report = replaced.pop()
-        part_report.kept = f"end-to-end verification: {problem}"
-        warnings.warn(f"graphsub: kept a part of the graph as it was: with it, the whole graph "
-                      f"disagreed with the original ({problem})", GraphsubWarning, stacklevel=4)
-        setattr(optimized, name, getattr(original, name))
-        optimized.recompile()
-        problem = disagreement(original, optimized, checks, varied, rtol)
-
-
 def _varied(checks: Sequence[Sequence[Any]], constants: Sequence[int]) -> list[int]:
-    """The positions of the graph's inputs that are not parameters: what checks draw anew."""
-    return [i for i in range(len(checks[0])) if i not in set(constants)]
+    """The positions of the graph's inputs that are not parameters: what checks draw anew.
+    A one-number tensor is kept as given: dynamo lifts Python numbers of the model into
+    such inputs (a dropout probability, which must stay in [0, 1] even where dropout is
+    off)."""
+    fixed = set(constants)
+    return [i for i, x in enumerate(checks[0]) if i not in fixed
+            and not (isinstance(x, torch.Tensor) and x.dim() == 0)]
 
 
 def _constant_positions(gm: fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> list[int]:
@@ -723,116 +728,46 @@ def program_inputs(args: Sequence[Any], positions: Sequence[int],
             torch.empty(args[i], dtype=torch.uint8, device=device) for i in positions]
 
 
-class GraphsubPart(torch.nn.Module):
-    """An optimized part: takes the part's arguments, feeds the non-constant ones to the
-    graphsub program (parameters are baked into it), returns what the part returned, laid out
-    as the original part laid it out.
-
-    The layout matters because a rewrite changes it (a merged Q/K/V projection hands out
-    slices of one product, a transposed product hands out a transposed view) while the ATen
-    operators left in torch are the ones the dispatcher picked for the original layout: the
-    CPU's flash attention, for one, computes garbage from operands whose last dimension is not
-    contiguous instead of failing.
-
-    With dynamic sizes the original's strides are expressions over the size symbols,
-    computed once for each binding the part meets; a size argument the program reads as a
-    carrier (fx_import.SIZE_CARRIER_DTYPE) is handed in as an empty tensor of that length."""
-
-    def __init__(self, program: Any, positions: Sequence[int], single: bool,
-                 strides: Sequence[tuple[Any, ...] | None], device: torch.device) -> None:
-        super().__init__()
-        self.program = program.module
-        self.device = device
-        self._sizes = program if program.sources else None  # reads the symbols' values
-        self.positions = list(positions)
-        self.single = single
-        self.strides = list(strides)
-        self._strides_at: dict[tuple[int, ...], list[tuple[int, ...] | None]] = {}
-
-    @property
-    def one_program(self) -> bool:
-        """Whether one program serves every size (so that torch can trace this part with
-        dynamic sizes, as inductor does), rather than one lowering per size."""
-        return not isinstance(self._sizes, SizedTorchProgram)
-
-    def forward(self, *args: Any) -> Any:
-        inputs = program_inputs(args, self.positions, self.device)
-        strides = self.strides
-        if self._sizes is not None:
-            sizes = symbol_values(self._sizes.sources, inputs)
-            if any(isinstance(v, torch.SymInt) for v in sizes.values()):  # traced by torch
-                strides = [None if s is None else tuple(evaluate_size(d, sizes) for d in s)
-                           for s in self.strides]
-            else:
-                key = tuple(sizes.values())
-                if key not in self._strides_at:
-                    self._strides_at[key] = [None if s is None else bind_all(s, sizes)
-                                             for s in self.strides]
-                strides = self._strides_at[key]
-        outs = self.program(*inputs)
-        outs = [restrided(o, s) for o, s in zip(outs, strides)]
-        return outs[0] if self.single else tuple(outs)
-
-
-def _output_strides(sub: fx.GraphModule, args: list[Any]) -> list[tuple[Any, ...] | None]:
-    """The strides of what the original part returns (None where an output is not a tensor
-    or is broadcast, which a fresh tensor cannot reproduce): on the example arguments, or as
-    size expressions where the part was traced with dynamic sizes."""
-    output = next(n for n in sub.graph.nodes if n.op == "output")
-    results = output.args[0] if isinstance(output.args[0], (tuple, list)) else (output.args[0],)
-    vals = [r.meta.get("val") if isinstance(r, fx.Node) else None for r in results]
-    if any(isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape)
-           for v in vals):
-        outs: Sequence[Any] = vals
-    else:
-        with torch.no_grad():
-            outs = sub(*args)
-        outs = outs if isinstance(outs, (tuple, list)) else (outs,)
-    strides: list[tuple[Any, ...] | None] = []
-    for o in outs:
-        if not isinstance(o, torch.Tensor):
-            strides.append(None)
-            continue
-        shape = [symbolic_size(d) for d in o.shape]
-        stride = tuple(symbolic_size(d) for d in o.stride())
-        broadcast = any(step == 0 and n != 1 for n, step in zip(shape, stride))
-        strides.append(None if broadcast else stride)
-    return strides
-
-
 @dataclass
 class _Part:
     """A captured part: its FX graph, the arguments it received on each set of inputs the
-    graph is checked on (the example's first), the constant ones by placeholder, and its
-    placeholders in order."""
+    graph is checked on (the example's first), the constant ones by placeholder, its
+    placeholders in order, and the traced graph it was cut from with the node of it each
+    placeholder is."""
 
     sub: fx.GraphModule
     checks: list[list[Any]]
     constants: dict[fx.Node, torch.Tensor]
     placeholders: list[fx.Node]
+    owner: fx.GraphModule
+    arguments: dict[fx.Node, fx.Node]
 
 
 @dataclass
 class _PartOutcome:
-    """A part optimized: graphsub's module of the search's graph and of the normal form alone
-    (None where it stays as it was, or the normal form changed nothing or is the search's
-    graph too), and the report."""
+    """A part optimized: the rewrites to splice for it, the search's (or fission's) graph
+    (None where the part stays as it was) and the normal form alone (None where it changed
+    nothing or is the search's graph too), and the report."""
 
-    module: GraphsubPart | None
-    normal_form: GraphsubPart | None
+    rewrite: Rewrite | None
+    normal_form: Rewrite | None
     report: PartReport
 
 
 def _optimize_part(part: _Part, target: TorchTarget, rules: RuleSet, settings: Settings,
-                   opts: BackendOptions, profile: Sequence[dict[str, int]]) -> _PartOutcome:
-    """One part through the pipeline's stages (search, fission and the race between their
-    graphs), then checked against the original part. With dynamic sizes, costs are measured
-    at the `profile`'s sizes (the example's first)."""
+                   opts: BackendOptions, profile: Sequence[dict[str, int]],
+                   programs: _Programs) -> _PartOutcome:
+    """One part through the pipeline's stages: the library's normal form first, unpriced
+    (search.normal_form.first_normal_form: the rewrites to fused kernels the device has
+    never wait on pricing), then the search from it, fission and the race between their
+    graphs. With dynamic sizes, costs are measured at the `profile`'s sizes (the
+    example's first). The part's report predicts costs from the normal form on."""
 
     example = part.checks[0]
     propagate_shapes(part.sub, example)
     try:
-        graph, inputs = convert_graph(part.sub.graph, part.constants)
+        converted = convert_graph(part.sub.graph, part.constants)
+        graph = converted.graph
         if is_symbolic_graph(graph):
             symbol_sources(graph)  # each size must be read from an input
             shapes = {tuple(sorted((n, b[n]) for n in graph.facts.symbols)): None
@@ -842,21 +777,26 @@ def _optimize_part(part: _Part, target: TorchTarget, rules: RuleSet, settings: S
     except (ConversionError, GraphsubError, KeyError) as exc:
         return _PartOutcome(None, None, PartReport(0, {}, 0.0, 0.0, 0.0,
                                                    kept=f"conversion: {exc}"))
-    positions = [part.placeholders.index(n) for n in inputs]
+    positions = [part.placeholders.index(n) for n in converted.inputs]
+    # each value by the traced node whose value it is (a part's input: the node of the
+    # traced graph it was cut from, so that what computes it can be found there)
+    sources = {value: part.arguments.get(node, node) for value, node in
+               converted.sources.items()}
+    normal, steps = first_normal_form(graph, with_role(rules.rules, Role.NORMAL_FORM))
     # Generated kernels only where graphsub's program runs them: a graph handed on to
     # inductor is compiled whole by it.
-    context = start_run(graph, settings, rules,
+    context = start_run(normal, settings, rules,
                         Budget(settings.time_limit, fission=settings.fission, measuring=False),
                         generate_kernels=not opts.inductor,
                         example_inputs=program_inputs(example, positions, target.torch_device),
                         warning=GraphsubWarning)
     found = run_stage(context, SEARCH)
-    programs = _Programs(target, profile[0] if profile else None)
+    reference = profile[0] if profile else None
     fission_won = False
     if settings.fission:
         found = run_stage(context, FISSION, found)
-        fission_won = run_stage(context, _race(programs), found)
-    result = found.result
+        fission_won = run_stage(context, _race(programs, reference), found)
+    result = with_start(found.result, steps, found.result.initial_cost)
     report = PartReport(len(graph), dict(result.rules_used()), result.initial_cost,
                         result.final_cost, result.stats.seconds)
     best = result.graph
@@ -864,29 +804,13 @@ def _optimize_part(part: _Part, target: TorchTarget, rules: RuleSet, settings: S
         report.fission = {**found.fission.as_dict(), "kept": fission_won}
         if fission_won:
             best, report.predicted_after = found.fission.graph, found.fission.cost
-    normal, steps = (found.normal_form, found.normal_steps) if found.normal_form is not None \
-        else normal_form(graph, context.normal_form_rules, found.cost_model)
     report.notes = found.cost_model.notes()
-    output = next(n for n in part.sub.graph.nodes if n.op == "output")
-    single = not isinstance(output.args[0], (tuple, list))
-    strides = _output_strides(part.sub, example)
-
-    def module_of(g: Any) -> GraphsubPart:
-        return GraphsubPart(programs.of(g), positions, single, strides, target.torch_device)
-
-    normal_module = None
-    if steps and normal.structural_hash() != best.structural_hash():
-        normal_module = module_of(normal)
-        if disagreement(part.sub, normal_module, part.checks, positions, opts.rtol) is not None:
-            normal_module = None
-    module = module_of(best)
-    problem = disagreement(part.sub, module, part.checks, positions, opts.rtol)
-    if problem is not None:
-        report.kept = f"verification: {problem}"
-        warnings.warn(f"graphsub: kept a part of the graph as it was: {problem}", GraphsubWarning,
-                      stacklevel=3)
-        return _PartOutcome(None, normal_module, report)
-    return _PartOutcome(module, normal_module, report)
+    # (the search's graph even where it rewrote nothing: graphsub's own program of the part,
+    # its library kernels, is a contender of its own)
+    searched = Rewrite(graph, best, sources, part.owner, reference)
+    alone = Rewrite(graph, normal, sources, part.owner, reference) \
+        if steps and normal.structural_hash() != best.structural_hash() else None
+    return _PartOutcome(searched, alone, report)
 
 
 def _part_failed(exc: BaseException) -> _PartOutcome:
@@ -901,23 +825,23 @@ def _part_failed(exc: BaseException) -> _PartOutcome:
 
 
 class _Programs:
-    """graphsub's torch program of each graph a part may become, built once (lowering every
-    node, and compiling the kernels inductor generates for it, takes seconds): the race
-    between the search's and fission's graphs and the module the part becomes run the same
-    programs, built for the part's reference sizes."""
+    """graphsub's torch program of each graph, built once per size reference (lowering
+    every node, and compiling the kernels inductor generates for it, takes seconds): the
+    race between a part's search and fission graphs, and the regions spliced for the
+    contenders (several times over where a part is left out), share them."""
 
-    def __init__(self, target: TorchTarget, reference: Mapping[str, int] | None) -> None:
-        self.target, self.reference = target, reference
-        self._built: dict[str, Any] = {}
+    def __init__(self, target: TorchTarget) -> None:
+        self.target = target
+        self._built: dict[tuple[str, tuple[tuple[str, int], ...]], Any] = {}
 
-    def of(self, graph: Graph) -> Any:
-        key = graph.structural_hash()
+    def of(self, graph: Graph, reference: Mapping[str, int] | None = None) -> Any:
+        key = (graph.structural_hash(), tuple(sorted((reference or {}).items())))
         if key not in self._built:
-            self._built[key] = self.target.program(graph, reference=self.reference)
+            self._built[key] = self.target.program(graph, reference=reference)
         return self._built[key]
 
 
-def _race(programs: _Programs) -> Stage[[Found], bool]:
+def _race(programs: _Programs, reference: Mapping[str, int] | None) -> Stage[[Found], bool]:
     """The race stage of one part, on its programs. After a Ctrl-C, fission did not run: the
     search's graph stays."""
 
@@ -931,7 +855,8 @@ def _race(programs: _Programs) -> Stage[[Found], bool]:
         if outcome is None or not outcome.cost < result.final_cost:
             return False
         assert context.example_inputs is not None  # a part's run: torch.compile's inputs
-        return _runs_faster(programs.of(outcome.graph), programs.of(result.graph),
+        return _runs_faster(programs.of(outcome.graph, reference),
+                            programs.of(result.graph, reference),
                             programs.target, context.example_inputs)
 
     return Stage("race", race_fission, skipped=lambda found: False)

@@ -19,6 +19,7 @@ given; a rule file of the user's takes part where it declares the role too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -56,6 +57,17 @@ def normal_form(graph: Graph, rules: Sequence[Rule], cost_model: CostModel
                         for i, (_, match) in enumerate(steps))
 
 
+def first_normal_form(graph: Graph, rules: Sequence[Rule]) -> tuple[Graph, tuple[Step, ...]]:
+    """The graph with `rules` applied to a fixed point, whatever a cost model would say, and
+    the steps taken (their cost unknown: NaN): for a caller that applies the normal form
+    before pricing anything and races the result against the input afterwards (the
+    torch.compile backend). Pricing first once took a part's whole time limit on a GPU
+    (timing operators, compiling fused groups), and the attention normal form, the largest
+    gain there was, was never applied."""
+    rewritten, steps = rewrite_to_fixed_point(graph, rules)
+    return rewritten, tuple(Step.applying(match, math.nan) for _, match in steps)
+
+
 def with_start(result: OptimizeResult, steps: tuple[Step, ...],
                initial_cost: float) -> OptimizeResult:
     """A search's result from a normal-form start as the result of the whole way from the
@@ -67,4 +79,4 @@ def with_start(result: OptimizeResult, steps: tuple[Step, ...],
                    candidates=candidates)
 
 
-__all__ = ["normal_form", "normal_form_rules", "with_start"]
+__all__ = ["first_normal_form", "normal_form", "normal_form_rules", "with_start"]
