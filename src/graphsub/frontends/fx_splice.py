@@ -33,6 +33,7 @@ kernels (oneDNN's linear layers on the CPU) are the fastest way to run it.
 from __future__ import annotations
 
 import itertools
+from functools import partial
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -590,47 +591,50 @@ def add_constant(gm: fx.GraphModule, prefix: str, value: torch.Tensor) -> str:
 
 def _inline(gm: fx.GraphModule, program: fx.GraphModule, reads: Sequence[fx.Node],
             replaces: Sequence[fx.Node], prefix: str, copied: Sequence[bool]) -> list[fx.Node]:
-    """Copy the program's nodes into `gm` after the last node they read, its constants as
-    constants of `gm` (add_constant), and make every reader of each node in `replaces` read
-    the program's output in its place: made contiguous where the replaced value was, and a
-    copy where `copied` says it may be a view of something the graph writes into; returns
-    those outputs."""
+    """Copy the program's nodes into `gm`, each right after the last node it reads (so that
+    the captured order moves as little as it can), its constants as constants of `gm`
+    (add_constant), and make every reader of each node in `replaces` read the program's
+    output in its place: made contiguous where the replaced value was, and a copy where
+    `copied` says it may be a view of something the graph writes into; returns those
+    outputs."""
     graph = gm.graph
-    order = {n: k for k, n in enumerate(graph.nodes)}
     placeholders = list(graph.find_nodes(op="placeholder"))
-    anchor = max(reads, key=order.__getitem__) if reads else \
-        placeholders[-1] if placeholders else None
+    top = placeholders[-1] if placeholders else None
     env: dict[fx.Node, fx.Node] = dict(zip(program.graph.find_nodes(op="placeholder"), reads))
     inserted: set[fx.Node] = set()
-    first = next(iter(graph.nodes))
+
+    def placed(make: Callable[[], fx.Node], after: Sequence[fx.Node]) -> fx.Node:
+        anchor = max(after, default=top)
+        point = graph.inserting_after(anchor) if anchor is not None else \
+            graph.inserting_before(next(iter(graph.nodes)))
+        with point:
+            node = make()
+        inserted.add(node)
+        return node
+
+    outputs: Sequence[Any] = ()
+    for node in program.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            result = node.args[0]
+            outputs = result if isinstance(result, (tuple, list)) else (result,)
+        elif node.op == "get_attr":
+            name = add_constant(gm, prefix, getattr(program, str(node.target)))
+            env[node] = placed(partial(graph.get_attr, name), ())
+        else:
+            env[node] = placed(partial(graph.node_copy, node, env.__getitem__),
+                               [env[a] for a in node.all_input_nodes])
     news: list[fx.Node] = []
-    with graph.inserting_before(anchor.next if anchor is not None else first):
-        outputs: Sequence[Any] = ()
-        for node in program.graph.nodes:
-            if node.op == "placeholder":
-                continue
-            if node.op == "output":
-                result = node.args[0]
-                outputs = result if isinstance(result, (tuple, list)) else (result,)
-                continue
-            if node.op == "get_attr":
-                env[node] = graph.get_attr(
-                    add_constant(gm, prefix, getattr(program, str(node.target))))
-            else:
-                env[node] = graph.node_copy(node, lambda a: env[a])
-            inserted.add(env[node])
-        for old, new, copy in zip(replaces, outputs, copied):
-            value = env[new]
-            example = old.meta.get("example_value")
-            if copy:
-                value = graph.call_method("clone", (value,),
-                                          {"memory_format": torch.contiguous_format})
-                inserted.add(value)
-            elif isinstance(example, torch.Tensor) and example.dim() > 1 and \
-                    example.is_contiguous():
-                value = graph.call_method("contiguous", (value,))
-                inserted.add(value)
-            news.append(value)
+    for old, new, copy in zip(replaces, outputs, copied):
+        value = env[new]
+        example = old.meta.get("example_value")
+        kwargs: dict[str, Any] = {"memory_format": torch.contiguous_format} if copy else {}
+        method = "clone" if copy else "contiguous"
+        if copy or (isinstance(example, torch.Tensor) and example.dim() > 1
+                    and example.is_contiguous()):
+            value = placed(partial(graph.call_method, method, (value,), kwargs), [value])
+        news.append(value)
     for old, value in zip(replaces, news):
         old.replace_all_uses_with(value, delete_user_cb=lambda user: user not in inserted)
     return news
