@@ -24,7 +24,10 @@ backend="graphsub", options={"mode": M, "time_limit": T})`); and, for the attent
 the *ideal form* under inductor in the mode: the same weights with attention called by hand
 as scaled_dot_product_attention with the causal flag and grouped key/value heads, no mask
 tensor and no copies (the decode step keeps the cache's mask, with grouped heads): what a
-perfect rewrite of the attention reaches.
+perfect rewrite of the attention reaches; and for the decoders the *merged form* under
+inductor: the ideal form written by hand once more as serving libraries write it, q|k|v
+and gate|up each one product, each RMSNorm's scale folded into the weights that read it
+(`merged_form`). graphsub's bar is the best of inductor and the two hand-written forms.
 
 Every output is checked against the module computed in float32 (its error may be at most 4x
 the eager module's own, plus 1e-3 of its scale); timing is by CUDA events (wall clock on the
@@ -86,6 +89,88 @@ def register_ideal_attention() -> None:
     tf.AttentionInterface.register("graphsub_ideal", ideal)
     # the masks SDPA takes (a boolean mask, left out where it is only causal)
     tf.AttentionMaskInterface.register("graphsub_ideal", tf.masking_utils.sdpa_mask)
+
+
+def merged_form(model: Any) -> Any:
+    """A decoder (from `build_model`, with the ideal attention) written by hand once more,
+    as serving libraries write it: the products that share an input merged (q|k|v into one
+    product, gate|up into one: TASO's merge of matmuls that read one input) and each
+    RMSNorm's scale folded into the weights of the products that read it (the norm then
+    has none), computed once here. The same function as the model's, up to rounding."""
+    import torch
+
+    def merged(linears: list[Any], scale: Any) -> Any:
+        weight = torch.cat([m.weight for m in linears]) * scale[None, :]
+        bias = None if linears[0].bias is None else torch.cat([m.bias for m in linears])
+        out = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+        with torch.no_grad():
+            out.weight.copy_(weight)
+            if bias is not None:
+                out.bias.copy_(bias)
+        return out
+
+    def unscaled_norm(norm: Any) -> None:
+        def forward(x: Any) -> Any:
+            wide = x.to(torch.float32)
+            wide = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+            return wide.to(x.dtype)
+
+        norm.forward = forward
+
+    with torch.no_grad():
+        for layer in model.inner.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            attn.qkv = merged([attn.q_proj, attn.k_proj, attn.v_proj],
+                              layer.input_layernorm.weight)
+            attn.forward = _merged_attention(attn)
+            mlp.gate_up = merged([mlp.gate_proj, mlp.up_proj],
+                                 layer.post_attention_layernorm.weight)
+            mlp.forward = _merged_mlp(mlp)
+            for name in ("q_proj", "k_proj", "v_proj"):
+                delattr(attn, name)
+            del mlp.gate_proj, mlp.up_proj
+            unscaled_norm(layer.input_layernorm)
+            unscaled_norm(layer.post_attention_layernorm)
+    return model
+
+
+def _merged_attention(attn: Any) -> Callable[..., Any]:
+    """transformers' Llama/Qwen2 attention forward over one merged q|k|v product."""
+    modeling = sys.modules[type(attn).__module__]  # the model's own functions
+    config = attn.config
+    sizes = [config.num_attention_heads * attn.head_dim,
+             config.num_key_value_heads * attn.head_dim,
+             config.num_key_value_heads * attn.head_dim]
+
+    def forward(hidden_states: Any, position_embeddings: Any = None, attention_mask: Any = None,
+                cache: Any = None, past_key_values: Any = None, **kwargs: Any) -> Any:
+        cache = cache if cache is not None else past_key_values
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, attn.head_dim)
+        q, k, v = attn.qkv(hidden_states).split(sizes, dim=-1)
+        q, k, v = (t.view(hidden_shape).transpose(1, 2) for t in (q, k, v))
+        cos, sin = position_embeddings
+        q, k = modeling.apply_rotary_pos_emb(q, k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(k, v, attn.layer_idx, kwargs=kwargs)
+        interface = modeling.ALL_ATTENTION_FUNCTIONS.get_interface(
+            config._attn_implementation, modeling.eager_attention_forward)
+        extra = {"sliding_window": attn.sliding_window} if hasattr(attn, "sliding_window") \
+            else {}
+        out, weights = interface(attn, q, k, v, attention_mask, dropout=0.0,
+                                 scaling=attn.scaling, **extra, **kwargs)
+        return attn.o_proj(out.reshape(*input_shape, -1).contiguous()), weights
+
+    return forward
+
+
+def _merged_mlp(mlp: Any) -> Callable[..., Any]:
+    """SwiGLU over one merged gate|up product."""
+    def forward(x: Any) -> Any:
+        gate, up = mlp.gate_up(x).chunk(2, dim=-1)
+        return mlp.down_proj(mlp.act_fn(gate) * up)
+
+    return forward
 
 
 def build_model(kind: str, hidden: int, layers: int, attn: str = "sdpa") -> Any:
@@ -286,10 +371,13 @@ def run_config(kind: str, dtype_name: str, work: Workload, args: argparse.Namesp
     contenders: dict[str, Callable[[], Any]] = {"eager": call}
     resets: dict[str, Callable[[], None] | None] = {"eager": reset}
     info: dict[str, dict[str, Any]] = {"eager": {"error": noise}}
-    ideal_model = None
+    ideal_model = merged_model = None
     if args.ideal and kind in ATTENTION_MODELS:
         ideal_model = build_model(kind, args.hidden, args.layers, "graphsub_ideal").to(
             device=device, dtype=dtype)
+    if args.ideal and kind in DECODERS:
+        merged_model = merged_form(build_model(kind, args.hidden, args.layers,
+                                               "graphsub_ideal")).to(device=device, dtype=dtype)
     for mode in [m for m in args.modes if m != "eager"]:
         entries = [(f"inductor {mode}", model, lambda m=mode: torch.compile(model, mode=m))]
         entries.append((f"graphsub {mode}", model, lambda m=mode: torch.compile(
@@ -297,6 +385,9 @@ def run_config(kind: str, dtype_name: str, work: Workload, args: argparse.Namesp
         if ideal_model is not None:
             entries.append((f"ideal+inductor {mode}", ideal_model,
                             lambda m=mode: torch.compile(ideal_model, mode=m)))
+        if merged_model is not None:
+            entries.append((f"merged+inductor {mode}", merged_model,
+                            lambda m=mode: torch.compile(merged_model, mode=m)))
         for name, owner, make in entries:
             start = time.perf_counter()
             before = len(tc.reports())
@@ -341,7 +432,8 @@ def run_config(kind: str, dtype_name: str, work: Workload, args: argparse.Namesp
     for name, t in times.items():
         mode = name.split(" ")[-1] if name != "eager" else "eager"
         base = times.get(f"inductor {mode}")
-        best = min(v for v in (base, times.get(f"ideal+inductor {mode}")) if v is not None) \
+        best = min(v for v in (base, times.get(f"ideal+inductor {mode}"),
+                               times.get(f"merged+inductor {mode}")) if v is not None) \
             if base else None
         rows.append({"model": kind, "dtype": dtype_name, "shape": work.text,
                      "attn": args.attn, "contender": name, "ms": round(t * 1e3, 4),
@@ -354,7 +446,7 @@ def run_config(kind: str, dtype_name: str, work: Workload, args: argparse.Namesp
 
 def geometric_means(rows: list[dict[str, Any]]) -> list[list[str]]:
     """Per mode: how many configurations, and the geometric means of graphsub's ratios to
-    inductor and to the best of inductor and the ideal form."""
+    inductor and to the best of inductor and the hand-written forms (ideal, merged)."""
     out = []
     for mode in MODES[1:]:
         mine = [r for r in rows if r.get("contender") == f"graphsub {mode}"
@@ -413,7 +505,8 @@ def main() -> None:
                    help="seconds after which no new configuration starts")
     p.add_argument("--device", default=None)
     p.add_argument("--no-ideal", dest="ideal", action="store_false",
-                   help="leave out the ideal form (attention by hand under inductor)")
+                   help="leave out the hand-written forms (the ideal attention; the merged "
+                        "decoder) under inductor")
     p.add_argument("--cli", default="", help="zoo models for `graphsub optimize --target`")
     p.add_argument("--out", default="out/bench/gpu.json")
     args = p.parse_args()
@@ -465,7 +558,8 @@ def main() -> None:
         save_rows(args.out, meta, rows)
     print(f"\n{meta}")
     print(markdown(["model", "dtype", "shape", "contender", "ms", "vs inductor (same mode)",
-                    "vs best of inductor and ideal", "vs eager", "correct", "graphsub chose"],
+                    "vs best of inductor, ideal, merged", "vs eager", "correct",
+                    "graphsub chose"],
                    [[r["model"], r["dtype"], r["shape"], r.get("contender", "-"),
                      str(r.get("ms", "-")), str(r.get("vs_inductor_same_mode") or "-"),
                      str(r.get("vs_best_same_mode") or "-"),
@@ -474,7 +568,7 @@ def main() -> None:
                     for r in rows if "contender" in r or "failed" in r]))
     print()
     print(markdown(["mode", "configurations", "graphsub / inductor (geometric mean)",
-                    "graphsub / best of inductor and ideal", "lowest graphsub / inductor"],
+                    "graphsub / best of inductor, ideal, merged", "lowest graphsub / inductor"],
                    geometric_means(rows)))
 
 

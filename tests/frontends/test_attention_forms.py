@@ -19,6 +19,7 @@ from graphsub.frontends import torch_compile as tc  # noqa: E402
 from graphsub.frontends.fx_fold import fold_constants  # noqa: E402
 from graphsub.frontends.fx_import import convert_graph  # noqa: E402
 from graphsub.frontends.fx_origins import traced_with_origins  # noqa: E402
+from graphsub.frontends.fx_partition import partition  # noqa: E402
 from graphsub.rules import builtin_rules  # noqa: E402
 from graphsub.runtime import evaluate, graph_input_specs, random_feeds  # noqa: E402
 from graphsub.verdicts.equivalence import SAME_FUNCTION, compare_outputs  # noqa: E402
@@ -77,7 +78,7 @@ def attention_graphs(model, *args, on_cuda=False, **kwargs):
     known = {placeholders[i].name: inputs[i] for i in constants}
     known.update((n.name, getattr(aten, n.target)) for n in aten.graph.nodes
                  if n.op == "get_attr")
-    parent = tc._partition(aten)
+    parent = partition(aten)
     graphs = []
     for node in parent.graph.nodes:
         if node.op != "call_module":

@@ -47,6 +47,9 @@ KERNEL = ["softmax-kernel", "log-softmax-kernel", "layer-norm-kernel",
           "layer-norm-no-bias-kernel", "rms-norm-kernel", "batch-norm-kernel",
           "attention-kernel", "causal-attention-kernel",
           *NORMAL_FORM[:3]]  # kernels.rules, then the library's activations.rules
+#: The merge form's (merge.rules): the products' merges and the scale folds.
+MERGE = ["merge-matmuls-shared-input", "merge-linears-shared-input", "scale-before-flattening",
+         "scale-into-product-weight"]
 PRIMITIVE = ["reduce-sum-as-matmul", "matmul-ones-as-reduce-sum", "matmul-delay-row-scale",
              "matmul-early-row-scale", "merge-batched-matmuls-shared-input"]
 
@@ -57,11 +60,12 @@ def test_each_part_reads_the_same_built_in_rules_as_when_file_names_chose_them()
     assert [r.name for r in kernel_rules()] == KERNEL
     assert [r.name for r in primitive_rules()] == PRIMITIVE
     assert [r.name for r in cleanup_rules()] == CLEANUP
+    assert [r.name for r in with_role(builtin_rules(check=False), Role.MERGE)] == MERGE
 
 
 def test_the_search_reads_every_library_rule_and_none_of_fission_s():
     library = load_rules(library_files(), check=False)
-    assert len(library) == 96
+    assert len(library) == 98
     assert with_role(library, Role.SEARCH) == library == builtin_rules(check=False)
     assert with_role(own_rules(), Role.SEARCH) == library
     ours = [r for r in own_rules() if Path(r.origin).parent == FISSION_FOLDER]
@@ -107,7 +111,7 @@ def test_roles_take_part_in_what_a_rule_is():
 
 @pytest.mark.parametrize("text, message", [
     ("roles: normal_form\nrule a: (relu ?x) => ?x",
-     r"mine\.rules:1: unknown role 'normal_form'; the roles are normal-form, search, fission, "
+     r"mine\.rules:1: unknown role 'normal_form'; the roles are normal-form, search, merge, fission, "
      r"kernel, primitive, cleanup"),
     ("rule a:\n  roles: search, kernels\n  (relu ?x) => ?x",
      r"mine\.rules:2: unknown role 'kernels'"),

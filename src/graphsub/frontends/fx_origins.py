@@ -24,17 +24,34 @@ import torch.fx as fx
 
 #: The `meta` key of a traced node whose value is a node of dynamo's graph: that node's name.
 ORIGIN = "graphsub_origin"
+#: The `meta` key naming the node of dynamo's graph whose operation made a traced node (its
+#: result, or a step inside its decomposition: the product inside a `linear`).
+WITHIN = "graphsub_within"
 
 
 class _OriginRecorder(fx.Interpreter):
     """Runs dynamo's graph under a tracer and marks each ATen node that is a dynamo node's
-    tensor result with that node's name."""
+    tensor result with that node's name (ORIGIN), and every ATen node with the name of the
+    dynamo node whose operation made it (WITHIN)."""
 
     def run_node(self, n: fx.Node) -> Any:
+        from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+        mode = get_proxy_mode()
+        graph = mode.tracer.graph if mode is not None else None
+        last = next(reversed(graph.nodes), None) if graph is not None else None
+        result = self._mark_result(n, super().run_node(n))
+        if graph is not None:
+            made = last.next if last is not None else next(iter(graph.nodes), None)
+            while made is not None and made.op != "root":
+                made.meta.setdefault(WITHIN, n.name)
+                made = made.next
+        return result
+
+    def _mark_result(self, n: fx.Node, result: Any) -> Any:
         from torch._utils import _functionalize_sync
         from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
 
-        result = super().run_node(n)
         mode = get_proxy_mode()
         if mode is None:
             return result
@@ -77,4 +94,4 @@ def traced_with_origins(gm: fx.GraphModule, args: Sequence[Any], functional: boo
     return traced
 
 
-__all__ = ["ORIGIN", "traced_with_origins"]
+__all__ = ["ORIGIN", "WITHIN", "traced_with_origins"]

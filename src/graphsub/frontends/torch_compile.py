@@ -52,7 +52,6 @@ from typing import Any, cast
 
 import torch
 import torch.fx as fx
-from torch.fx.passes.operator_support import OperatorSupportBase
 
 from graphsub.budget import Budget, StageClock
 from graphsub.errors import ConversionError, GraphsubError
@@ -64,8 +63,9 @@ from graphsub.frontends.cuda_graphs import CudaGraphed
 from graphsub.fission import stage as fission_stage
 from graphsub.frontends.fx_fold import fold_constants
 from graphsub.frontends.fx_equivalence import compared, disagreement, shapes
-from graphsub.frontends.fx_import import convert_graph, unsupported_reason
+from graphsub.frontends.fx_import import convert_graph
 from graphsub.frontends.fx_origins import traced_with_origins
+from graphsub.frontends.fx_partition import partition
 from graphsub.frontends.fx_splice import Rewrite, splice
 from graphsub.frontends.side_effects import (PrivateInputs, Writes, find_writes,
                                              returning_writes, without_writes)
@@ -408,7 +408,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
             if isinstance(value, torch.Tensor):
                 known[node.name] = value
 
-    parent = _partition(aten_gm)
+    parent = partition(aten_gm)
     for node in parent.graph.nodes:
         if node.op == "call_function":
             report.left_in_torch[str(node.target)] = report.left_in_torch.get(str(node.target), 0) + 1
@@ -687,20 +687,6 @@ def _constant_positions(gm: fx.GraphModule, example_inputs: Sequence[torch.Tenso
         if isinstance(t, torch.nn.Parameter) or "_parameters_" in name or "_buffers_" in name:
             out.append(i)
     return out
-
-
-class _Support(OperatorSupportBase):
-    """The partitioner's question: can graphsub express this node?"""
-
-    def is_node_supported(self, submodules: Any, node: fx.Node) -> bool:
-        return unsupported_reason(node) is None
-
-
-def _partition(gm: fx.GraphModule) -> fx.GraphModule:
-    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
-
-    partitioner = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=True)
-    return partitioner.fuse_partitions(partitioner.propose_partitions())
 
 
 def _capture_part_inputs(parent: fx.GraphModule, example_inputs: Sequence[torch.Tensor],

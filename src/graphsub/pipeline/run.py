@@ -48,8 +48,9 @@ class RunContext:
     budget: Budget
     target: Target
     graph: Graph
-    #: The run's rules, every role (graphsub.pipeline.rule_sets); what the search and the
-    #: normal form read of them: `search_rules`, `normal_form_rules`.
+    #: The run's rules, every role (graphsub.pipeline.rule_sets); what the search, the
+    #: normal form and the merge form read of them: `search_rules`, `normal_form_rules`,
+    #: `merge_rules`.
     rules: tuple[Rule, ...]
     #: The latency model: what the search prices with (or weighs, under another objective:
     #: values.Found.cost_model) and what reports show as predicted ms.
@@ -94,6 +95,12 @@ class RunContext:
         """The rules of the normal form applied before the search (graphsub.search.
         normal_form): those declaring the normal-form role."""
         return tuple(with_role(self.rules, Role.NORMAL_FORM))
+
+    @functools.cached_property
+    def merge_rules(self) -> tuple[Rule, ...]:
+        """The rules of the merge form, the search's start where predicted cheaper after the
+        normal form: those declaring the merge role."""
+        return tuple(with_role(self.rules, Role.MERGE))
 
     @functools.cached_property
     def original_model(self) -> ModelData:

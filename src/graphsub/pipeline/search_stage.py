@@ -17,7 +17,7 @@ from graphsub.pipeline.run import RunContext, Stage
 from graphsub.pipeline.values import Exported, Found
 from graphsub.search import ALGORITHMS, Candidate, OptimizeResult, SearchStats
 from graphsub.search.registry import Limits
-from graphsub.search.result import ProgressFn, SearchProgress, Step, StopReason
+from graphsub.search.result import ProgressFn, SearchProgress, StopReason
 from graphsub.search.normal_form import normal_form, with_start
 from graphsub.search.propagate import propagate
 from graphsub.search.split import splitting
@@ -69,7 +69,6 @@ def search(context: RunContext, clock: StageClock, peers: Sequence[Exported] = (
     from_peer, peer_seconds = None, 0.0
     cost_model = context.time_model
     bodies: Sequence[BodyOutcome] = ()
-    normal: tuple[Graph | None, tuple[Step, ...]] = (None, ())
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # untimed operators: in the notes
@@ -84,10 +83,15 @@ def search(context: RunContext, clock: StageClock, peers: Sequence[Exported] = (
             initial_cost = cost_model.graph_cost(start_graph)
             start_graph, normal_steps = normal_form(
                 start_graph, context.normal_form_rules, cost_model)
-            normal = (start_graph, normal_steps)
             if normal_steps:
                 context.say(f"normal form: {len(normal_steps)} rewrites "
                             f"({', '.join(sorted({s.rule for s in normal_steps}))})")
+            start_graph, merge_steps = normal_form(start_graph, context.merge_rules,
+                                                   cost_model)
+            if merge_steps:
+                context.say(f"merge form: {len(merge_steps)} rewrites "
+                            f"({', '.join(sorted({s.rule for s in merge_steps}))})")
+                normal_steps += merge_steps
             from_peer = peer_start(context, peers, cost_model,
                                    below=cost_model.graph_cost(start_graph))
             if from_peer is not None:
@@ -115,8 +119,7 @@ def search(context: RunContext, clock: StageClock, peers: Sequence[Exported] = (
                     result = search_from_peer(context, clock, cost_model, from_peer, result)
         except KeyboardInterrupt:  # what the search found stands
             result.stats.stopped_by = StopReason.INTERRUPT
-    found = Found(result, cost_model, tuple(recorder.points(result)), tuple(bodies),
-                  normal_form=normal[0], normal_steps=normal[1])
+    found = Found(result, cost_model, tuple(recorder.points(result)), tuple(bodies))
     if found.interrupted:
         context.budget.interrupted()
         context.say("interrupted: the search stopped; measuring and verifying what it found "

@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from graphsub.cost import CostModel
 from graphsub.fission.stage import FissionOutcome
-from graphsub.ir.graph import Graph
 from graphsub.pipeline.bodies import BodyOutcome
 from graphsub.pipeline.run import RunContext
 from graphsub.runtime.ort_sessions import ModelData
 from graphsub.search import Candidate, OptimizeResult, SearchStats
-from graphsub.search.result import Step, StopReason
+from graphsub.search.result import StopReason
 
 if TYPE_CHECKING:
     import onnx
@@ -35,9 +34,7 @@ class Exported(NamedTuple):
 class Found:
     """What the search stage made (and fission added to): the search's result, its
     candidates best first; what it priced with; how its best cost fell; what it did in
-    control-flow bodies; fission's outcome, where that ran; the input graph in the library's
-    normal form, which the search started from (kept so that no one builds it again: the
-    torch.compile backend races it as a contender of its own)."""
+    control-flow bodies; fission's outcome, where that ran."""
 
     result: OptimizeResult
     #: What the search minimized (the latency model, or the objective's weighted sum of it).
@@ -46,10 +43,6 @@ class Found:
     progress_points: tuple[tuple[float, float | None], ...] = ()
     bodies: tuple[BodyOutcome, ...] = ()
     fission: FissionOutcome | None = None
-    #: The graph the search started from, in the normal form, and the normal form's steps
-    #: (None: the search did not get that far: out of time, or interrupted).
-    normal_form: Graph | None = None
-    normal_steps: tuple[Step, ...] = ()
 
     @classmethod
     def unsearched(cls, context: RunContext) -> Found:

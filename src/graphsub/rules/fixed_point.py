@@ -22,11 +22,11 @@ def rewrite_to_fixed_point(graph: Graph, rules: Sequence[Rule]
         for op in root_ops(rule):
             by_op.setdefault(op, []).append(rule)
     steps: list[tuple[Graph, Match[Value]]] = []
-    stuck: set[tuple[int, object]] = set()  # nodes no rule rewrites, as they are now
+    stuck: dict[int, object] = {}  # nodes no rule rewrites, as they were then
     while by_op:
         weight_only = graph.weight_only()
         nid = next((nid for nid in graph.topo_order() if graph[nid].op in by_op
-                    and (nid, graph[nid]) not in stuck and nid not in weight_only), None)
+                    and stuck.get(nid) != graph[nid] and nid not in weight_only), None)
         if nid is None:
             break
         for rule in by_op[graph[nid].op]:
@@ -35,7 +35,24 @@ def rewrite_to_fixed_point(graph: Graph, rules: Sequence[Rule]
             if found is not None:
                 steps.append((graph, found[0]))
                 graph = found[1]
+                _unstick_siblings(graph, stuck)
                 break
         else:
-            stuck.add((nid, graph[nid]))
+            stuck[nid] = graph[nid]
     return graph, steps
+
+
+def _unstick_siblings(graph: Graph, stuck: dict[int, object]) -> None:
+    """Forget that the readers of what a step's new nodes read were stuck: a rule of several
+    patterns joined on a shared input (two products of one input merged) may match them
+    with a new node, though they themselves did not change."""
+    delta = graph.delta
+    if delta is None:
+        stuck.clear()
+        return
+    users = graph.users()
+    for nid in delta.changed:
+        if nid in graph.nodes:
+            for value in graph[nid].inputs:
+                for reader, _ in users.get(value.node, ()):
+                    stuck.pop(reader, None)

@@ -30,6 +30,11 @@ class Role(StrEnum):
     NORMAL_FORM = "normal-form"
     #: What the searches rewrite with (every algorithm, and the propagation after one).
     SEARCH = "search"
+    #: Applied wherever they match until none does after the normal form, and kept as the
+    #: search's start where predicted cheaper (graphsub.search.normal_form): sibling
+    #: products merged, constant scales folded into the weights that read them, which pay
+    #: where calls dominate (a decode step's matrix-vector products) and cost elsewhere.
+    MERGE = "merge"
     #: Split a coarse operator into primitives (graphsub.fission: `fission_rules`).
     FISSION = "fission"
     #: Read primitives back as the one operator a library runs as a kernel (fission's
@@ -46,7 +51,7 @@ DEFAULT_ROLES: frozenset[Role] = frozenset({Role.SEARCH})
 
 #: The roles a run reads from the rules it is given; fission reads its own roles from
 #: graphsub's rule files (graphsub.fission.primitives), whatever a run is given.
-RUN_ROLES: frozenset[Role] = frozenset({Role.NORMAL_FORM, Role.SEARCH})
+RUN_ROLES: frozenset[Role] = frozenset({Role.NORMAL_FORM, Role.SEARCH, Role.MERGE})
 
 
 def role_named(name: str) -> Role | None:
