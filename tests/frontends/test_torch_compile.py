@@ -441,7 +441,7 @@ def test_the_race_returns_the_faster_of_graphsub_and_the_baseline(monkeypatch, s
     # The search is forced: what a real one finds in two seconds on a loaded 2-core machine
     # is not this test's matter (once, in CI, nothing).
     applied = force_rewrites(monkeypatch, ["conv-bias-relu"])
-    monkeypatch.setattr(torch_compile, "_speedup", lambda *args: raced(speedup))
+    monkeypatch.setattr(torch_compile, "_speedup", lambda *args, **kwargs: raced(speedup))
     model = BranchyConvNet().eval()
     x = torch.randn(2, 3, 16, 16)
     want, got, _ = compiled_outputs(model, x, time_limit=2, algorithm="forced",
@@ -461,7 +461,7 @@ def test_with_inductor_the_race_has_three_contenders(monkeypatch):
     forced: without one, inductor on the graph as captured is the baseline itself.)"""
     force_rewrites(monkeypatch, ["matmul-as-transposed-product"])
     races = iter([1.1, 1.3])  # in the order of the report's race: g+i, then graphsub
-    monkeypatch.setattr(torch_compile, "_speedup", lambda *args: raced(next(races)))
+    monkeypatch.setattr(torch_compile, "_speedup", lambda *args, **kwargs: raced(next(races)))
     model = MLP().eval()
     want, got, _ = compiled_outputs(model, torch.randn(8, 32), time_limit=2, cost="analytic",
                                     inductor=True, race=True, algorithm="forced")

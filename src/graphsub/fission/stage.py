@@ -117,9 +117,8 @@ def generated_kernels(primitive: Graph, cost_model: CostModel, deadline: float,
 
 
 def load_rules() -> None:
-    """Read (and on the first run, check numerically) every rule fission uses: seconds on a
-    fresh cache, which a run should spend while loading, not inside the fission stage's
-    share of the time limit."""
+    """Read every rule fission uses: a run reads them while loading, not inside the fission
+    stage's share of the time limit."""
     fission_rules()
     kernel_rules()
     cleanup_rules()

@@ -66,8 +66,10 @@ def _siblings_hoisted(parts: list[set[fx.Node]], order: dict[fx.Node, int]
             unit = _unit(node, parts[here])
             for there in sorted(targets):
                 joined, left = parts[there] | unit, parts[here] - unit
-                if _cut_inside(unit, left) or _leaves_and_returns(joined) or \
-                        _leaves_and_returns(left):
+                trial = [joined if k == there else left if k == here else p
+                         for k, p in enumerate(parts)]
+                if _cut_inside(unit, left) or _leaves_and_returns(joined, trial) or \
+                        _leaves_and_returns(left, trial):
                     continue
                 parts[there], parts[here] = joined, left
                 for n in unit:
@@ -109,8 +111,9 @@ def _siblings_merged(parts: list[set[fx.Node]]) -> list[set[fx.Node]]:
         merged = False
         for i, j in _sibling_pairs(parts):
             joined = parts[i] | parts[j]
-            if not _leaves_and_returns(joined):
-                parts = [p for k, p in enumerate(parts) if k not in (i, j)] + [joined]
+            trial = [p for k, p in enumerate(parts) if k not in (i, j)] + [joined]
+            if not _leaves_and_returns(joined, trial):
+                parts = trial
                 merged = True
                 break
     return parts
@@ -133,20 +136,27 @@ def _sibling_pairs(parts: list[set[fx.Node]]) -> Iterable[tuple[int, int]]:
                     yield i, j
 
 
-def _leaves_and_returns(part: set[fx.Node]) -> bool:
-    """Whether some path leaves the set and comes back to it: the set as one part would
-    read what it computes itself."""
-    outside = [u for n in part for u in n.users if u not in part]
+def _leaves_and_returns(part: set[fx.Node], parts: list[set[fx.Node]]) -> bool:
+    """Whether some path leaves the set and comes back to it, each of the other `parts`
+    taken whole (it becomes one call: what any of its operators reads comes before all of
+    them): the set as one part would read what it computes itself."""
+    owner = {n: k for k, p in enumerate(parts) for n in p if p is not part}
+    pending = [u for n in part for u in n.users if u not in part]
     seen: set[fx.Node] = set()
-    while outside:
-        node = outside.pop()
+    entered: set[int] = set()
+    while pending:
+        node = pending.pop()
         if node in seen:
             continue
         seen.add(node)
+        k = owner.get(node)
+        if k is not None and k not in entered:  # a part: on from all of its operators
+            entered.add(k)
+            pending += [m for m in parts[k] if m not in seen]
         for user in node.users:
             if user in part:
                 return True
-            outside.append(user)
+            pending.append(user)
     return False
 
 

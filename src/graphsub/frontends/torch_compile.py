@@ -97,7 +97,10 @@ class BackendOptions:
     """What `options=` may hold: these, and the search algorithm's own options by name (e.g.
     `{"algorithm": "mcts", "c": 1.4}`), checked when the backend is called."""
 
-    time_limit: float = 10.0            # seconds of search per captured graph, over its parts
+    #: Seconds graphsub may add to inductor's own first compilation of each captured graph,
+    #: with OVERHEAD_SHARE of the two together: the search (over the graph's parts) takes
+    #: what the contenders' compilations, the checks and the race leave of it (_Allowance).
+    time_limit: float = 10.0
     target: str | None = None           # default: torch-cuda for CUDA inputs, else torch-cpu
     #: The cost model the search prices with: "compiled" (the kernels inductor builds,
     #: compiled and timed: graphsub.cost.compiled), "measured" (operator by operator) or
@@ -364,7 +367,10 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
 
     # inductor's own compilation first: it may ask dynamo to capture the graph again, which
     # is better asked before the search than after it.
+    started = time.perf_counter()
     baseline, opts = _baseline(gm, example_inputs, opts, report)
+    allowance = _Allowance.after_baseline(opts.time_limit, time.perf_counter() - started,
+                                          opts.inductor)
     report.cost, report.mode = opts.cost_model, (opts.mode or "default") if opts.inductor else ""
     hints: dict[str, int] = {}
     if dynamic:
@@ -428,13 +434,14 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     for note in rules.notes:  # a rule file's rule used in a library rule's place, say
         warnings.warn(f"graphsub: {note}", GraphsubWarning, stacklevel=3)
     if opts.fission:
-        # Checked numerically on a fresh install (seconds): here, not out of the first part's
-        # time limit, which it used up (a float16 decoder's first compilation on an H200
+        # Read here, not out of the first part's time limit (checked numerically on a fresh
+        # install once, they used it up: a float16 decoder's first compilation on an H200
         # found nothing to rewrite).
         fission_stage.load_rules()
     sizes = {p.target: sum(1 for n in getattr(parent, p.target).graph.nodes
                            if n.op == "call_function") for p in parts}
     total = max(sum(sizes.values()), 1)
+    search_seconds = allowance.search_seconds()
     programs = _Programs(target)
     outcomes: list[_PartOutcome] = []
     for part in parts:
@@ -445,7 +452,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
             if isinstance(arg, fx.Node) and arg.op in ("placeholder", "get_attr") \
                     and arg.name in known:
                 part_constants[ph] = known[arg.name]
-        budget = opts.time_limit * sizes[part.target] / total
+        budget = search_seconds * sizes[part.target] / total
         try:
             outcome = _optimize_part(
                 _Part(sub, [c[part.target] for c in captured], part_constants,
@@ -459,7 +466,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
         outcomes.append(outcome)
     check = _Check(gm, checks, _varied(checks, constants), writes, opts.rtol)
     contenders = _contenders(gm, outcomes, example_inputs, constants, writes, opts, target,
-                             programs, check, report)
+                             programs, check, report, allowance)
     if not contenders:  # nothing changed: what the user would have had, as captured
         report.chosen = opts.baseline_name
         return baseline, report
@@ -469,10 +476,11 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
                      if name in contenders), baseline)
     if opts.race:
         speedups = {}
-        for name, fn in contenders.items():
+        for k, (name, fn) in enumerate(contenders.items()):
             try:
                 speedups[name] = _speedup(fn, baseline, PrivateInputs(inputs, writes),
-                                          target.torch_device)
+                                          target.torch_device,
+                                          seconds=allowance.race_seconds(len(contenders) - k))
             except Exception as exc:  # noqa: BLE001 - one contender, not the graph
                 _drop(report, name, exc)
         report.race = {name: round(x.speedup, 4) for name, x in speedups.items()}
@@ -486,7 +494,8 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
             # not slower at the other sizes either (decided with no margin, as the
             # optimizer's profile shapes are)
             there = _speedup(contenders[best], baseline, PrivateInputs(other, writes),
-                             target.torch_device, min_gain=0.0)
+                             target.torch_device, seconds=allowance.race_seconds(1),
+                             min_gain=0.0)
             varied = [other[i] for i in _varied([other], constants)]
             report.race[f"{best} at {shapes(varied)}"] = round(there.speedup, 4)
             faster = there.decision is not Decision.NOT_FASTER
@@ -528,7 +537,8 @@ def _drop(report: CompileReport, name: str, exc: BaseException) -> None:
 def _contenders(gm: fx.GraphModule, outcomes: Sequence[_PartOutcome],
                 example_inputs: Sequence[Any], constants: Sequence[int], writes: Writes,
                 opts: BackendOptions, target: TorchTarget, programs: _Programs,
-                check: _Check, report: CompileReport) -> dict[str, Callable[..., Any]]:
+                check: _Check, report: CompileReport, allowance: _Allowance
+                ) -> dict[str, Callable[..., Any]]:
     """The ways of running the optimized graph that race the baseline, each dynamo's graph
     with the parts' rewrites spliced in (fx_splice): the search's graphs ("graphsub") and
     the normal forms' alone ("normal form": attention fused, nothing else rewritten, for a
@@ -538,7 +548,9 @@ def _contenders(gm: fx.GraphModule, outcomes: Sequence[_PartOutcome],
     kernels; in CUDA graphs where the mode runs them): per-part measurements cannot see
     what inductor will make of either. Each is checked end to end against the captured
     graph, writes included, parts that break it left out (the last first). Parts the
-    search's splice leaves out say why in their reports."""
+    search's splice leaves out say why in their reports. A contender inductor would compile
+    after the allowance is spent is left out (the report's `dropped` says so), but the first
+    (the search's graph, or the normal form where the search's failed its checks)."""
     cuda = target.torch_device.type == "cuda" and opts.cuda_graphs
     contenders: dict[str, Callable[..., Any]] = {}
     for label, normal in (("graphsub", False), ("normal form", True)):
@@ -561,6 +573,10 @@ def _contenders(gm: fx.GraphModule, outcomes: Sequence[_PartOutcome],
             if whole:
                 contenders[name] = CudaGraphed(module, constants, writes.positions) if cuda \
                     else module
+                continue
+            if contenders and not allowance.fits_compilation():  # (the first is compiled)
+                report.dropped[name] = (f"not compiled: the time limit's allowance was spent "
+                                        f"({allowance.describe()})")
                 continue
             try:
                 contenders[name] = _inductor(module, example_inputs, opts.mode)
@@ -850,12 +866,76 @@ def _race(programs: _Programs, reference: Mapping[str, int] | None) -> Stage[[Fo
 
 #: A race between two ways of running the same graph (verdicts.speedup.sequential, one call of
 #: each per round in alternating order) goes on while undecided until RACE_SECONDS have passed
-#: (or its first block's time, for a graph too slow for MIN_ROUNDS rounds in RACE_SECONDS).
+#: (or its first block's time, for a graph too slow for MIN_ROUNDS rounds in RACE_SECONDS),
+#: fewer where the allowance has less left (_Allowance.race_seconds).
 RACE_SECONDS = 3.0
+#: What graphsub may add to inductor's own first compilation of a graph: the time limit, and
+#: this share of the two together (the whole first call within inductor's + the limit + 20%).
+OVERHEAD_SHARE = 0.2
+#: One compilation by inductor of a spliced graph, as a share of its compilation of the
+#: captured graph (most of its kernels are the captured graph's, in inductor's cache by then):
+#: 0.22-0.34 on a 2-layer Llama (sequence 1024; a decode step), cold caches, 2-core AMD EPYC
+#: (bench/RESULTS.md, "Compilation time (issue 58, item 6)").
+CONTENDER_SHARE = 0.4
+#: Seconds kept after the search for checking the spliced graphs and the final race.
+CHECK_AND_RACE_SECONDS = 4.0
+#: Seconds kept after the race: the check of what writes, handing the result back.
+AFTER_RACE_SECONDS = 0.5
+#: The search's least time, whatever the allowance (the normal form needs no time of its own).
+MIN_SEARCH_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class _Allowance:
+    """graphsub's time beyond inductor's own compilation of the captured graph, which it
+    measures first: the time limit and OVERHEAD_SHARE of the two together, for tracing the
+    graph, the search, splicing and checking, inductor's compilations of the contenders and
+    the race. The search gets what is left after the contenders' expected compilations and
+    CHECK_AND_RACE_SECONDS (at most the time limit)."""
+
+    deadline: float
+    limit: float
+    baseline_seconds: float
+    inductor: bool
+
+    @classmethod
+    def after_baseline(cls, limit: float, baseline_seconds: float, inductor: bool
+                       ) -> _Allowance:
+        return cls(time.perf_counter() + limit + OVERHEAD_SHARE * (baseline_seconds + limit),
+                   limit, baseline_seconds, inductor)
+
+    def remaining(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    @property
+    def compilation(self) -> float:
+        """The expected seconds of one compilation of a spliced graph by inductor (inductor
+        may compile the baseline when it is first called: then its own time is unknown and
+        taken to be a second)."""
+        return CONTENDER_SHARE * max(self.baseline_seconds, 1.0) if self.inductor else 0.0
+
+    def search_seconds(self) -> float:
+        """The search's share (two contenders compiled by inductor after it: the search's
+        graph and the normal form's)."""
+        left = self.remaining() - 2 * self.compilation - CHECK_AND_RACE_SECONDS
+        return min(self.limit, max(MIN_SEARCH_SECONDS, left))
+
+    def fits_compilation(self) -> bool:
+        return self.remaining() > self.compilation + 1.0
+
+    def race_seconds(self, races_left: int) -> float:
+        """A race's share of what is left, RACE_SECONDS at most."""
+        left = self.remaining() - AFTER_RACE_SECONDS
+        return min(RACE_SECONDS, max(left, 0.0) / max(races_left, 1))
+
+    def describe(self) -> str:
+        return (f"inductor's own compilation took {self.baseline_seconds:.1f} s; the limit is "
+                f"{self.limit:g} s")
 
 
 def _speedup(challenger: Callable[..., Any], incumbent: Callable[..., Any],
-             inputs: PrivateInputs, device: torch.device, **decide: Any) -> HeadToHead:
+             inputs: PrivateInputs, device: torch.device, seconds: float = RACE_SECONDS,
+             **decide: Any) -> HeadToHead:
     """The challenger against the incumbent on `inputs`, decided as the optimizer decides
     (verdicts.speedup: the median round's speedup, above 1 when the challenger is faster, its
     interval, and whether that clears MIN_GAIN), so that a slow spell of this machine hits
@@ -874,7 +954,7 @@ def _speedup(challenger: Callable[..., Any], incumbent: Callable[..., Any],
         for timer in timers:  # first calls may compile or allocate
             timer.timed(1)
         once = max(timer.timed(1)[0] for timer in timers)  # the pace
-        deadline = time.perf_counter() + max(RACE_SECONDS, 2 * MIN_ROUNDS * once)
+        deadline = time.perf_counter() + max(seconds, 2 * MIN_ROUNDS * once)
         _, result = sequential(timers[0], timers[1], {}, deadline, warmup=0, block=1, pause=0.0,
                                **decide)
     return result

@@ -1,8 +1,8 @@
 """Rules: the text format, matching, applying, numerical checks and the built-in library.
 
     from graphsub.rules import builtin_rules, load_rules
-    rules = builtin_rules()                       # checked numerically (results cached)
-    rules = load_rules(["my.rules"])              # a rule file of your own
+    rules = builtin_rules()                       # verified where graphsub is built
+    rules = load_rules(["my.rules"])              # a rule file of your own, checked on load
     rules = load_python_rules([python_rule("r", pattern_fn, replacement_fn)])  # in Python
 """
 
@@ -65,8 +65,11 @@ def load_rules(paths: Iterable[str | Path], check: bool = True) -> list[Rule]:
     return rules
 
 
-def builtin_rules(check: bool = True) -> list[Rule]:
-    """The built-in library (src/graphsub/rules/library/*.rules)."""
+def builtin_rules(check: bool = False) -> list[Rule]:
+    """The built-in library (src/graphsub/rules/library/*.rules). Its rules are verified
+    where graphsub is built (every rule's two sides in the test suite, `graphsub verify`),
+    not checked again at every first run: that took seconds of a user's first compilation;
+    `check=True` checks them numerically as a user's file is checked."""
     return load_rules(library_files(), check=check)
 
 
