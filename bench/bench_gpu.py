@@ -11,8 +11,9 @@ models, workloads, modes and precisions (issues 37 and 50).
 Hugging Face architectures with random weights, as their owners write them (transformers'
 own modules, no export), in transformers' default attention (SDPA; `--attn eager` for the
 eager form): grouped-query decoders (Llama: 16 query / 8 key-value heads at hidden 1024;
-Qwen2: biases on the projections, 4 query heads per key-value head), an encoder (BERT), a
-vision transformer (ViT; a shape's sequence is its number of patches), CNNs (ResNet-50's and
+Qwen2: biases on the projections, 4 query heads per key-value head), GPT-2 (a causal
+decoder, one key/value head per query head: its prefill), an encoder (BERT), a vision
+transformer (ViT; a shape's sequence is its number of patches), CNNs (ResNet-50's and
 ConvNeXt-T's layouts; batch from the shape). A shape is a prefill or a whole-sequence pass,
 `BxS`, or for the decoders one decode step over a StaticCache of L positions, `decodeL`
 (filled by an eager prefill; each contender writes its own cache, put back to L positions
@@ -63,7 +64,7 @@ from tables import markdown, save_rows  # noqa: E402
 
 MODES = ("eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DECODERS = ("llama", "qwen2")
-ATTENTION_MODELS = DECODERS + ("bert", "vit")
+ATTENTION_MODELS = DECODERS + ("gpt2", "bert", "vit")
 #: Positions a decode step's cache holds beyond the prefill: room for a block of timed calls.
 DECODE_ROOM = 256
 
@@ -192,6 +193,10 @@ def build_model(kind: str, hidden: int, layers: int, attn: str = "sdpa") -> Any:
             num_attention_heads=heads, num_key_value_heads=max(heads // group, 1),
             intermediate_size=int(2.75 * hidden), max_position_embeddings=16384,
             attn_implementation=attn))
+    elif kind == "gpt2":
+        inner = tf.GPT2Model(tf.GPT2Config(
+            vocab_size=1000, n_embd=hidden, n_layer=layers, n_head=heads, n_positions=8192,
+            attn_implementation=attn))
     elif kind == "bert":
         inner = tf.BertModel(tf.BertConfig(
             vocab_size=1000, hidden_size=hidden, num_hidden_layers=layers,
@@ -209,7 +214,8 @@ def build_model(kind: str, hidden: int, layers: int, attn: str = "sdpa") -> Any:
         inner = tf.ConvNextModel(tf.ConvNextConfig(depths=[3, 3, 9, 3],
                                                    hidden_sizes=[96, 192, 384, 768]))
     else:
-        raise SystemExit(f"unknown model {kind!r} (llama, qwen2, bert, vit, resnet, convnext)")
+        raise SystemExit(f"unknown model {kind!r} (llama, qwen2, gpt2, bert, vit, resnet, "
+                         f"convnext)")
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for p in inner.parameters():
@@ -227,7 +233,7 @@ def build_model(kind: str, hidden: int, layers: int, attn: str = "sdpa") -> Any:
                     return self.inner(input_ids=x, past_key_values=cache,
                                       cache_position=position).last_hidden_state
                 return self.inner(input_ids=x, use_cache=False).last_hidden_state
-            if kind == "bert":
+            if kind in ("bert", "gpt2"):
                 return self.inner(input_ids=x).last_hidden_state
             if kind == "vit":
                 return self.inner(pixel_values=x, interpolate_pos_encoding=True).last_hidden_state
@@ -240,7 +246,7 @@ def make_input(kind: str, batch: int, seq: int, dtype: Any, device: str) -> Any:
     import torch
 
     gen = torch.Generator().manual_seed(2)
-    if kind in ("llama", "qwen2", "bert"):
+    if kind in ("llama", "qwen2", "gpt2", "bert"):
         return torch.randint(0, 1000, (batch, seq), generator=gen).to(device)
     side = 224 if kind in ("resnet", "convnext") else 16 * max(1, round(math.sqrt(seq)))
     return torch.randn(batch, 3, side, side, generator=gen).to(device=device, dtype=dtype)
