@@ -5,7 +5,8 @@ models, workloads, modes and precisions (issues 37 and 50).
         [--attn default|eager] [--dtypes bfloat16,float16]
         [--shapes 1x128,16x512,1x2048,1x8192,decode2048,decode8192]
         [--modes eager,default,reduce-overhead,max-autotune] [--layers 4] [--hidden 1024]
-        [--time-limit 10] [--rounds 15] [--budget 480] [--device cuda|cpu] [--no-ideal]
+        [--time-limit 10] [--rounds 15] [--block-seconds 0.05] [--budget 480]
+        [--device cuda|cpu] [--no-ideal]
         [--out out/bench/gpu.json]
 
 Hugging Face architectures with random weights, as their owners write them (transformers'
@@ -433,7 +434,7 @@ def run_config(kind: str, dtype_name: str, work: Workload, args: argparse.Namesp
             info[name] = entry
             print(json.dumps({"compiled": name, **entry}, default=str), flush=True)
             contenders[name], resets[name] = fn, fn_reset
-    times = time_blocks(contenders, args.rounds, device, resets)
+    times = time_blocks(contenders, args.rounds, device, resets, args.block_seconds)
     rows = []
     for name, t in times.items():
         mode = name.split(" ")[-1] if name != "eager" else "eager"
@@ -507,6 +508,9 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--time-limit", type=float, default=10.0)
     p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--block-seconds", type=float, default=0.05,
+                   help="about how long each timed block of calls runs (a model slower than "
+                        "this gets one call a block: give more for a steadier median)")
     p.add_argument("--budget", type=float, default=float("inf"),
                    help="seconds after which no new configuration starts")
     p.add_argument("--device", default=None)

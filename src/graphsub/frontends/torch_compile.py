@@ -423,7 +423,9 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     if not parts:
         raise GraphsubError("no operator of this graph is one graphsub models")
     names = {p.target for p in parts}
+    run_started = time.perf_counter()
     captured = [_capture_part_inputs(parent, c, names) for c in checks]
+    call_seconds = (time.perf_counter() - run_started) / len(checks)  # one call, about
 
     from graphsub.targets import get_target
     from graphsub.pipeline import load_rule_files
@@ -441,7 +443,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     sizes = {p.target: sum(1 for n in getattr(parent, p.target).graph.nodes
                            if n.op == "call_function") for p in parts}
     total = max(sum(sizes.values()), 1)
-    search_seconds = allowance.search_seconds()
+    search_seconds = allowance.search_seconds(call_seconds)
     programs = _Programs(target)
     outcomes: list[_PartOutcome] = []
     for part in parts:
@@ -877,8 +879,9 @@ OVERHEAD_SHARE = 0.2
 #: 0.22-0.34 on a 2-layer Llama (sequence 1024; a decode step), cold caches, 2-core AMD EPYC
 #: (bench/RESULTS.md, "Compilation time (issue 58, item 6)").
 CONTENDER_SHARE = 0.4
-#: Seconds kept after the search for checking the spliced graphs and the final race.
-CHECK_AND_RACE_SECONDS = 4.0
+#: Seconds kept after the search for checking the spliced graphs and the final race, at
+#: least; more for a graph whose one call is slow (_Allowance.after_search).
+CHECK_AND_RACE_SECONDS = 3.0
 #: Seconds kept after the race: the check of what writes, handing the result back.
 AFTER_RACE_SECONDS = 0.5
 #: The search's least time, whatever the allowance (the normal form needs no time of its own).
@@ -914,11 +917,21 @@ class _Allowance:
         taken to be a second)."""
         return CONTENDER_SHARE * max(self.baseline_seconds, 1.0) if self.inductor else 0.0
 
-    def search_seconds(self) -> float:
-        """The search's share (two contenders compiled by inductor after it: the search's
-        graph and the normal form's)."""
-        left = self.remaining() - 2 * self.compilation - CHECK_AND_RACE_SECONDS
+    def search_seconds(self, call_seconds: float) -> float:
+        """The search's share: what is left after what comes after it (after_search) for a
+        graph one call of which takes `call_seconds`."""
+        left = self.remaining() - self.after_search(call_seconds)
         return min(self.limit, max(MIN_SEARCH_SECONDS, left))
+
+    def after_search(self, call_seconds: float) -> float:
+        """What follows the search, expected: inductor's compilations of two contenders (the
+        search's graph and the normal form's), the end-to-end checks of four spliced graphs
+        (each runs the original and the splice on three sets of inputs), four races (each at
+        least MIN_ROUNDS rounds of a call of each, or half a second) and the check of what
+        writes."""
+        checks = 4 * 6 * call_seconds
+        races = 4 * max(0.5, 2 * MIN_ROUNDS * call_seconds)
+        return 2 * self.compilation + checks + races + CHECK_AND_RACE_SECONDS
 
     def fits_compilation(self) -> bool:
         return self.remaining() > self.compilation + 1.0
