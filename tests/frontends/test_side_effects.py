@@ -89,7 +89,7 @@ def test_a_change_of_an_inputs_size_is_refused_by_name():
         side_effects.written_inputs(fx.GraphModule(torch.nn.Module(), graph))
 
 
-# ---- without and with the writes ------------------------------------------------------------
+# ---- the program without its writes ----------------------------------------------------------
 
 def cache_step(count, cache, x):
     position = count.clone().reshape(1)
@@ -111,57 +111,6 @@ def test_the_program_without_its_writes_returns_them_and_changes_nothing():
     (want,) = cache_step(want_count, want_cache, x)
     torch.testing.assert_close(out, want)
     assert torch.equal(new_count, want_count) and torch.equal(new_cache, want_cache)
-
-
-def test_the_writes_come_back_in_place_where_the_operator_has_an_in_place_form():
-    count, cache, x = torch.tensor(2), torch.randn(6, 4), torch.randn(1, 4)
-    gm = aten_graph(cache_step, count, cache, x)
-    writes = side_effects.Writes(side_effects.written_inputs(gm), ("count", "cache"))
-    writing = side_effects.with_writes(side_effects.without_writes(gm, writes), writes)
-    targets = [n.target for n in writing.graph.nodes if n.op == "call_function"]
-    assert torch.ops.aten.index_copy_.default in targets  # the cache written where it is
-    assert torch.ops.aten.index_copy.default not in targets
-    args = [count.clone(), cache.clone(), x]
-    pointer = args[1].data_ptr()
-    (got,) = writing(*args)
-    want_count, want_cache = count.clone(), cache.clone()
-    (want,) = cache_step(want_count, want_cache, x)
-    torch.testing.assert_close(got, want)
-    assert torch.equal(args[0], want_count) and torch.equal(args[1], want_cache)
-    assert args[1].data_ptr() == pointer
-
-
-def test_a_write_stays_a_copy_where_the_old_value_is_read_after_it():
-    def reads_late(cache, x):
-        old = cache.clone()
-        cache.index_copy_(0, torch.tensor([1]), x)
-        return (old * 2,)
-
-    cache, x = torch.randn(4, 3), torch.randn(1, 3)
-    gm = aten_graph(reads_late, cache, x)
-    writes = side_effects.Writes(side_effects.written_inputs(gm), ("cache",))
-    functional = side_effects.without_writes(gm, writes)
-    # the read of the old value moved after the write: the write must stay a copy at the end
-    graph = functional.graph
-    clone = next(n for n in graph.nodes if n.op == "call_function"
-                 and n.target is not torch.ops.aten.index_copy.default
-                 and cache_placeholder(graph) in n.all_input_nodes)
-    index_copy = next(n for n in graph.nodes if n.target is torch.ops.aten.index_copy.default)
-    index_copy.append(clone)
-    graph.lint()
-    functional.recompile()
-    writing = side_effects.with_writes(functional, writes)
-    assert torch.ops.aten.index_copy_.default not in [n.target for n in writing.graph.nodes]
-    args = [cache.clone(), x]
-    (got,) = writing(*args)
-    torch.testing.assert_close(got, cache * 2)
-    want = cache.clone()
-    want[1] = x[0]
-    assert torch.equal(args[0], want)
-
-
-def cache_placeholder(graph):
-    return next(iter(graph.find_nodes(op="placeholder")))
 
 
 def test_private_inputs_are_copies_restored_before_each_timed_call():

@@ -12,10 +12,9 @@ have made. So the backend
 - optimizes the program without them (`without_writes`: the value each written input ends
   with is returned after the outputs), which it may run on the user's tensors as often as it
   likes, since nothing is written;
-- puts the writes back as the program's last effect (`with_writes`), in place where the value
-  written is made from the input by an operator that has an in-place form (the cache's
-  `index_copy` stays an `index_copy_`, not a copy of the whole cache and a copy back); and
-- runs what writes (the race, the final check) only on private copies (`PrivateInputs`),
+- hands back dynamo's own graph with the rewrites spliced in (fx_splice), whose writes are
+  where the program makes them; and
+- runs what writes (the checks, the race) only on private copies (`PrivateInputs`),
   restored to the values the user gave before every run, so that every run sees the state
   the user's own call will see.
 
@@ -30,28 +29,14 @@ import copy
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.fx as fx
-from torch.utils._pytree import tree_leaves
 
 from graphsub.errors import GraphsubError
 
 _ATEN = torch.ops.aten
-#: Functional operators whose result has the shape and type of their first argument, so that
-#: writing it into that argument in place computes the same thing (the in-place form is the
-#: overload of the same name with a trailing underscore).
-_SAME_AS_SELF = frozenset({"index_copy", "index_put", "index_fill", "index_add", "scatter",
-                           "scatter_add", "scatter_reduce", "masked_fill", "masked_scatter",
-                           "fill", "zero", "copy"})
-#: Elementwise operators whose in-place form is the same computation where the result has
-#: the first argument's shape and type (no broadcast to a larger shape, no type promotion).
-_ELEMENTWISE = frozenset({"add", "sub", "mul", "div", "neg", "abs", "relu", "sigmoid", "tanh",
-                          "exp", "sqrt", "rsqrt", "addcmul", "addcdiv", "lerp", "clamp",
-                          "clamp_min", "clamp_max"})
-
-
 @dataclass(frozen=True)
 class Writes:
     """The inputs a captured program writes into: their positions among its inputs (in
@@ -248,81 +233,6 @@ def without_writes(gm: fx.GraphModule, writes: Writes) -> fx.GraphModule:
     output.args = (tuple(outputs) + tuple(final),)
     graph.lint()
     return fx.GraphModule(gm, graph)
-
-
-def with_writes(gm: fx.GraphModule, writes: Writes) -> fx.GraphModule:
-    """The program `without_writes` made, with its writes put back as its last effect: each
-    written input receives the value returned for it, in place where the operator that makes
-    that value has an in-place form and nothing reads the input after it; the outputs are the
-    program's own."""
-    graph = copy.deepcopy(gm.graph)
-    placeholders = list(graph.find_nodes(op="placeholder"))
-    output = graph.output_node()
-    outputs = list(cast("tuple[Any, ...]", output.args[0]))  # without_writes made it a tuple
-    kept, final = outputs[:len(outputs) - len(writes.positions)], \
-        outputs[len(outputs) - len(writes.positions):]
-    with graph.inserting_before(output):
-        for i, value in zip(writes.positions, final):
-            graph.call_function(_ATEN.copy_.default, (placeholders[i], value))
-    output.args = (tuple(kept),)
-    for i in writes.positions:
-        _write_in_place(graph, placeholders[i])
-    graph.lint()
-    return fx.GraphModule(gm, graph)
-
-
-def _write_in_place(graph: fx.Graph, placeholder: fx.Node) -> bool:
-    """`v = op(x, ...); ...; copy_(x, v)` becomes `v = op_(x, ...)` where that is the same
-    computation: op has an in-place form giving x's shape and type, x appears once among its
-    arguments, and everything else that reads x comes before it and hands on no view of x."""
-    copy_node = next(n for n in placeholder.users if n.target is _ATEN.copy_.default
-                     and n.args[0] is placeholder)
-    value = copy_node.args[1]
-    if not isinstance(value, fx.Node) or value.op != "call_function" or \
-            not isinstance(value.target, torch._ops.OpOverload) or \
-            not value.args or value.args[0] is not placeholder or \
-            sum(a is placeholder for a in tree_leaves((value.args, value.kwargs))) != 1:
-        return False
-    in_place = _in_place_form(value)
-    if in_place is None:
-        return False
-    order = {n: k for k, n in enumerate(graph.nodes)}
-    for reader in placeholder.users:
-        if reader in (value, copy_node):
-            continue
-        if order[reader] > order[value] or not _returns_no_alias(reader):
-            return False
-    value.target = in_place
-    graph.erase_node(copy_node)
-    return True
-
-
-def _in_place_form(node: fx.Node) -> Any:
-    """The in-place overload computing what `node` computes into its first argument, or
-    None."""
-    target = node.target
-    assert isinstance(target, torch._ops.OpOverload)  # as _write_in_place found it
-    name, overload = target._schema.name.split("::")[-1], target._overloadname
-    if name not in _SAME_AS_SELF and not (name in _ELEMENTWISE and _same_type(node)):
-        return None
-    packet = getattr(_ATEN, f"{name}_", None)
-    return getattr(packet, overload, None) if packet is not None else None
-
-
-def _same_type(node: fx.Node) -> bool:
-    """Whether the node's result has its first argument's shape and type (as recorded)."""
-    def meta(n: Any) -> Any:
-        return n.meta.get("tensor_meta") if isinstance(n, fx.Node) else None
-
-    mine, theirs = meta(node), meta(node.args[0])
-    return mine is not None and theirs is not None and \
-        tuple(mine.shape) == tuple(theirs.shape) and mine.dtype == theirs.dtype
-
-
-def _returns_no_alias(node: fx.Node) -> bool:
-    """Whether the node is an ATen operator none of whose results is a view of an input."""
-    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
-    return schema is not None and all(r.alias_info is None for r in schema.returns)
 
 
 def private_copy(t: Any) -> Any:

@@ -4,30 +4,29 @@ For each graph torch.compile captures, the backend
 0. finds the inputs it writes into (a static key/value cache, a counter: side_effects), before
    running anything: from here on it works on the graph without its writes, which changes
    nothing it runs on, and what writes runs only on private copies;
-1. traces it to ATen operators (views functionalized, shapes recorded) with the example inputs;
-2. splits it into the parts graphsub can express and the rest (`fx_import.supported`): the
-   rest stays as torch code, the parts become graphsub Graphs, parameters and buffers as
-   weights (graphsub optimizes inference: like inductor's freezing, it assumes they do not
-   change after compilation);
-3. optimizes each part for the device the inputs are on (`torch-cuda` or `torch-cpu`) within
-   the time limit, under the measured cost of that device: the search, then fission and
-   kernel orchestration (graphsub.fission), whose graph replaces the search's where it is
-   predicted cheaper and then runs faster, timed against it round by round;
-4. checks each optimized part against the original part on the example inputs and on random
-   ones; a part that disagrees, or that fails anywhere on the way, stays as it was;
-5. hands each optimized part's outputs on in the memory layout the original part gave them
-   (the torch code between parts may call kernels, such as the CPU's fused attention, that
-   read their operands' strides without checking them), and checks the whole assembled graph
-   against the original, putting original parts back (the last first) until it agrees;
-6. builds the module that runs the optimized parts with graphsub's torch backend and the
-   rest as before, the graph's writes put back as its last effect; with
-   `options={"inductor": True}` it hands that module on to inductor;
-7. races it, round by round on the example inputs, against what the user would have had
+1. compiles it with inductor first (the baseline; its time sets what graphsub may add:
+   `_Allowance`), then traces it to ATen operators (views functionalized, shapes recorded,
+   each value's node of dynamo's graph noted: fx_origins) with the example inputs;
+2. splits it into the parts graphsub can express and the rest (fx_partition): the rest stays
+   as torch code, the parts become graphsub Graphs, parameters and buffers as weights
+   (graphsub optimizes inference: like inductor's freezing, it assumes they do not change
+   after compilation);
+3. optimizes each part for the device the inputs are on (`torch-cuda` or `torch-cpu`): the
+   library's normal form first, unpriced; then the search (the merge form its start where
+   predicted cheaper) in what the allowance leaves it, under the cost of that device as
+   inductor compiles it; then fission and kernel orchestration (graphsub.fission), whose graph
+   replaces the search's where it is predicted cheaper and then runs faster, timed against it
+   round by round;
+4. splices each part's graph into dynamo's own graph (fx_splice: the graph edited, not
+   rebuilt; its writes where the program makes them), the search's graphs and the normal
+   forms' alone, each as only the rewritten nodes (for inductor) and as the whole part
+   graphsub's (its own program), and checks each spliced graph end to end against the
+   captured one, writes included, leaving parts that break it out (the last first);
+5. races them, round by round on the example inputs, against what the user would have had
    without graphsub (the captured graph run eagerly, or compiled by inductor alone) and
    returns the faster: per-part measurements cannot see how inductor fuses across the parts'
-   boundaries, and graphsub's result must never be slower than going without it. With
-   inductor, graphsub's own module (its library kernels, no inductor) runs in the race too:
-   on models inductor does not speed up, it can be the fastest of the three.
+   boundaries, and graphsub's result must never be slower than going without it. On models
+   inductor does not speed up, graphsub's own program can be the fastest.
 
 Nothing here ever fails the user's model: a graph graphsub cannot handle runs unchanged (with
 a warning saying why).
