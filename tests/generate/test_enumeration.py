@@ -110,7 +110,7 @@ def test_generated_rules_hold_only_at_the_ranks_they_were_tested_at():
         assert {print_expr(c) for c in rule.conditions} == {
             f"(eq (rank ?{v}) 2)" for v in "ABC"}
         assert check_rule(rule).examples >= 1
-        with pytest.raises(RuleCheckError, match="differ on random inputs"):
+        with pytest.raises(RuleCheckError, match="is wrong"):
             check_rule(dataclasses.replace(rule, conditions=()))
 
 

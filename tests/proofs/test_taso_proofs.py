@@ -120,6 +120,11 @@ def test_a_proof_says_which_shapes_it_covers():
 
 #: TASO's merges of convolutions that are wrong where a convolution is grouped.
 WRONG_WHEN_GROUPED = {98, 105, 125, 126, 127, 128, 129}
+#: Wrong where their two convolutions have different numbers of output channels (x10 8x4x1x1,
+#: x11 4x4x1x1: the merged convolution's two groups take six output channels each; rule 100
+#: is the same with relu), which about one instance in fifteen has: refuted by the
+#: verifier's draws at the rules' seeds.
+WRONG_WHEN_UNEQUAL = {100, 130}
 
 
 @needs_taso
@@ -128,7 +133,9 @@ def test_the_exact_test_settles_what_the_axioms_cannot(taso_rules):
     the merges wrong for grouped convolutions differ there (on a grouped instance)."""
     from graphsub.proofs.identity import identity_test
 
-    for number in sorted(NOT_ENTAILED):
+    for number in sorted(NOT_ENTAILED - WRONG_WHEN_UNEQUAL):
         assert identity_test(taso_rules[number]).status == "passed", number
-    for number in sorted(WRONG_WHEN_GROUPED):
-        assert identity_test(taso_rules[number]).status == "differs", number
+    for number in sorted(WRONG_WHEN_GROUPED):  # through no random function: a counterexample
+        assert identity_test(taso_rules[number]).status == "refutes", number
+    for number in sorted(WRONG_WHEN_UNEQUAL):
+        assert verify_rule(taso_rules[number], timeout_ms=2_000).status == "refuted", number

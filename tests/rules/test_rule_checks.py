@@ -72,7 +72,9 @@ def test_loading_a_file_with_a_wrong_rule_fails(tmp_path):
 def test_taso_rule_file_imports_and_checks():
     result = import_taso_rules(TASO_PB)
     assert result.total == 133
-    assert len(result.rules) == 133, result.summary()
+    # rules 100 and 130 are wrong where their convolutions have different numbers of outputs
+    # (tests/proofs/test_taso_proofs.py): not loaded
+    assert len(result.rules) == 131 and set(result.skipped) == {100, 130}, result.summary()
     # TASO's verifier does not model conv groups: these hold only for ungrouped convolutions.
     assert set(result.restricted) == {98, 105, 125, 126, 127, 128, 129}
     names = {r.name for r in result.rules}
@@ -84,7 +86,9 @@ def test_the_check_covers_every_rank_an_operand_accepts():
     """Vectors, matrices and (broadcasting) batches, in every combination the roles allow."""
     (rule,) = [r for r in builtin_rules(check=False) if r.name == "matmul-distribute-right"]
     ranks = {tuple(rank for _, rank in combo) for combo in check_rule(rule).ranks}
-    assert {(1, 1, 1), (1, 2, 2), (2, 1, 2), (2, 2, 1), (3, 2, 2), (2, 3, 3)} <= ranks
+    # a vector beside a matrix or a batch is where the rule is wrong (its condition keeps it
+    # out); every other combination is drawn
+    assert {(1, 1, 1), (2, 2, 1), (3, 2, 2), (2, 3, 3), (2, 2, 2), (3, 3, 3)} <= ranks
 
 
 @pytest.mark.skipif(not TASO_PB.exists(), reason="../shared/data/taso/graph_subst.pb is not beside the checkout")
@@ -92,29 +96,33 @@ def test_taso_matmul_rules_hold_for_matrices_only():
     rules = {r.name: r for r in import_taso_rules(TASO_PB, check=False).rules}
     for name in ("taso-0", "taso-1"):
         text = print_rule(rules[name])
-        assert "matmul" in text and "where (ge (rank ?x1) 2)" in text, text
+        assert "matmul" in text and "where (eq (rank ?x1) 2)" in text, text
 
 
 def test_a_rule_that_passed_is_not_checked_again_until_it_changes(tmp_path, monkeypatch):
-    """Checking the library takes seconds that every run would pay: passes are remembered
-    (in the cache folder), by the rule's text and the checker's and operators' source."""
-    import graphsub.rules.check as check_module
+    """Verifying a rule file takes seconds that every run would pay: passes are remembered
+    (in the cache folder), by the rule's text and the checker's, prover's and operators'
+    source."""
+    from graphsub.proofs import prover
     from graphsub.rules.check import CheckedRules
 
     monkeypatch.setenv("GRAPHSUB_CACHE_DIR", str(tmp_path))
-    (rule,) = parse_rules("rule twice-relu: (relu (relu ?x)) => (relu ?x)")
+    (rule,) = parse_rules("rule relu-t: (relu (transpose ?x :perm [1 0])) "
+                          "=> (transpose (relu ?x) :perm [1 0])")
     calls = []
-    real = check_module.check_rule
-    monkeypatch.setattr(check_module, "check_rule", lambda r: calls.append(r.name) or real(r))
+    real = prover.verify_rule
+    monkeypatch.setattr(prover, "verify_rule",
+                        lambda r, **kw: calls.append(r.name) or real(r, **kw))
     with CheckedRules.load() as passed:
         passed.check(rule)
     with CheckedRules.load() as passed:
         passed.check(rule)
-    assert calls == ["twice-relu"]
-    (changed,) = parse_rules("rule twice-relu: (relu (relu ?x)) => (relu (relu (relu ?x)))")
+    assert calls == ["relu-t"]
+    (changed,) = parse_rules("rule relu-t: (relu (transpose ?x :perm [1 0])) "
+                             "=> (relu (transpose (relu ?x) :perm [1 0]))")
     with CheckedRules.load() as passed:
         passed.check(changed)
-    assert calls == ["twice-relu", "twice-relu"]
+    assert calls == ["relu-t", "relu-t"]
     (wrong,) = parse_rules("rule bad: (sigmoid ?x) => (tanh ?x)")
     for _ in range(2):  # a failure is never remembered as a pass
         with pytest.raises(RuleCheckError), CheckedRules.load() as passed:

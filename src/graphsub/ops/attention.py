@@ -222,7 +222,8 @@ def _flops(attrs: Attrs, ins: Types, outs: Types) -> int:
 
 register(OpDef(
     name="attention", inputs=(3, 4), torch=_torch, category=Category.COARSE,
-    attrs=(AttrSpec("scale", None, float), AttrSpec("causal", False, bool)),
+    attrs=(AttrSpec("scale", None, float, tries=(None, 0.25)),
+           AttrSpec("causal", False, bool, tries=(False, True))),
     infer=_infer, evaluate=_evaluate, export=_export, canonicalize=_canon, flops=_flops,
     doc="softmax(q k^T * scale (masked)) v, grouped-query heads allowed (ONNX Attention, "
         "opset 23; primitives before).",

@@ -126,9 +126,14 @@ class Category(StrEnum):
 
 
 #: The shapes the numerical rule check draws an operand from where its operator's `Role` names
-#: none: every rank from scalars to 4-D images, sizes that broadcast against each other.
+#: none: every rank from scalars to 4-D images, sizes that broadcast against each other, and
+#: shapes that tell a rule right only for some: batches of more than one (a transpose of the
+#: two leading axes is a reshape only where one is 1), odd sizes (a slice off by one agrees
+#: with the right one on even sizes), every dimension different (a reduction over the wrong
+#: axis agrees where the sizes are equal).
 ANY_SHAPES: tuple[Shape, ...] = ((4, 4), (1, 4, 6, 6), (4,), (1, 8, 6, 6), (4, 6), (1, 4, 1, 1),
-                                 (), (1, 4), (2, 4, 4))
+                                 (), (1, 4), (2, 4, 4), (3, 5), (2, 3, 5), (5,), (2, 3, 5, 7),
+                                 (2, 1, 5, 1), (2, 3, 1, 5), (1, 1, 1, 4))
 
 
 @dataclass(frozen=True)

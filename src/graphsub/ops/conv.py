@@ -29,10 +29,12 @@ Pads = tuple[int, int, int, int]  # top, left, bottom, right (ONNX order is t, l
 
 #: What the rule check tries for the strides and padding of convolutions and pools.
 STRIDE_TRIES = ((1, 1), (2, 2))
-PADDING_TRIES = ("same", "valid")
+#: Both modes, and explicit pads (top, left, bottom, right) that are neither.
+PADDING_TRIES = ("same", "valid", (0, 0, 1, 2))
+DILATION_TRIES = ((1, 1), (2, 2))
 #: Images the rule check draws for a convolution's input (4 or 8 channels), and kernels for
 #: them: square and not, 1x1, grouped (4 input channels of 2 or 1), widening and narrowing.
-_IMAGES = Role(shapes=((1, 4, 6, 6), (1, 8, 6, 6)))
+_IMAGES = Role(shapes=((1, 4, 6, 6), (1, 8, 6, 6), (2, 4, 7, 5), (1, 4, 4, 4)))
 _KERNELS = Role(shapes=((4, 4, 3, 3), (4, 4, 1, 1), (8, 4, 3, 3), (4, 4, 1, 3), (4, 4, 3, 1),
                         (4, 2, 3, 3), (4, 1, 3, 3), (8, 8, 3, 3), (4, 8, 1, 1), (8, 4, 1, 1)))
 
@@ -264,7 +266,7 @@ register(OpDef(
     roles=(_IMAGES, _KERNELS, Role(shapes=((4,), (8,)))),
     attrs=(AttrSpec("stride", (1, 1), pair, tries=STRIDE_TRIES),
            AttrSpec("padding", "same", padding_attr, tries=PADDING_TRIES),
-           AttrSpec("dilation", (1, 1), pair),
+           AttrSpec("dilation", (1, 1), pair, tries=DILATION_TRIES),
            AttrSpec("activation", "none", choice(*ACTIVATIONS), tries=ACTIVATION_TRIES)),
     infer=_conv_infer, evaluate=_conv_eval, export=_conv_export, flops=_conv_flops,
     canonicalize=_conv_canon,

@@ -173,7 +173,7 @@ IDENTITY = _unary("identity", "Identity", lambda x: x, 0, float_only=False, view
                   torch=_torch_identity)
 
 register(OpDef(
-    name="dropout", inputs=(1, 1), view="alias", attrs=(AttrSpec("ratio", 0.5, f32),),
+    name="dropout", inputs=(1, 1), view="alias", attrs=(AttrSpec("ratio", 0.5, f32, tries=(0.5, 0.1)),),
     category=Category.ELEMENTWISE,
     infer=_same_type, evaluate=lambda attrs, xs: (xs[0],), torch=_torch_identity,
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("Identity", ins, outs),
@@ -191,7 +191,8 @@ def _gelu_algorithm(attrs: Attrs) -> str:
 
 
 register(OpDef(
-    name="gelu", inputs=(1, 1), attrs=(AttrSpec("approximate", "none", choice("none", "tanh")),),
+    name="gelu", inputs=(1, 1), attrs=(AttrSpec("approximate", "none", choice("none", "tanh"),
+                                                    tries=("none", "tanh")),),
     infer=_float_only("gelu"), evaluate=_gelu, export=_export_gelu, flops=_per_element(8),
     torch=_torch_gelu, category=Category.COARSE, post_op=PostOp("gelu", _gelu_algorithm),
     doc="Gaussian error linear unit; exported as ONNX Gelu from opset 20, else as primitives.",
@@ -203,7 +204,7 @@ def _torch_leaky_relu(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -
 
 
 register(OpDef(
-    name="leaky_relu", inputs=(1, 1), attrs=(AttrSpec("alpha", 0.01, f32),),
+    name="leaky_relu", inputs=(1, 1), attrs=(AttrSpec("alpha", 0.01, f32, tries=(0.01, 0.2)),),
     category=Category.ELEMENTWISE,
     infer=_float_only("leaky_relu"), torch=_torch_leaky_relu,
     evaluate=lambda attrs, xs: (np.where(xs[0] >= 0, xs[0], xs[0] * np.float32(attrs["alpha"]))
@@ -251,7 +252,8 @@ def _torch_clip(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torc
 
 register(OpDef(
     name="clip", inputs=(1, 1), category=Category.ELEMENTWISE,
-    attrs=(AttrSpec("min", None, _optional_float), AttrSpec("max", None, _optional_float)),
+    attrs=(AttrSpec("min", None, _optional_float, tries=(None, -0.5)),
+           AttrSpec("max", None, _optional_float, tries=(None, 0.5))),
     infer=_same_type, evaluate=_eval_clip, export=_export_clip, flops=_per_element(2),
     torch=_torch_clip,
     doc="Clamp to [min, max]; either bound may be None (unbounded).",
@@ -279,7 +281,7 @@ def _torch_cast(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torc
 
 register(OpDef(
     name="cast", inputs=(1, 1),
-    attrs=(AttrSpec("to", "float32", _dtype_name, tries=("float16", "float32", "float64")),),
+    attrs=(AttrSpec("to", "float32", _dtype_name, tries=("float16", "float32", "float64", "int32")),),
     category=Category.ELEMENTWISE,
     infer=lambda attrs, ins: (TensorType(ins[0].shape, attrs["to"]),),
     evaluate=lambda attrs, xs: (xs[0].astype(attrs["to"]),),

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 #: What the rule check draws for a product's operands: vectors, matrices, batches, and batches
 #: that broadcast against a matrix or each other; on the right also columns, whose products
 #: are the reductions of rows.
-_OPERANDS = ((4,), (6,), (4, 4), (4, 6), (6, 4), (2, 4, 4), (1, 4, 6), (2, 6, 4))
+_OPERANDS = ((4,), (6,), (4, 4), (4, 6), (6, 4), (2, 4, 4), (1, 4, 6), (2, 6, 4), (3, 4, 5), (5, 3),
+             (4, 4, 4))
 _ROLES = (Role(shapes=_OPERANDS), Role(shapes=_OPERANDS + ((4, 1), (2, 4, 1))))
 
 

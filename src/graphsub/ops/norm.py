@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 #: A normalization's axis, and its scale and bias where the rule check draws them: vectors.
 _AXIS = AttrSpec("axis", -1, int, tries=AXIS_TRIES)
+#: A model's epsilon and one large enough to change every output: a rule that drops or
+#: moves an epsilon differs there.
+EPSILON_TRIES = (1e-5, 0.5)
 _VECTOR = Role(shapes=((4,), (6,)))
 
 
@@ -233,7 +236,7 @@ def _ln_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchF
 
 register(OpDef(
     name="layer_norm", inputs=(2, 3), category=Category.COARSE, roles=(Role(), _VECTOR, _VECTOR),
-    attrs=(_AXIS, AttrSpec("epsilon", 1e-5, f32)),
+    attrs=(_AXIS, AttrSpec("epsilon", 1e-5, f32, tries=EPSILON_TRIES)),
     infer=_normalized_infer("layer_norm"), evaluate=_ln_eval, export=_ln_export, torch=_ln_torch,
     canonicalize=_axis_canon("layer_norm"),
     flops=lambda attrs, ins, outs: 8 * ins[0].numel,
@@ -276,7 +279,7 @@ def _rms_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torch
 
 register(OpDef(
     name="rms_norm", inputs=(2, 2), category=Category.COARSE, roles=(Role(), _VECTOR),
-    attrs=(_AXIS, AttrSpec("epsilon", 1e-5, f32)),
+    attrs=(_AXIS, AttrSpec("epsilon", 1e-5, f32, tries=EPSILON_TRIES)),
     infer=_normalized_infer("rms_norm"), evaluate=_rms_eval, export=_rms_export, torch=_rms_torch,
     canonicalize=_axis_canon("rms_norm"),
     flops=lambda attrs, ins, outs: 4 * ins[0].numel,
@@ -320,7 +323,7 @@ def _bn_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchF
 
 
 register(OpDef(
-    name="batch_norm", inputs=(5, 5), attrs=(AttrSpec("epsilon", 1e-5, f32),),
+    name="batch_norm", inputs=(5, 5), attrs=(AttrSpec("epsilon", 1e-5, f32, tries=EPSILON_TRIES),),
     category=Category.COARSE,
     # Per-channel vectors, positive variances.
     roles=(Role(shapes=((1, 4, 6, 6), (1, 8, 6, 6))), *[Role(shapes=((4,), (8,)))] * 3,

@@ -156,7 +156,7 @@ _POOL_ATTRS = (AttrSpec("kernel", convert=pair, tries=((3, 3), (2, 2))),
                AttrSpec("stride", None, pair, tries=STRIDE_TRIES),
                AttrSpec("padding", "valid", padding_attr, tries=PADDING_TRIES))
 #: What the rule check pools: an image.
-_IMAGE = (Role(shapes=((1, 4, 6, 6),)),)
+_IMAGE = (Role(shapes=((1, 4, 6, 6), (2, 4, 7, 5))),)
 
 register(OpDef(
     name="max_pool2d", inputs=(1, 1), attrs=_POOL_ATTRS, category=Category.REDUCE, roles=_IMAGE,

@@ -24,7 +24,7 @@ lacks, float zero points of `MatMulNBits` and its `g_idx`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,7 +33,7 @@ from onnx import TensorProto, helper
 from graphsub.errors import ShapeError
 from graphsub.tensors.symbolic import Dim, ceildiv
 from graphsub.tensors.types import Attrs, TensorType
-from graphsub.ops.base import (AttrSpec, CanonFn, Category, ExportFn, OpDef, Role, TorchFn,
+from graphsub.ops.base import (AttrSpec, CanonFn, Category, ExportFn, OpDef, Role, Shape, TorchFn,
                                TorchLowering, Types, ints, is_float, norm_axis, onnx_importer, pair,
                                register, same_dim)
 from graphsub.ops.conv import (conv2d_reference, onnx_conv_attrs, padding_attr, resolve_pads,
@@ -56,8 +56,15 @@ _EIGHT_BIT = ("uint8", "int8")
 _SCALE_TYPES = ("float32", "float16")
 
 #: What the rule check draws: a positive scalar scale, and 8-bit values and zero points.
-_SCALE = Role(shapes=((),), positive=True)
-_ZERO_POINT = Role(shapes=((),), dtype="uint8")
+_SCALE = Role(shapes=((), (4,)), positive=True)  # per tensor, and per channel of 4
+
+
+def _quant_axis_tries(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> tuple[int, ...]:
+    """The default axis and the first (a per-channel scale runs along one of them); for a
+    scalar scale the axis changes nothing, and a rule that moves it is caught where a
+    scale is a vector."""
+    return (1, 0) if shapes and len(shapes[0]) >= 2 else (0,)
+_ZERO_POINT = Role(shapes=((), (4,)), dtype="uint8")
 _QUANTIZED = Role(dtype="uint8")
 
 
@@ -213,7 +220,8 @@ def _quantize_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> 
 
 register(OpDef(
     name="quantize", inputs=(2, 3), category=Category.OPAQUE,
-    attrs=(AttrSpec("axis", 1, int), AttrSpec("dtype", "uint8", str)),
+    attrs=(AttrSpec("axis", 1, int, tries=_quant_axis_tries),
+           AttrSpec("dtype", "uint8", str, tries=("uint8", "int8"))),
     roles=(Role(), _SCALE, _ZERO_POINT),
     infer=_quantize_infer, evaluate=_quantize_eval, export=_quantize_export,
     torch=_quantize_torch, canonicalize=_axis_canon("quantize"),
@@ -285,7 +293,7 @@ def _dequantize_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -
 
 register(OpDef(
     name="dequantize", inputs=(2, 3), category=Category.OPAQUE,
-    attrs=(AttrSpec("axis", 1, int),),
+    attrs=(AttrSpec("axis", 1, int, tries=_quant_axis_tries),),
     roles=(_QUANTIZED, _SCALE, _ZERO_POINT),
     infer=_dequantize_infer, evaluate=_dequantize_eval, export=_dequantize_export,
     torch=_dequantize_torch, canonicalize=_axis_canon("dequantize"),
@@ -545,8 +553,9 @@ def _conv_integer_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], out
              **_conv_onnx_attrs(attrs, types, 0, 1))
 
 
-_CONV_ATTRS = (AttrSpec("stride", (1, 1), pair), AttrSpec("padding", (0, 0, 0, 0), padding_attr),
-               AttrSpec("dilation", (1, 1), pair))
+_CONV_ATTRS = (AttrSpec("stride", (1, 1), pair, tries=((1, 1), (2, 2))),
+               AttrSpec("padding", (0, 0, 0, 0), padding_attr, tries=((0, 0, 0, 0), (1, 1, 1, 1))),
+               AttrSpec("dilation", (1, 1), pair, tries=((1, 1), (2, 2))))
 
 register(OpDef(
     name="conv_integer", inputs=(2, 4), category=Category.OPAQUE, attrs=(*_CONV_ATTRS, _SLOTS),
@@ -836,7 +845,7 @@ def _nbits_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list
 register(OpDef(
     name="matmul_nbits", inputs=(3, 6), category=Category.OPAQUE,
     attrs=(AttrSpec("K", 1, int), AttrSpec("N", 1, int), AttrSpec("bits", 4, int),
-           AttrSpec("block_size", 32, int), AttrSpec("accuracy_level", 0, int),
+           AttrSpec("block_size", 32, int), AttrSpec("accuracy_level", 0, int, tries=(0, 4)),
            AttrSpec("slots", (0, 1, 2), ints)),
     infer=_nbits_infer, evaluate=_nbits_eval, torch=_nbits_torch, export=_nbits_export,
     flops=lambda attrs, ins, outs: 2 * outs[0].numel * attrs["K"],

@@ -169,14 +169,23 @@ def _transpose_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) ->
     return lambda x: (x.permute(perm),)
 
 
-def _reversal(in_shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> tuple[tuple[int, ...]]:
-    """For the rule check: the axes reversed, a permutation of every rank."""
-    return (tuple(reversed(range(len(in_shapes[0])))),)
+def _permutations(in_shapes: Sequence[Shape], attrs: Mapping[str, Any]
+                  ) -> tuple[tuple[int, ...], ...]:
+    """For the rule check: the axes reversed (a permutation of every rank), the last two
+    swapped, the first two swapped and a rotation: a rule right only for one kind of
+    permutation (an involution, one that fixes the leading axes) differs at another."""
+    rank = len(in_shapes[0])
+    axes = list(range(rank))
+    found = [tuple(reversed(axes))]
+    if rank >= 2:
+        found += [tuple(axes[:-2] + [rank - 1, rank - 2]), tuple([1, 0] + axes[2:]),
+                  tuple(axes[1:] + axes[:1])]
+    return tuple(dict.fromkeys(found))
 
 
 register(OpDef(
     name="transpose", inputs=(1, 1), view="strided", category=Category.LAYOUT,
-    attrs=(AttrSpec("perm", convert=ints, tries=_reversal),),
+    attrs=(AttrSpec("perm", convert=ints, tries=_permutations),),
     infer=_transpose_infer, torch=_transpose_torch,
     evaluate=lambda attrs, xs: (np.asarray(np.transpose(xs[0], attrs["perm"]), order="C"),),
     export=lambda ctx, attrs, ins, outs, types: (
@@ -210,10 +219,15 @@ def _export_reshape(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: li
 
 
 def _reshapes(in_shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> tuple[Shape, ...]:
-    """For the rule check: flatten, or insert or drop a dimension of size 1 (what reshapes
-    around batch-1 models do), so that rules about unit reshapes have examples."""
+    """For the rule check: flatten, insert or drop a dimension of size 1 (what reshapes
+    around batch-1 models do), so that rules about unit reshapes have examples; and the same
+    rank with the sizes reversed, which moves elements across the last axis (a rule right
+    only for reshapes that keep it differs there)."""
     shape = in_shapes[0]
-    return ((math.prod(shape),), (1,) + shape, tuple(d for d in shape if d != 1))
+    found = [(math.prod(shape),), (1,) + shape, tuple(d for d in shape if d != 1)]
+    if len(shape) >= 2 and shape[::-1] != shape:
+        found.append(tuple(shape[::-1]))
+    return tuple(dict.fromkeys(found))
 
 
 register(OpDef(
@@ -566,10 +580,19 @@ def _slice_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Tor
     return _index_then_gather(t, tuple(forward), backward)
 
 
+def _step_tries(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Steps of one, of two and of minus one along the axes drawn (every other element, and
+    backwards: a slice that is right only for steps of one differs there)."""
+    axes = attrs.get("axes")
+    count = len(axes) if axes is not None else len(shapes[0]) if shapes else 1
+    return (None, (2,) * count, (-1,) * count)
+
+
 register(OpDef(
     name="slice", inputs=(1, 1), view="strided", torch=_slice_torch, category=Category.LAYOUT,
-    attrs=(AttrSpec("starts", convert=size_dims), AttrSpec("ends", convert=size_dims),
-           AttrSpec("axes", None, ints, tries=AXES_TRIES), AttrSpec("steps", None, ints)),
+    attrs=(AttrSpec("starts", convert=size_dims, tries=((0,), (1,), (-1,))),
+           AttrSpec("ends", convert=size_dims, tries=((3,), (-1,), (-2 ** 31,))),
+           AttrSpec("axes", None, ints, tries=AXES_TRIES), AttrSpec("steps", None, ints, tries=_step_tries)),
     infer=_slice_infer,
     evaluate=lambda attrs, xs: (np.asarray(xs[0][_slices(attrs, xs[0].ndim)], order="C"),),
     export=_slice_export, canonicalize=_slice_canon,
@@ -601,6 +624,12 @@ def _import_slice(ctx: OpImportContext, node: onnx.NodeProto) -> list[Value] | N
 
 
 # ---- pad ---------------------------------------------------------------------------------------
+
+def _pad_tries(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> tuple[Any, ...]:
+    """One element before and after every axis, and two after the last only."""
+    rank = len(shapes[0]) if shapes else 1
+    return ((1,) * (2 * rank), (0,) * (2 * rank - 1) + (2,))
+
 
 def _pad_infer(attrs: Attrs, ins: Types) -> Types:
     x, pads = ins[0], attrs["pads"]
@@ -662,9 +691,10 @@ def _pad_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torch
 
 register(OpDef(
     name="pad", inputs=(1, 1), torch=_pad_torch, category=Category.LAYOUT,
-    attrs=(AttrSpec("pads", convert=ints), AttrSpec("mode", "constant",
-                                                    choice("constant", "reflect", "edge")),
-           AttrSpec("value", 0.0, f32)),
+    attrs=(AttrSpec("pads", convert=ints, tries=_pad_tries),
+           AttrSpec("mode", "constant", choice("constant", "reflect", "edge"),
+                    tries=("constant", "reflect", "edge")),
+           AttrSpec("value", 0.0, f32, tries=(0.0, 1.5))),
     infer=_pad_infer, evaluate=_pad_eval, export=_pad_export,
     doc="Pad (or crop, with negative pads) every axis; pads are (begin..., end...) as in ONNX.",
 ))

@@ -8,7 +8,8 @@ arithmetic in half precision, which rounds, and in an integer type where it wrap
 truncates) is a random function of its exact argument: a keyed hash, the same function
 wherever the same operation occurs, so a rule that holds here holds whatever those functions
 are, the real ones among them. Where a function has a property rules of a kind rely on, the
-property is built in and stated here: softmax gives a masked (-inf) position zero; rounding a
+property is built in and stated here: relu is idempotent; softmax gives a masked (-inf)
+position zero; rounding a
 whole number in a type's range to that type leaves it; a cast to a type that holds the value
 is the identity. Fused operators (attention, GELU, batch normalization) are their definitions
 (axioms), each checked against its numpy reference by the tests
@@ -357,6 +358,22 @@ def _random_function(name: str) -> Exact:
     return lambda attrs, xs: elementwise(name, *xs)
 
 
+class _ReluValue(Fraction):
+    """A value relu gave: relu leaves it as it is. Arithmetic on it gives a plain Fraction, so
+    the mark stays only where the value is moved, not computed with."""
+
+
+def _relu(attrs: Mapping[str, Any], xs: Sequence[np.ndarray]) -> np.ndarray:
+    """Relu as a random function, with its idempotence built in (relu(relu(x)) = relu(x), what
+    rules that drop a repeated relu rely on): a value relu gave is left as it is."""
+    x = np.asarray(xs[0], dtype=object)
+    out = np.empty(x.shape, dtype=object)
+    for index in np.ndindex(x.shape):
+        v = x[index]
+        out[index] = v if isinstance(v, _ReluValue) else _ReluValue(hashed("relu", v))
+    return out
+
+
 #: Operators whose numpy reference moves elements without arithmetic: exact on object arrays.
 MOVES = frozenset({"concat", "split", "reshape", "transpose", "expand", "squeeze",
                    "unsqueeze", "identity", "enlarge", "slice"})
@@ -381,8 +398,8 @@ EXACT: dict[str, Exact] = {
     "gelu": _gelu,
     "softmax": lambda attrs, xs: softmax_rows(xs[0], attrs["axis"]),
     "guarded_softmax": lambda attrs, xs: softmax_rows(xs[0], attrs["axis"], guarded=True),
-    **{name: _random_function(name) for name in ("relu", "sigmoid", "tanh", "erf", "sqrt",
-                                                 "exp")},
+    "relu": _relu,
+    **{name: _random_function(name) for name in ("sigmoid", "tanh", "erf", "sqrt", "exp")},
 }
 
 def _run(op: str, attrs: Attrs, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
@@ -397,6 +414,19 @@ def _run(op: str, attrs: Attrs, args: list[np.ndarray]) -> tuple[np.ndarray, ...
                        f"{', '.join(str(a.shape) for a in args)} ({exc})") from None
 
 
+def integer_range(dtype: str) -> tuple[int, int] | None:
+    """The values an integer type holds (every width, signed and unsigned: a uint32 difference
+    2 - 3 wraps, it is not -1), None for a type that is not an integer's."""
+    try:
+        kind = np.dtype(dtype)
+    except TypeError:
+        return None
+    if kind.kind not in "iu":
+        return None
+    info = np.iinfo(kind)
+    return int(info.min), int(info.max)
+
+
 def _in_type(op: str, x: np.ndarray, dtype: str) -> np.ndarray:
     """An operator's exact result as its type holds it. Arithmetic in float32 and float64 is
     exact, as the axioms take it; in half precision it rounds (graphsub's operators compute
@@ -406,9 +436,9 @@ def _in_type(op: str, x: np.ndarray, dtype: str) -> np.ndarray:
     function of it, one per operator, since wrapping and truncating differ."""
     if dtype in HALF:
         return rounded(x, dtype)
-    if dtype not in INTEGER_RANGE and dtype != "int64":
+    if (bounds := integer_range(dtype)) is None:
         return x
-    low, high = INTEGER_RANGE.get(dtype, (-2 ** 63, 2 ** 63 - 1))
+    low, high = bounds
     out = np.empty(x.shape, dtype=object)
     for index in np.ndindex(x.shape):
         v: Any = x[index]

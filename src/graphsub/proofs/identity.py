@@ -9,9 +9,11 @@ attributes, the values its conditions fix) drawn as the numerical check draws th
 functions' values, Schwartz-Zippel bounds the chance that they differ yet agree at one point
 by their degree over the number of integers drawn from; independent instances multiply.
 
-Evidence is what passes here; a failure is never a refutation (only the numerical check
-refutes): a rule may rely on a property of a function the test makes random (relu is
-idempotent), and then stays unknown, with the reason.
+A failure through a random function is no refutation: a rule may rely on a property of a
+function the test makes random (relu is idempotent), and then stays unknown, with the reason.
+A failure through none is: both sides are then checked against graphsub's numpy reference,
+and exact values that differ are a counterexample (TASO's rule 130 differs where its two
+convolutions have different numbers of output channels).
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from graphsub.proofs.exact import (EIGHTHS, NEG_INF, POINTS, SPREAD, NotExact, e
 from graphsub.rules.ast import Rule
 from graphsub.rules.check import PLAN_ATTEMPTS, _rank_plans, rewritten_example
 from graphsub.runtime.reference import evaluate
+from graphsub.verdicts.equivalence import diff_arrays
 
 #: Distinct instances (shapes and attributes) a rule is tested on, and draws tried to find
 #: them: the numerical check's three examples can all miss a wrong case (TASO's rule 98 is
 #: wrong only where its convolutions are grouped, 1 draw in 4 or so).
-INSTANCES, DRAWS = 8, 400
+INSTANCES, DRAWS = 12, 400
 
 
 class _Points:
@@ -53,8 +56,10 @@ class _Points:
 
 @dataclass(frozen=True)
 class IdentityTest:
-    """What the exact test found: `passed` (every instance's two sides equal), `differs` (an
-    instance where they are not) or `not tested`, with the reason."""
+    """What the exact test found: `passed` (every instance's two sides equal), `refutes` (an
+    instance through no random function where they are not: a counterexample), `differs`
+    (one where they are not, through a random function: a rule may rely on a property the
+    random function lacks) or `not tested`, with the reason."""
 
     status: str
     instances: int = 0
@@ -66,24 +71,32 @@ class IdentityTest:
     def describe(self) -> str:
         if self.status == "passed":
             return (f"exact identity test: equal on {self.instances} random instances "
-                    f"(chance of a false pass at most {self.error_bound:.0e})")
+                    f"(chance of a false pass at most {self.error_bound:.0e} over the values "
+                    "drawn, at the shapes and attributes drawn)")
         return self.reason
 
 
 def identity_test(rule: Rule, seed: int = 0) -> IdentityTest:
     """Test `rule` exactly on the instances the numerical check would draw: for every
-    combination of operand ranks its roles allow, a square draw or up to PLAN_ATTEMPTS
-    others (TASO's convolution merges are wrong only where a convolution is grouped, which
+    combination of operand ranks its roles allow, a square draw, one of odd sizes and one of
+    distinct shapes, or where none fits up to PLAN_ATTEMPTS others (TASO's convolution merges are wrong only where a convolution is grouped, which
     some combinations alone give), then random draws up to INSTANCES in all."""
     rng = _Points(seed)
     tested = _Tally()
     for plan in _rank_plans(rule, rng):  # type: ignore[arg-type]
-        if plan is not None:
-            for attempt in range(PLAN_ATTEMPTS + 1):
-                found = tested.add(_instance(rule, rng, plan, square=attempt == 0))
+        if plan is None:
+            continue
+        fitted = False
+        for kind, tries in (("square", 1), ("odd", PLAN_ATTEMPTS), ("distinct", PLAN_ATTEMPTS),
+                            ("", PLAN_ATTEMPTS)):
+            if fitted and not kind:
+                break  # random draws only where none of the three kinds fits
+            for _ in range(tries):
+                found = tested.add(_instance(rule, rng, plan, kind))
                 if found is not None:
                     if found.status != "passed":
                         return found
+                    fitted = True
                     break
     for draw in range(DRAWS):
         if tested.instances >= INSTANCES:
@@ -93,7 +106,9 @@ def identity_test(rule: Rule, seed: int = 0) -> IdentityTest:
         found = tested.add(_instance(rule, rng), repeat=draw >= DRAWS // 2)
         if found is not None and found.status != "passed":
             return found
-    if tested.instances == 0:
+    if tested.instances == 0 or tested.untestable:
+        # An instance the exact semantics cannot evaluate is one the test cannot vouch for: a
+        # pass on the others would say nothing of it (explicit pads without counting them).
         return IdentityTest("not tested", reason=tested.untestable or
                             "no instance of its source could be drawn")
     return IdentityTest("passed", tested.instances, tested.bound)
@@ -132,12 +147,45 @@ class _Tally:
             return IdentityTest("not tested", self.instances, reason=disagree)
         for name in want:
             if want[name].shape != got[name].shape or not _equal(want[name], got[name]):
+                # Through no random function, and each side equal to the numpy reference to
+                # rounding: exact values that differ are a counterexample, not a doubt; through
+                # one, the instance is a counterexample where the reference's values differ.
+                exact_only = not (random_before or random_after)
+                if exact_only or _differ_numerically(before, after, feeds):
+                    return IdentityTest("refutes", self.instances,
+                                        reason=f"the two sides differ (output {name}) on "
+                                               f"{_describe(before, feeds)}")
                 return IdentityTest("differs", self.instances,
                                     reason=f"the two sides differ (output {name})")
         self.instances += 1
         self.bound *= min(1.0, (_degree(before) + _degree(after)) /
                          _smallest_set(before, feeds))
         return IdentityTest("passed", self.instances, self.bound)
+
+
+def _differ_numerically(before: Graph, after: Graph, feeds: Mapping[str, np.ndarray]) -> bool:
+    """Whether graphsub's numpy reference gives the two sides of an instance different values
+    (beyond the numerical check's tolerance): a rule wrong there, whatever the exact test's
+    random functions made of it."""
+    with np.errstate(all="ignore"):
+        want, got = evaluate(before, feeds), evaluate(after, feeds)
+    for name, expected in want.items():
+        actual = got[name]
+        if expected.shape != actual.shape:
+            return True
+        finite = np.abs(expected[np.isfinite(expected)])
+        scale = float(finite.max()) if finite.size else 0.0
+        if not diff_arrays(name, expected, actual, 1e-4, max(1e-4 * scale, 1e-6)).ok:
+            return True
+    return False
+
+
+def _describe(graph: Graph, feeds: Mapping[str, np.ndarray]) -> str:
+    """An instance in words: its operands' shapes and the attributes of its operators."""
+    shapes = ", ".join(f"{name} {list(np.shape(value))}" for name, value in feeds.items())
+    ops = "; ".join(f"{node.op} {dict(node.attrs)}" for node in graph.nodes.values()
+                    if node.op not in ("input", "weight") and node.attrs)
+    return f"{shapes}" + (f" ({ops})" if ops else "")
 
 
 def _shapes(graph: Graph) -> tuple[Any, ...]:
@@ -151,10 +199,14 @@ def _equal(a: np.ndarray, b: np.ndarray) -> bool:
     return all(x is y if NEG_INF in (x, y) else x == y for x, y in zip(a.flat, b.flat))
 
 
-def _instance(rule: Rule, rng: _Points, ranks: dict[str, int] | None = None,
-              square: bool = False) -> tuple[Graph, Graph, dict[str, np.ndarray]] | None:
+def _instance(rule: Rule, rng: _Points, ranks: dict[str, int] | None = None, kind: str = ""
+              ) -> tuple[Graph, Graph, dict[str, np.ndarray]] | None:
+    """An instance drawn as the numerical check draws one of `kind` (square, odd or distinct
+    shapes; "" any), its values finite (the exact semantics have no infinity but a mask's)."""
     try:
-        drawn = rewritten_example(rule, rng, ranks, square)  # type: ignore[arg-type]
+        drawn = rewritten_example(rule, rng, ranks,  # type: ignore[arg-type]
+                                  square=kind == "square", edges=False, odd=kind == "odd",
+                                  distinct=kind == "distinct")
     except GraphsubError:  # an instance the rewrite cannot build: draw another
         return None
     if drawn is None:

@@ -54,6 +54,7 @@ def _load(path: Path) -> dict[str, str]:
 def _fingerprint() -> str:
     package = Path(__file__).resolve().parents[1]
     sources = sorted([*package.joinpath("proofs").glob("*.py"), *package.joinpath("ops").glob("*.py"),
+                      package / "runtime" / "reference.py",
                       *(package / "rules" / f"{m}.py" for m in ("check", "matcher", "applier",
                                                                  "expr", "ast", "parser"))])
     h = hashlib.sha256()

@@ -221,12 +221,11 @@ def rewrite_evidence(graph: Graph, candidate: Candidate, rules: Sequence[Rule],
 
 
 def proof_status(rule: Rule, timeout_ms: int = PROOF_MS) -> str:
-    """'proven' when Z3 derives the rule from the axioms, else 'tested: ...' when it passes
-    the exact identity test (graphsub.proofs.identity, with its chance of a false pass), else
-    why neither (every built-in rule is also checked on random inputs when it is loaded).
-    Kept per process and, across runs, in the cache folder (graphsub.proofs.stored)."""
-    from graphsub.proofs.identity import identity_test
-    from graphsub.proofs.prover import prove
+    """The rule's verdict as `graphsub verify` decides it (graphsub.proofs.prover.verify_rule):
+    'proven' when Z3 derives it from the axioms, 'tested: ...' when it passes the exact
+    identity test (with its chance of a false pass), else why neither. Kept per process and,
+    across runs, in the cache folder (graphsub.proofs.stored)."""
+    from graphsub.proofs.prover import verify_rule
 
     from graphsub.proofs import stored
 
@@ -238,12 +237,10 @@ def proof_status(rule: Rule, timeout_ms: int = PROOF_MS) -> str:
     known = stored.stored(kept_key)
     if known is None:
         try:
-            ok, why = prove(rule, timeout_ms=timeout_ms)
-            if not ok:
-                tested = identity_test(rule)
-                why = f"{TESTED}{tested.describe()}" if tested.status == "passed" else \
-                    f"{why}; exact test: {tested.describe()}"
-            known = "proven" if ok else (why or "not proven")
+            verdict = verify_rule(rule, timeout_ms=timeout_ms)
+            known = {"proven": "proven", "tested": f"{TESTED}{verdict.reason}"}.get(
+                verdict.status, f"{verdict.status}: {verdict.reason}" if verdict.status ==
+                "refuted" else verdict.reason or "not proven")
             stored.store(kept_key, known)  # a timeout is kept too: the report is no proof run
         except Exception as exc:  # noqa: BLE001 (a rule the prover cannot read is unproven)
             known = f"the prover could not read it ({exc})"

@@ -84,12 +84,17 @@ class _Rejected(Exception):
         self.reason = reason
 
 
+#: The rejection of a target whose type (shape or element type) is not its source's: not a
+#: draw that does not fit, but a rule that is wrong there (rules.check says so).
+TYPES_DIFFER = "the target's type differs from its source's"
+
+
 def rejection_of(exc: GraphsubError) -> Rejection:
     """The rejection an op's error during a target build stands for."""
     if isinstance(exc, CycleError):
         return Rejection("cycle")
     if isinstance(exc, ShapeError):
-        return Rejection("shape or type mismatch")
+        return Rejection(TYPES_DIFFER if "types differ" in str(exc) else "shape or type mismatch")
     return Rejection("target not buildable")
 
 

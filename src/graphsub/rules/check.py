@@ -39,7 +39,7 @@ from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
 from graphsub.ops import get_op
 from graphsub.ops.base import ANY_SHAPES, Role, Shape
-from graphsub.rules.applier import BuildingHost, Rejection, apply_match
+from graphsub.rules.applier import TYPES_DIFFER, BuildingHost, Rejection, apply_match
 from graphsub.rules.ast import (AVar, Call, Expr, ListExpr, Lit, OpTerm, Rule, Term, Var,
                                 term_vars)
 from graphsub.rules.expr import Env, try_evaluate
@@ -130,18 +130,19 @@ def _expr_vars(e: Expr) -> set[str]:
     return set()
 
 
-def _shape_conditions(rule: Rule) -> dict[str, Expr]:
-    """Variables whose shape a condition (eq (shape ?v) E) fixes, with E: drawing ?v with that
-    shape makes examples of rules that relate several operands' shapes (a batch norm's
-    per-channel vectors) likely, where random draws almost never fit."""
-    found: dict[str, Expr] = {}
+def _shape_conditions(rule: Rule) -> dict[str, tuple[Expr, ...]]:
+    """Variables whose shape a condition (eq (shape ?v) E) or (in (shape ?v) E1 E2 ...) fixes,
+    with the shapes it allows: drawing ?v with one of them makes examples of rules that relate
+    several operands' shapes (a batch norm's per-channel vectors, a bias of one value per
+    channel) likely, where random draws almost never fit."""
+    found: dict[str, tuple[Expr, ...]] = {}
     for c in rule.conditions:
-        if isinstance(c, Call) and c.fn == "eq" and len(c.args) == 2:
-            lhs, rhs = c.args
+        if isinstance(c, Call) and c.fn in ("eq", "in") and len(c.args) >= 2:
+            lhs, *options = c.args
             if (isinstance(lhs, Call) and lhs.fn == "shape" and len(lhs.args) == 1
                     and isinstance(lhs.args[0], AVar)
-                    and lhs.args[0].name not in _expr_vars(rhs)):
-                found.setdefault(lhs.args[0].name, rhs)
+                    and not any(lhs.args[0].name in _expr_vars(o) for o in options)):
+                found.setdefault(lhs.args[0].name, tuple(options))
     return found
 
 
@@ -176,6 +177,56 @@ def _default_attr(op: str, key: str, in_shapes: list[Shape], attrs: dict[str, An
     return values[0] if values else None
 
 
+def _domain_edges(data: np.ndarray, rng: np.random.Generator, zero: bool = True) -> np.ndarray:
+    """Values at the edges of a divisor's, a root's or a logarithm's domain, each element at
+    random: zero, negative, tiny, huge, or an ordinary positive value. There IEEE arithmetic
+    gives infinities and NaNs, and a rule right only away from them (x*y/y = x) differs:
+    a NaN against a number is a difference, whatever the tolerance. A rule meant for positive
+    values says so in a condition."""
+    kind = rng.integers(5, size=data.shape)
+    magnitude = np.abs(data) + np.float32(0.5)
+    edges = np.choose(kind, [magnitude, np.zeros_like(data) if zero else magnitude, -magnitude,
+                             magnitude * np.float32(1e-4), magnitude * np.float32(1e4)])
+    return np.asarray(edges, dtype=np.float32)
+
+
+def _fully_masked_row(data: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A mask with one row along the last axis all -inf: the one place models carry an
+    infinity on purpose, and where softmax gives 0/0 (NaN) and a guarded softmax or a fused
+    attention zeros. Everywhere else the values drawn are finite: the verdicts hold for finite
+    inputs (docs/rules.md)."""
+    out = np.array(data, dtype=np.float32, copy=True)
+    if out.ndim >= 1:
+        out[tuple(int(rng.integers(n)) for n in out.shape[:-1])] = -np.inf
+    return out
+
+
+def _mask_vars(rule: Rule) -> set[str]:
+    """Variables in a mask's place in the source: an operand of a sum (or scaling) that a
+    softmax reads, and a fused attention's mask."""
+    found: set[str] = set()
+
+    def scores(t: Term) -> None:
+        if isinstance(t, Var):
+            found.add(t.name)
+        elif isinstance(t, OpTerm) and t.op in ("add", "sub", "mul", "smul"):
+            for a in t.args:
+                scores(a)
+
+    def walk(t: Term) -> None:
+        if isinstance(t, OpTerm):
+            if t.op in ("softmax", "guarded_softmax") and t.args:
+                scores(t.args[0])
+            if t.op == "attention" and len(t.args) > 3:
+                scores(t.args[3])
+            for a in t.args:
+                walk(a)
+
+    for source in rule.sources:
+        walk(source)
+    return found
+
+
 def _role(role: tuple[str, int]) -> Role:
     """The operator's role for the input at a position (`Role()` for a variable that is a
     whole source, which no operator reads)."""
@@ -188,22 +239,31 @@ def _role_shapes(role: tuple[str, int]) -> tuple[Shape, ...]:
 
 
 def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] | None = None,
-                   square: bool = False) -> _Example | None:
+                   square: bool = False, edges: bool | None = None, odd: bool = False,
+                   distinct: bool = False) -> _Example | None:
     """A random instance of the rule's source (None when the draw does not fit it); with
     `ranks`, each variable named there gets a shape of that rank; with `square`, one whose
     last two sizes are 4 where its role allows one, the draw that fits the most sources
-    (a vector in a product of square matrices: where matmul's associativity fails)."""
+    (a vector in a product of square matrices: where matmul's associativity fails); with
+    `odd`, one with an odd size above 1 (a slice off by one, a batch of more than one, sizes
+    all different: what rules right only for even or equal sizes miss); with `distinct`, most
+    variables a shape no other has (two convolutions' kernels with different numbers of
+    outputs over one image: what a rule right only for equal operands misses); `edges`
+    draws divisors and the operands of roots and logarithms at their domains' edges (None:
+    at random)."""
     roles = _roles(rule)
     # A variable whose (value ?t) a rule reads is a weight of one value: drawn as a positive
     # scalar (an epsilon or a scale, the constants such rules carry into attributes).
     scalars = _condition_vars(rule, "value")
-    weights = {**_condition_vars(rule, "weight"), **scalars}
+    nonzero, positive_weights = _condition_vars(rule, "nonzero"), _condition_vars(rule, "positive")
+    weights = {**_condition_vars(rule, "weight"), **scalars, **nonzero, **positive_weights}
     constants = {**_condition_vars(rule, "all-equal"), **_condition_vars(rule, "close-to")}
     causal = _condition_vars(rule, "causal")
     unmasked = _condition_vars(rule, "unmasked-rows")
     shaped = _shape_conditions(rule)
     typed = _dtype_conditions(rule)
     positive = _positive_vars(rule)
+    masks = _mask_vars(rule)
     b = GraphBuilder(seed=int(rng.integers(1 << 30)))
     feeds: dict[str, np.ndarray] = {}
     values: dict[str, Value] = {}
@@ -215,24 +275,34 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
         role = roles.get(name, ("", 0))
         choices: tuple[Shape, ...] | list[Shape] = _role_shapes(role)
         if name in shaped:  # (eq (shape ?name) E): E's value, once what it reads is drawn
-            try:
-                has_value, shape = try_evaluate(shaped[name],
-                                                Env(BuildingHost(b), values, attr_vars))
-            except GraphsubError:  # E reads a variable not drawn yet
-                has_value = False
-            if has_value:
-                choices = [tuple(shape)]
+            allowed = []
+            for option in shaped[name]:
+                try:
+                    has_value, shape = try_evaluate(option,
+                                                    Env(BuildingHost(b), values, attr_vars))
+                except GraphsubError:  # E reads a variable not drawn yet
+                    has_value = False
+                if has_value:
+                    allowed.append(tuple(shape))
+            if allowed:
+                choices = allowed
         if ranks is not None and name in ranks:
             choices = [c for c in choices if len(c) == ranks[name]]
         if square:
             choices = [c for c in choices if all(d == 4 for d in c[-2:])] or choices
+        elif odd:
+            choices = [c for c in choices if any(d % 2 and d > 1 for d in c)] or choices
         if name in scalars:
             choices = [()]
-        elif name in causal:
-            choices = [(4, 4)]  # a mask over square scores, what square draws make
+        elif name in causal:  # a mask over square scores, what square draws make, and one
+            choices = [(4, 4), (1, 1)]  # of a single zero, which is causal and masks nothing
         used = [b.shape(v) for v in values.values() if b.shape(v) in choices]
-        if used and rng.random() < 0.6:
+        if used and rng.random() < (0.3 if distinct else 0.6):
             choices = used  # rules often need equal shapes: reuse one already drawn
+        else:  # or one no other variable has
+            choices = [c for c in choices if c not in used] or choices
+        if not choices:
+            raise GraphsubError("no shape its conditions allow has the rank planned")
         shape = choices[rng.integers(len(choices))]
         dtype = _role(role).dtype
         if dtype != "float32":  # quantized values: integers over the type's whole range
@@ -240,8 +310,17 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
             data = rng.integers(info.min, int(info.max) + 1, shape).astype(dtype)
         else:
             data = rng.standard_normal(shape).astype(np.float32)
-        if dtype == "float32" and (name in scalars or name in positive):
-            data = np.abs(data) + np.float32(0.5)  # a positive role puts name in positive
+        if dtype == "float32" and name in scalars:
+            data = np.abs(data) + np.float32(0.5)  # an epsilon or a scale an attribute takes
+        elif dtype == "float32" and name in positive_weights:  # (positive ?name)
+            data = np.abs(_domain_edges(data, rng, zero=False))
+        elif dtype == "float32" and name in nonzero:  # (nonzero ?name)
+            data = _domain_edges(data, rng, zero=False)
+        elif dtype == "float32" and name in positive:  # a divisor, a root's or a log's operand
+            at_edges = rng.random() < 0.5 if edges is None else edges
+            data = _domain_edges(data, rng) if at_edges else np.abs(data) + np.float32(0.5)
+        elif dtype == "float32" and edges and name in masks:  # a mask's place: -inf rows
+            data = _fully_masked_row(data, rng)
         if dtype == "float32" and name in typed:
             data = data.astype(typed[name])
         if name in constants:
@@ -289,11 +368,8 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
                     raise GraphsubError("the draw gives the expression no value")
         if any(k == SAME_SHAPES for k, _ in t.attrs) and len(set(in_shapes)) > 1:
             raise GraphsubError("example does not have equal input shapes")
-        for spec in get_op(t.op).attrs:
-            if spec.name not in attrs and spec.name not in dict(t.attrs):
-                value = _default_attr(t.op, spec.name, in_shapes, attrs, rng)
-                if value is not None:
-                    attrs[spec.name] = value
+        # An attribute the pattern leaves unwritten stays at its default: it matches only that
+        # (rules.matcher), so an instance with any other value would not be one of the rule.
         attrs = {k: v for k, v in attrs.items() if v is not None}
         out: Value | tuple[Value, ...] = b.op(t.op, *args, **attrs)
         return out[t.index] if isinstance(out, tuple) and not isinstance(out, Value) else out
@@ -308,10 +384,11 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
 
 
 def rewritten_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] | None = None,
-                      square: bool = False) -> tuple[_Example, Graph] | None:
+                      square: bool = False, edges: bool | None = None, odd: bool = False,
+                      distinct: bool = False) -> tuple[_Example, Graph] | None:
     """A random instance of the rule's source (as _build_example draws it) and the graph the
     rule rewrites it into, matched at the whole source; None when the draw does not fit."""
-    ex = _build_example(rule, rng, ranks, square)
+    ex = _build_example(rule, rng, ranks, square, edges, odd, distinct)
     if ex is None:
         return None
     matches = [m for m in find_matches(ex.graph, rule)
@@ -319,6 +396,9 @@ def rewritten_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int
     if not matches:
         return None
     after = apply_match(ex.graph, matches[0])
+    if isinstance(after, Rejection) and after.reason == TYPES_DIFFER:
+        raise RuleCheckError(f"rule {rule.name} ({rule.origin}) is wrong: its target's type "
+                             f"differs from its source's on\n{ex.graph.format()}")
     return None if isinstance(after, Rejection) else (ex, after)
 
 
@@ -340,6 +420,21 @@ def _ranks(example: _Example, rule: Rule) -> tuple[tuple[str, int], ...]:
     return tuple(sorted((v, named[v]) for v in rule.source_vars if v in named))
 
 
+def _bound_attributes(rule: Rule) -> set[str]:
+    """The attribute variables the rule's source binds (`:dilation ?d`)."""
+    found: set[str] = set()
+
+    def walk(t: Term) -> None:
+        if isinstance(t, OpTerm):
+            found.update(e.name for _, e in t.attrs if isinstance(e, AVar))
+            for a in t.args:
+                walk(a)
+
+    for source in rule.sources:
+        walk(source)
+    return found
+
+
 def _rank_plans(rule: Rule, rng: np.random.Generator) -> list[dict[str, int] | None]:
     """What to draw examples for: every combination of the ranks the source variables' roles
     accept (in random order), when there are at most MAX_RANK_PLANS of them; otherwise
@@ -359,33 +454,57 @@ def _rank_plans(rule: Rule, rng: np.random.Generator) -> list[dict[str, int] | N
     return plans
 
 
+def rule_seed(rule: Rule) -> int:
+    """The checks' random seed for a rule: fixed by its text, so that a verdict is the same on
+    every run, yet different for every rule (one seed for all would let a rule be written
+    against the draws it gets)."""
+    return int.from_bytes(hashlib.sha256(print_rule(rule).encode()).digest()[:4], "little")
+
+
 def check_rule(rule: Rule, examples: int = 3, attempts: int = 1000, rtol: float = 1e-4,
-               seed: int = 0) -> RuleCheck:
+               seed: int | None = None) -> RuleCheck:
     """Check a rule numerically; raises RuleCheckError when it is wrong or untestable. Every
-    combination of operand ranks gets a square draw, then up to PLAN_ATTEMPTS random ones
-    (most combinations do not fit the source, and fail fast); then unconstrained draws until `examples` examples have
-    been tested or `attempts` draws made."""
+    combination of operand ranks gets a square draw, one of odd sizes and one of distinct
+    shapes, then, where none fits, up to PLAN_ATTEMPTS random ones (most combinations do not fit the source, and fail
+    fast); then unconstrained draws, every other of odd sizes, until `examples` examples have
+    been tested or `attempts` draws made. Every other example draws divisors at their
+    domains' edges."""
     unbound = sorted(set().union(*(term_vars(t) for t in rule.targets),
                                  *(term_vars(t) for _, t in rule.lets)) - rule.source_vars)
     if unbound:
         raise RuleCheckError(f"rule {rule.name} ({rule.origin}): its target uses "
                              f"{', '.join('?' + v for v in unbound)}, which the source does not bind")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(rule_seed(rule) if seed is None else seed)
+    # each attribute a rule binds multiplies the cases a wrong rule may hide in (explicit
+    # pads with count_include_pad off, one of twenty-four): more examples where there are more
+    examples = min(max(examples, 3 + 3 * len(_bound_attributes(rule))), 15)
     done, worst = 0, 0.0
     covered: set[tuple[tuple[str, int], ...]] = set()
 
-    def try_example(ranks: dict[str, int] | None, square: bool = False) -> bool:
+    def try_example(ranks: dict[str, int] | None, square: bool = False, odd: bool = False,
+                    distinct: bool = False) -> bool:
         nonlocal done, worst
-        drawn = rewritten_example(rule, rng, ranks, square)
+        # every other example at the domains' edges: the others keep ordinary magnitudes,
+        # whose differences the tolerance (scaled by the largest output) still sees
+        drawn = rewritten_example(rule, rng, ranks, square, edges=done % 2 == 1, odd=odd,
+                                  distinct=distinct)
         if drawn is None:
             return False
         ex, after = drawn
-        before_out = evaluate(ex.graph, ex.feeds)
-        after_out = evaluate(after, ex.feeds)
+        with np.errstate(all="ignore"):  # infinities and NaNs at a domain's edges, on purpose
+            before_out = evaluate(ex.graph, ex.feeds)
+            after_out = evaluate(after, ex.feeds)
         for name in before_out:
-            expected = before_out[name]
-            scale = float(np.abs(expected).max()) if expected.size else 0.0
-            d = diff_arrays(name, expected, after_out[name], rtol, max(rtol * scale, 1e-6))
+            expected, got = before_out[name], after_out[name]
+            if expected.shape != got.shape or expected.dtype != got.dtype:
+                raise RuleCheckError(
+                    f"rule {rule.name} ({rule.origin}) is wrong: its two sides differ in shape "
+                    f"or type on output {name}: {expected.dtype}{list(expected.shape)} before, "
+                    f"{got.dtype}{list(got.shape)} after\n  example source graph:\n"
+                    f"{ex.graph.format()}")
+            finite = np.abs(expected[np.isfinite(expected)]) if expected.size else expected
+            scale = float(finite.max()) if finite.size else 0.0
+            d = diff_arrays(name, expected, got, rtol, max(rtol * scale, 1e-6))
             worst = max(worst, d.max_abs / max(scale, 1e-6))
             if not d.ok:
                 raise RuleCheckError(
@@ -397,12 +516,14 @@ def check_rule(rule: Rule, examples: int = 3, attempts: int = 1000, rtol: float 
 
     for plan in _rank_plans(rule, rng):
         if plan is not None:
-            try_example(plan, square=True) or any(
-                try_example(plan) for _ in range(PLAN_ATTEMPTS))
-    for _ in range(attempts):
+            fitted = [try_example(plan, square=True),
+                      any(try_example(plan, odd=True) for _ in range(PLAN_ATTEMPTS)),
+                      any(try_example(plan, distinct=True) for _ in range(PLAN_ATTEMPTS))]
+            any(fitted) or any(try_example(plan) for _ in range(PLAN_ATTEMPTS))
+    for attempt in range(attempts):
         if done >= examples:
             break
-        try_example(None)
+        try_example(None, odd=attempt % 2 == 1)
     if done == 0:
         raise RuleCheckError(f"rule {rule.name} ({rule.origin}) could not be tested: no example "
                              f"graph of its source could be built and rewritten in {attempts} "
@@ -410,11 +531,17 @@ def check_rule(rule: Rule, examples: int = 3, attempts: int = 1000, rtol: float 
     return RuleCheck(rule.name, done, worst, tuple(sorted(covered)))
 
 
+#: Z3's time per rule when a rule file is loaded (`graphsub verify` gives 10 s): a rule Z3
+#: cannot prove waits it out before the exact test decides, and a file of them would make
+#: a first run wait minutes. The decision is verify's, on this budget.
+LOAD_PROOF_MS = 3_000
+
+
 class CheckedRules:
-    """The rules that passed the numerical check, kept across runs: checking the built-in
-    library takes seconds, which every run would pay. A rule is known by its text and by the
-    source of everything that decides its check (the checker, matcher, applier and the
-    operators' semantics), so any change to either checks it again."""
+    """The rules that were verified, kept across runs: verifying a rule file takes seconds,
+    which every run would pay. A rule is known by its text and by the source of everything
+    that decides its verdict (the checker, matcher, applier, the operators' semantics and the
+    prover), so any change to either verifies it again."""
 
     FILE = "checked_rules.json"
 
@@ -442,10 +569,24 @@ class CheckedRules:
         self._dirty = True
 
     def check(self, rule: Rule) -> None:
-        """check_rule, unless the rule passed before (raises RuleCheckError as it does)."""
-        if not self.has(rule):
-            check_rule(rule)
-            self.add(rule)
+        """Verify the rule as `graphsub verify` does (graphsub.proofs.prover.verify_rule: one
+        decision for loading, verifying, generating and the report), unless it passed before;
+        raises RuleCheckError for a rule refuted, or one no check vouches for (unknown)."""
+        if self.has(rule):
+            return
+        from graphsub.proofs.prover import verify_rule
+
+        verdict = verify_rule(rule, timeout_ms=LOAD_PROOF_MS)
+        if verdict.status == "refuted":
+            raise RuleCheckError(verdict.reason if verdict.reason.startswith(f"rule {rule.name} ")
+                                 else f"rule {rule.name} ({rule.origin}) is wrong: "
+                                      f"{verdict.reason}")
+        if verdict.status == "unknown":
+            raise RuleCheckError(
+                f"rule {rule.name} ({rule.origin}) could not be verified: {verdict.reason}. "
+                "graphsub loads only rules that Z3 proves or the exact identity test passes "
+                "(`graphsub verify FILE --json` says why for each)")
+        self.add(rule)
 
     def __enter__(self) -> CheckedRules:
         return self
@@ -469,6 +610,7 @@ class CheckedRules:
 def _checker_fingerprint() -> str:
     package = Path(__file__).resolve().parents[1]
     sources = sorted([*package.joinpath("ops").glob("*.py"), package / "runtime" / "reference.py",
+                      *package.joinpath("proofs").glob("*.py"),
                       *(package / "rules" / f"{m}.py" for m in ("check", "matcher", "applier",
                                                                  "expr", "ast", "parser"))])
     h = hashlib.sha256()

@@ -92,16 +92,41 @@ def _all_equal(env: Env[Any], t: Expr, x: Expr) -> bool:
 
 
 def _close_to(env: Env[Any], t: Expr, x: Expr) -> bool:
-    """Whether the matched tensor is a weight whose elements all equal x to its dtype's
-    precision: a constant such as 1/sqrt(2) is written in float64 and stored in float32."""
+    """Whether the matched tensor is a weight whose elements all equal x as its dtype stores
+    it: a constant such as 1/sqrt(2) is written in float64 and stored in float32 or half
+    precision, rounded to nearest (directly, or through float32 first). Nothing else: a slack
+    of a few units in the last place would let (mul ?x ?c) => ?x match c = 1.0039 in float16,
+    and no check draws the slack's edges."""
     constant = env.constant(t)
     if constant is None or (value := constant.uniform()) is None:
         return False
-    # ml_dtypes.finfo is unannotated
-    eps = (float(ml_dtypes.finfo(constant.type.dtype).eps)  # type: ignore[no-untyped-call]
-           if constant.type.dtype.startswith(("float", "bfloat")) else 0)
-    target: float = evaluate(x, env)
-    return abs(value - target) <= 4 * eps * max(1.0, abs(value))
+    target = float(evaluate(x, env))
+    dtype = constant.type.dtype
+    if not dtype.startswith(("float", "bfloat")):
+        return bool(value == target)
+    stored = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+    return value in (float(np.asarray(target).astype(stored)),
+                     float(np.asarray(target, np.float32).astype(stored)))
+
+
+def _nonzero(env: Env[Any], t: Expr) -> bool:
+    """Whether the matched tensor is a weight with no zero element (a quantization's scale):
+    the condition of a rule right only away from a division by zero."""
+    constant = env.constant(t)
+    try:
+        return constant is not None and bool(np.all(constant.array != 0))
+    except WeightDataUnavailable:
+        return False
+
+
+def _positive(env: Env[Any], t: Expr) -> bool:
+    """Whether the matched tensor is a weight whose elements are all positive: the condition
+    of a rule right only where a root or a logarithm is real."""
+    constant = env.constant(t)
+    try:
+        return constant is not None and bool(np.all(constant.array > 0))
+    except WeightDataUnavailable:
+        return False
 
 
 #: Scores at or below this are masked out: -inf, or the dtype's lowest value as Hugging Face's
@@ -274,6 +299,8 @@ _TENSOR_FNS: dict[str, Callable[..., Any]] = {
     "weight": _is_weight,
     "all-equal": _all_equal,
     "close-to": _close_to,
+    "nonzero": _nonzero,
+    "positive": _positive,
     "causal": _is_causal,
     "unmasked-rows": _unmasked_rows,
     "value": _uniform_value,

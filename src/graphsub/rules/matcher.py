@@ -20,6 +20,7 @@ already bound value where the root reads one directly.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -29,7 +30,8 @@ from graphsub.rules.chains import (PRODUCT_VIEWS, Reciprocal, by_identity, front
                                    graph_chain_views, has_chain, pattern_chain)
 from graphsub.tensors.types import Constant, TensorType
 from graphsub.ops import get_op
-from graphsub.ops.base import norm_axis
+from graphsub.errors import GraphsubError
+from graphsub.ops.base import REQUIRED, norm_axis
 from graphsub.rules.ast import AVar, Lit, OpTerm, Rule, Term, Var
 from graphsub.rules.expr import Env, RuleError, TensorHost, try_evaluate
 
@@ -292,6 +294,12 @@ def match_node(host: PatternHost[H], term: OpTerm, nid: int, node: NodeView,
                 st.attrs[e.name] = actual
         else:  # a computed expression: compared once the arguments have bound its variables
             computed.append((key, e, actual))
+    if (unwritten := _unwritten_defaults(term)) and not _at_defaults(
+            term.op, unwritten, node.attrs, tuple(host.type_of(v) for v in inputs)):
+        if tracer is not None:
+            tracer.fail(term, nid, f"{', '.join(unwritten)} not at the default the pattern "
+                                   "asks for by leaving it unwritten")
+        return
     st.nodes.add(nid)
     orders = [inputs]
     if get_op(term.op).commutative and not host.same(inputs[0], inputs[1]):
@@ -307,6 +315,40 @@ def match_node(host: PatternHost[H], term: OpTerm, nid: int, node: NodeView,
                 tracer.fail(term, nid, f"{key} is {node.attrs.get(key)!r}, the pattern asks "
                                        f"for {want!r}" if want is not _UNKNOWN else
                             f"the pattern's {key} cannot be computed here")
+
+
+@by_identity
+def _unwritten_defaults(term: OpTerm) -> tuple[str, ...]:
+    """The attributes with a default that `term` leaves unwritten: they match only their
+    default. An unwritten attribute matching any value would let a rule drop what it never
+    looked at (a convolution's dilation), and no check could see it, since each builds an
+    instance at the default; a rule that means any value binds it (`:dilation ?d`)."""
+    written = {key for key, _ in term.attrs}
+    return tuple(spec.name for spec in get_op(term.op).attrs
+                 if spec.name not in written and spec.default is not REQUIRED)
+
+
+def _at_defaults(op: str, names: tuple[str, ...], attrs: Mapping[str, Any],
+                 in_types: tuple[TensorType, ...]) -> bool:
+    """Whether the node's attributes `names` are what the operator makes of their defaults
+    for these inputs (a default softmax axis is the last one of the input's rank)."""
+    given = tuple(sorted((k, v) for k, v in attrs.items() if k not in names))
+    try:
+        hash(given)
+    except TypeError:  # an unhashable attribute value (an array): not through the cache
+        defaults = _canonical_defaults.__wrapped__(op, given, in_types)
+    else:
+        defaults = _canonical_defaults(op, given, in_types)
+    return defaults is not None and all(attrs.get(k) == defaults.get(k) for k in names)
+
+
+@lru_cache(maxsize=4096)
+def _canonical_defaults(op: str, given: tuple[tuple[str, Any], ...],
+                        in_types: tuple[TensorType, ...]) -> Mapping[str, Any] | None:
+    try:
+        return get_op(op).make_attrs(dict(given), in_types)
+    except (GraphsubError, ValueError, IndexError):  # its attributes do not go with the defaults
+        return None
 
 
 #: What a computed attribute pattern wants where it cannot be computed (matching nothing).

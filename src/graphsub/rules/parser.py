@@ -23,7 +23,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from graphsub.errors import GraphsubError
+from graphsub.errors import GraphsubError, OpAttributeError
+from graphsub.ops import get_op
+from graphsub.ops.base import REQUIRED
 from graphsub.rules.ast import (AVar, Call, Expr, Lit, ListExpr, OpTerm, OutRef, Ref, Rule, Term,
                                 Var)
 from graphsub.rules.roles import DEFAULT_ROLES, Role, role_named, role_names
@@ -304,7 +306,36 @@ class _Parser:
 
 def parse_rules(text: str, origin: str = "<rules>") -> list[Rule]:
     """Parse a rule file's text."""
-    return _Parser(tokenize(text, origin), origin).rules()
+    rules = _Parser(tokenize(text, origin), origin).rules()
+    for rule in rules:
+        _check_source_attributes(rule)
+    return rules
+
+
+def _check_source_attributes(rule: Rule) -> None:
+    """A source term must write every attribute its operator requires: an unwritten one has
+    no default to match, and a wildcard no check would draw (an unwritten attribute with a
+    default matches only the default; see rules.matcher)."""
+    def walk(t: Term) -> None:
+        if not isinstance(t, OpTerm):
+            return
+        try:
+            op = get_op(t.op)
+        except OpAttributeError:
+            return  # an unknown operator is reported where the rule is matched or checked
+        written = {key for key, _ in t.attrs}
+        missing = [spec.name for spec in op.attrs
+                   if spec.default is REQUIRED and spec.name not in written]
+        if missing:
+            raise RuleSyntaxError(
+                f"{rule.origin}: rule {rule.name}: ({t.op} ...) in its source leaves "
+                f"{', '.join(missing)} unwritten, which {t.op} requires; bind it to match any "
+                f"value ({' '.join(f':{m} ?{m}' for m in missing)})")
+        for a in t.args:
+            walk(a)
+
+    for source in rule.sources:
+        walk(source)
 
 
 # ---- printer -----------------------------------------------------------------------------------

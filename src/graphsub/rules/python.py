@@ -14,8 +14,8 @@ rewriter takes them:
 
 Each parameter after `op` is a pattern variable (`?x`); `op.NAME(*tensors, **attributes)` is
 graphsub's operator NAME (docs/operators.md), and Python's `+ - * / @` are add, sub, mul,
-div and matmul. A number in the pattern is a constant compared by value (a fresh variable
-with a `close-to` condition; a division by one is the product with its inverse, so `x /
+div and matmul. A number in the pattern is a scalar constant compared by value (a fresh
+variable with `close-to` and rank 0 conditions; a division by one is the product with its inverse, so `x /
 math.sqrt(2.0)` matches 0.7071 multiplied or 1.4142 divided, however the graph wrote it;
 graphsub.rules.chains); a number in the replacement is a scalar constant of the
 first variable's dtype. An attribute given as `op.attr("name")` is an attribute variable
@@ -156,7 +156,10 @@ def python_rule(name: str, pattern: Callable[..., Any], replacement: Callable[..
     constants: list[tuple[str, float]] = []
     sources = _traced(pattern, names, _Tracer(True, names[0], constants))
     targets = _traced(replacement, names, _Tracer(False, names[0], constants))
-    conditions = [f"(close-to ?{c} {print_expr(Lit(v))})" for c, v in constants]
+    # a number is a scalar (a tensor of that value, even of one element, would broadcast the
+    # result to its own shape, which the replacement's scalar does not)
+    conditions = [f"(close-to ?{c} {print_expr(Lit(v))}), (eq (rank ?{c}) 0)"
+                  for c, v in constants]
     lines = [f"# {line}" for line in doc.splitlines()]
     lines.append(f"rule {name}:")
     lines.append("  " + ", ".join(print_term(s) for s in sources))

@@ -204,10 +204,12 @@ def ungrouped_conditions(terms: tuple[Term, ...]) -> tuple[Expr, ...]:
 
 
 def matrix_conditions(terms: tuple[Term, ...]) -> tuple[Expr, ...]:
-    """(ge (rank ?x) 2) for every variable of a rule with a matmul: TASO's matmul multiplies
-    matrices (or batches of them); graphsub's, like numpy's, also takes vectors, for which
-    associativity and distributivity fail (a vector is a row on one side of the product and a
-    column on the other)."""
+    """(eq (rank ?x) 2) for every variable of a rule with a matmul: TASO's rules multiply
+    matrices, and their concatenation axes (0: rows, 1: columns) are a matrix's. graphsub's
+    matmul, like numpy's, also takes vectors, for which associativity and distributivity fail
+    (a vector is a row on one side of the product and a column on the other), and batches that
+    broadcast, where axis 1 is no longer the columns (rule 76 with x1 [2 4 4], x4 and x5
+    [4 4]: [2 8 4] one way, [2 4 8] the other)."""
     has_matmul = False
     names: list[str] = []
 
@@ -225,7 +227,7 @@ def matrix_conditions(terms: tuple[Term, ...]) -> tuple[Expr, ...]:
         walk(t)
     if not has_matmul:
         return ()
-    return tuple(Call("ge", (Call("rank", (AVar(n),)), Lit(2))) for n in names)
+    return tuple(Call("eq", (Call("rank", (AVar(n),)), Lit(2))) for n in names)
 
 
 def convert_rule(tr: TasoRule, ungrouped: bool = False) -> Rule:
