@@ -29,7 +29,8 @@ from graphsub.ir import Graph
 from graphsub.proofs.exact import (EIGHTHS, NEG_INF, POINTS, SPREAD, NotExact, exact_run,
                                    to_floats)
 from graphsub.rules.ast import Rule
-from graphsub.rules.check import PLAN_ATTEMPTS, _rank_plans, rewritten_example
+from graphsub.rules.check import (PLAN_ATTEMPTS, RuleCheckError, _rank_plans, conv_images,
+                                  rewritten_example)
 from graphsub.runtime.reference import evaluate
 from graphsub.verdicts.equivalence import diff_arrays
 
@@ -87,17 +88,21 @@ def identity_test(rule: Rule, seed: int = 0) -> IdentityTest:
         if plan is None:
             continue
         fitted = False
-        for kind, tries in (("square", 1), ("odd", PLAN_ATTEMPTS), ("distinct", PLAN_ATTEMPTS),
-                            ("", PLAN_ATTEMPTS)):
+        kinds = [("square", 1, 1), ("odd", PLAN_ATTEMPTS, 1), ("distinct", 3 * PLAN_ATTEMPTS, 3)]
+        if conv_images(rule):
+            kinds.append(("grouped", 40 * PLAN_ATTEMPTS, 10))
+        for kind, tries, wanted in kinds + [("", PLAN_ATTEMPTS, 1)]:
             if fitted and not kind:
                 break  # random draws only where none of the three kinds fits
+            got = 0
             for _ in range(tries):
                 found = tested.add(_instance(rule, rng, plan, kind))
                 if found is not None:
                     if found.status != "passed":
                         return found
-                    fitted = True
-                    break
+                    fitted, got = True, got + 1
+                    if got == wanted:
+                        break
     for draw in range(DRAWS):
         if tested.instances >= INSTANCES:
             break
@@ -122,13 +127,14 @@ class _Tally:
         self.seen: set[tuple[Any, ...]] = set()
         self.untestable = ""
 
-    def add(self, instance: tuple[Graph, Graph, dict[str, np.ndarray]] | None,
+    def add(self, instance: tuple[Graph, Graph, dict[str, np.ndarray]] | IdentityTest | None,
             repeat: bool = False) -> IdentityTest | None:
         """None where there is no instance (one of shapes tested already, unless `repeat`;
         one the exact semantics do not cover, whose reason is kept; a divisor vanished
-        there); else the outcome of testing it: passed (counted), differs or not tested."""
-        if instance is None:
-            return None
+        there); else the outcome of testing it: passed (counted), refutes, differs or not
+        tested."""
+        if instance is None or isinstance(instance, IdentityTest):
+            return instance
         before, after, feeds = instance
         if _shapes(before) in self.seen and not repeat:
             return None
@@ -200,13 +206,18 @@ def _equal(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _instance(rule: Rule, rng: _Points, ranks: dict[str, int] | None = None, kind: str = ""
-              ) -> tuple[Graph, Graph, dict[str, np.ndarray]] | None:
-    """An instance drawn as the numerical check draws one of `kind` (square, odd or distinct
-    shapes; "" any), its values finite (the exact semantics have no infinity but a mask's)."""
+              ) -> tuple[Graph, Graph, dict[str, np.ndarray]] | IdentityTest | None:
+    """An instance drawn as the numerical check draws one of `kind` (square, odd, distinct or
+    grouped shapes; "" any), its values finite (the exact semantics have no infinity but a mask's);
+    a refutation where its target's type is not its source's."""
     try:
         drawn = rewritten_example(rule, rng, ranks,  # type: ignore[arg-type]
                                   square=kind == "square", edges=False, odd=kind == "odd",
-                                  distinct=kind == "distinct")
+                                  distinct=kind == "distinct", grouped=kind == "grouped")
+    except RuleCheckError as exc:
+        if "is wrong" in str(exc):
+            return IdentityTest("refutes", reason=str(exc).splitlines()[0])
+        return None
     except GraphsubError:  # an instance the rewrite cannot build: draw another
         return None
     if drawn is None:
