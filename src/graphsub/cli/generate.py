@@ -118,9 +118,10 @@ def verify(rule_file: Annotated[Optional[Path], typer.Argument(help="graphsub .r
            timeout_ms: TimeoutOpt = 10_000, executor: ExecutorOpt = "process",
            workers: WorkersOpt = None, scheduler: SchedulerOpt = None,
            as_json: JsonOpt = False) -> None:
-    """Verify every rule of a file (or of the built-in library): proven by Z3 from the operator
-    axioms, else tested exactly at random points; a rule that fails on random inputs is
-    refuted. Exit status 1 when any rule is refuted."""
+    """Verify every rule of a file (or of the built-in library), as loading does: unknown where
+    no instance can be built, refuted where an instance's sides differ, else proven by Z3
+    from the operator axioms, else tested exactly at random points (docs/rules.md, "What a
+    verdict guarantees"). Exit status 1 when any rule is refuted."""
     from graphsub.executors import make_executor
     from graphsub.proofs.batch import verify_rules
     from graphsub.rules import library_files, load_rules
