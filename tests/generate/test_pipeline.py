@@ -68,7 +68,7 @@ def test_process_pool_and_dask_find_the_same_rules_as_one_process():
         assert report.workers == 2 and texts(rules) == texts(serial), kind
 
 
-def test_convolution_rules_are_found_and_proven():
+def test_convolution_rules_are_found_and_verified():
     rules, report = generate(2, ["conv", "relu"], variables=2, executor=make_executor("serial"),
                              timeout_ms=2000)
     by_form = {f: r for r in rules for f in canonical_forms(r)}
@@ -76,7 +76,9 @@ def test_convolution_rules_are_found_and_proven():
                            ":dilation [1 1] :activation none)) => (conv2d ?x ?w :stride [1 1] "
                            ":padding same :dilation [1 1] :activation relu)")
     hit = [by_form[f] for f in canonical_forms(fused) if f in by_form]
-    assert hit and report.verdicts[hit[0].name][0] == "proven"
+    # verified: the exact test vouches for it (Z3's axioms describe ungrouped convolution
+    # only, and a generated rule does not say its convolution is ungrouped)
+    assert hit and report.verdicts[hit[0].name][0] in ("proven", "tested")
 
 
 def test_rules_with_constants_are_written_with_their_shape_and_proven():

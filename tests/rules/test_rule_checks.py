@@ -70,7 +70,9 @@ def test_loading_a_file_with_a_wrong_rule_fails(tmp_path):
 
 @pytest.mark.skipif(not TASO_PB.exists(), reason="../shared/data/taso/graph_subst.pb is not beside the checkout")
 def test_taso_rule_file_imports_and_checks():
-    result = import_taso_rules(TASO_PB)
+    from graphsub.proofs.loading import verified
+
+    result = import_taso_rules(TASO_PB, decide=verified)  # as `--rules graph_subst.pb` loads
     assert result.total == 133
     # rules 99, 100, 130 and 131 are wrong where their convolutions have different numbers of
     # outputs (tests/proofs/test_taso_proofs.py): not loaded
@@ -104,29 +106,31 @@ def test_a_rule_that_passed_is_not_checked_again_until_it_changes(tmp_path, monk
     """Verifying a rule file takes seconds that every run would pay: passes are remembered
     (in the cache folder), by the rule's text and the checker's, prover's and operators'
     source."""
-    from graphsub.proofs import prover
+    from graphsub.proofs import loading
     from graphsub.rules.check import CheckedRules
 
     monkeypatch.setenv("GRAPHSUB_CACHE_DIR", str(tmp_path))
     (rule,) = parse_rules("rule relu-t: (relu (transpose ?x :perm [1 0])) "
                           "=> (transpose (relu ?x) :perm [1 0])")
     calls = []
-    real = prover.verify_rule
-    monkeypatch.setattr(prover, "verify_rule",
+    real = loading.verify_rule
+    monkeypatch.setattr(loading, "verify_rule",
                         lambda r, **kw: calls.append(r.name) or real(r, **kw))
-    with CheckedRules.load() as passed:
+    with CheckedRules.load(loading.verified) as passed:
         passed.check(rule)
-    with CheckedRules.load() as passed:
+    with CheckedRules.load(loading.verified) as passed:
         passed.check(rule)
     assert calls == ["relu-t"]
     (changed,) = parse_rules("rule relu-t: (relu (transpose ?x :perm [1 0])) "
                              "=> (relu (transpose (relu ?x) :perm [1 0]))")
-    with CheckedRules.load() as passed:
+    with CheckedRules.load(loading.verified) as passed:
         passed.check(changed)
     assert calls == ["relu-t", "relu-t"]
+    with CheckedRules.load() as passed:  # another decision (the numerical check): its own pass
+        assert not passed.has(rule)
     (wrong,) = parse_rules("rule bad: (sigmoid ?x) => (tanh ?x)")
     for _ in range(2):  # a failure is never remembered as a pass
-        with pytest.raises(RuleCheckError), CheckedRules.load() as passed:
+        with pytest.raises(RuleCheckError), CheckedRules.load(loading.verified) as passed:
             passed.check(wrong)
     (tmp_path / CheckedRules.FILE).write_text("not json")
     assert not CheckedRules.load().has(rule)  # a damaged cache: checked again, no crash

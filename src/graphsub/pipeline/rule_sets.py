@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphsub.rules import Rule, builtin_rules, load_rules
+from graphsub.proofs.loading import load_verified_rules
+from graphsub.rules import Rule, builtin_rules
 from graphsub.rules.roles import RUN_ROLES, Role, role_names, with_role
 
 
@@ -55,10 +56,11 @@ def rule_set(given: Sequence[Rule] | None, rules_only: bool = False) -> RuleSet:
 
 
 def load_rule_files(paths: Sequence[str | Path], rules_only: bool = False) -> RuleSet:
-    """The rules a run reads given these files (graphsub .rules or TASO .pb, each checked
-    numerically on load): added to the library, or alone with `rules_only`; no files: the
-    library."""
-    return rule_set(load_rules([Path(p) for p in paths]) if paths else None, rules_only)
+    """The rules a run reads given these files (graphsub .rules or TASO .pb, each verified on
+    load as `graphsub verify` verifies it): added to the library, or alone with
+    `rules_only`; no files: the library."""
+    return rule_set(load_verified_rules([Path(p) for p in paths]) if paths else None,
+                    rules_only)
 
 
 def _normal_form_left_out(library: Sequence[Rule], given: Sequence[Rule]) -> list[str]:

@@ -15,7 +15,8 @@ from pathlib import Path
 from graphsub.errors import GraphsubError
 from graphsub.rules.applier import Rejection, apply_match
 from graphsub.rules.ast import Rule
-from graphsub.rules.check import CheckedRules, RuleCheckError, check_rule
+from graphsub.rules.check import (CheckedRules, Decision, RuleCheckError, check_rule,
+                                  numerical_check)
 from graphsub.rules.matcher import Match, find_matches
 from graphsub.rules.parser import RuleSyntaxError, parse_rules, print_rule, print_rules
 from graphsub.rules.python import load_python_rules, python_rule
@@ -28,18 +29,21 @@ def library_files() -> list[Path]:
 
 
 @lru_cache(maxsize=None)
-def _checked(path: str, text: str, check: bool) -> tuple[Rule, ...]:
+def _checked(path: str, text: str, check: bool, decide: Decision) -> tuple[Rule, ...]:
     rules = parse_rules(text, origin=path)
     if check:
-        with CheckedRules.load() as passed:
+        with CheckedRules.load(decide) as passed:
             for r in rules:
                 passed.check(r)
     return tuple(rules)
 
 
-def load_rules(paths: Iterable[str | Path], check: bool = True) -> list[Rule]:
-    """Rules from rule files (graphsub text format, or TASO's .pb), each checked numerically
-    unless `check` is False. Duplicate rule names are an error."""
+def load_rules(paths: Iterable[str | Path], check: bool = True,
+               decide: Decision = numerical_check) -> list[Rule]:
+    """Rules from rule files (graphsub text format, or TASO's .pb), each decided by `decide`
+    (the numerical check; `graphsub.proofs.loading.load_verified_rules` loads with
+    `graphsub verify`'s decision) unless `check` is False. Duplicate rule names are an
+    error."""
     rules: list[Rule] = []
     for p in paths:
         path = Path(p)
@@ -49,14 +53,14 @@ def load_rules(paths: Iterable[str | Path], check: bool = True) -> list[Rule]:
         if path.suffix == ".pb":
             from graphsub.rules.taso import import_taso_rules
 
-            rules += import_taso_rules(path, check=check).rules
+            rules += import_taso_rules(path, check=check, decide=decide).rules
         else:
             try:
                 text = path.read_text(encoding="utf-8")
             except UnicodeDecodeError:
                 raise GraphsubError(f"rule file {path} is not text in UTF-8; give a graphsub "
                                     ".rules file, or TASO's rules as a .pb file") from None
-            rules += _checked(str(path), text, check)
+            rules += _checked(str(path), text, check, decide)
     seen: dict[str, str] = {}
     for r in rules:
         if r.name in seen:

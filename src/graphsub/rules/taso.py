@@ -16,11 +16,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from graphsub.errors import GraphsubError
 from graphsub.rules.ast import AVar, Call, Expr, ListExpr, Lit, OpTerm, OutRef, Rule, Term, Var
 from graphsub.rules.matcher import SAME_SHAPES
 from graphsub.rules.roles import Role
+
+if TYPE_CHECKING:
+    from graphsub.rules.check import Decision
 
 OP_NAMES = {0: "INPUT", 1: "WEIGHT", 2: "ANY", 3: "CONV2D", 4: "DROPOUT", 5: "LINEAR",
             6: "POOL2D_MAX", 7: "POOL2D_AVG", 8: "RELU", 9: "SIGMOID", 10: "TANH",
@@ -280,15 +284,16 @@ class TasoImport:
         return text
 
 
-def import_taso_rules(path: str | Path, check: bool = True) -> TasoImport:
-    """Convert TASO's rules; with `check`, each is checked numerically under graphsub's
-    semantics, and one that fails is retried restricted to ungrouped convolutions (TASO's
-    verifier does not model groups) before it is skipped."""
-    from graphsub.rules.check import CheckedRules, RuleCheckError
+def import_taso_rules(path: str | Path, check: bool = True,
+                      decide: Decision | None = None) -> TasoImport:
+    """Convert TASO's rules; with `check`, each is decided (`decide`: the numerical check by
+    default) under graphsub's semantics, and one that fails is retried restricted to
+    ungrouped convolutions (TASO's verifier does not model groups) before it is skipped."""
+    from graphsub.rules.check import CheckedRules, RuleCheckError, numerical_check
 
     taso = read_taso_rules(path)
     result = TasoImport([], len(taso))
-    with CheckedRules.load() as passed:
+    with CheckedRules.load(decide or numerical_check) as passed:
         for tr in taso:
             try:
                 rule = convert_rule(tr)
