@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphsub.proofs.loading import load_verified_rules
 from graphsub.rules import Rule, builtin_rules
 from graphsub.rules.roles import RUN_ROLES, Role, role_names, with_role
 
@@ -59,8 +58,11 @@ def load_rule_files(paths: Sequence[str | Path], rules_only: bool = False) -> Ru
     """The rules a run reads given these files (graphsub .rules or TASO .pb, each verified on
     load as `graphsub verify` verifies it): added to the library, or alone with
     `rules_only`; no files: the library."""
-    return rule_set(load_verified_rules([Path(p) for p in paths]) if paths else None,
-                    rules_only)
+    if not paths:
+        return rule_set(None, rules_only)
+    from graphsub.proofs.loading import load_verified_rules  # Z3's import, only when asked
+
+    return rule_set(load_verified_rules([Path(p) for p in paths]), rules_only)
 
 
 def _normal_form_left_out(library: Sequence[Rule], given: Sequence[Rule]) -> list[str]:
