@@ -95,6 +95,31 @@ def test_wrong_rules_do_not_pass(name):
     assert result.status in ("differs", "refutes"), (name, result)
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "uint32"])
+def test_wrapping_integer_arithmetic_is_exact(dtype):
+    """Sums and products wrap modulo 2**bits, in whatever order: associativity and
+    distributivity hold in every integer type, and the exact test knows it rather than
+    calling the wrapped values random."""
+    typed = ", ".join(f"(eq (dtype ?{v}) {dtype})" for v in "pqr")
+    for text in ("(add (add ?p ?q) ?r) => (add ?p (add ?q ?r))",
+                 "(mul (add ?p ?q) ?r) => (add (mul ?p ?r) (mul ?q ?r))",
+                 "(mul (mul ?p ?q) ?r) => (mul ?p (mul ?q ?r))"):
+        result = identity_test(rule(f"{text} where {typed}"))
+        assert result.status == "passed", (text, result)
+
+
+def test_integer_quotients_truncate_toward_zero_as_the_reference_does():
+    a, b = np.array([-128, 7, -7, 127], np.int8), np.array([3, -2, 2, -1], np.int8)
+    g = GraphBuilder()
+    x, y = g.input("a", a.shape, "int8"), g.input("b", b.shape, "int8")
+    g.output(g.op("div", x, y), "q")
+    graph = g.build()
+    reference = evaluate(graph, {"a": a, "b": b})["q"]
+    assert reference.tolist() == [-42, -3, -3, -127]
+    exactly = exact_evaluate(graph, {"a": a, "b": b})["q"]
+    assert [int(v) for v in exactly] == reference.tolist()
+
+
 def test_the_largest_float_as_a_mask_value_is_read_not_a_crash():
     """Exporters mask with float32's lowest value: it has no neighbour below."""
     lowest = float(np.finfo(np.float32).min)

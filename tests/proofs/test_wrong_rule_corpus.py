@@ -501,17 +501,6 @@ OUTSIDE_SCOPE = {
 }
 
 
-#: Wrong rules the verifier still lets through, each with why: the work left on issue 59. The
-#: verdict test below asserts that every other wrong rule is caught, and that these are the
-#: only ones let through (a fix must take its rule off this list).
-KNOWN_HOLES = {
-    "int-div-distributes-over-add": "wrong only in an integer type (truncating division), and "
-                                    "the checks draw an operand whose role names no type in "
-                                    "float32 alone: integer instances of generic operands are "
-                                    "not drawn yet",
-}
-
-
 def test_rules_outside_the_verdicts_scope_need_a_non_finite_input() -> None:
     for name in OUTSIDE_SCOPE:
         case = CASES[name]
@@ -524,17 +513,13 @@ def test_rules_outside_the_verdicts_scope_need_a_non_finite_input() -> None:
 # closed section's rules may be right now, and OUTSIDE_SCOPE's are right for finite inputs.
 @pytest.mark.slow
 def test_no_wrong_rule_is_proven_or_tested():
-    let_through, holes = [], set()
+    let_through = []
     for rule in corpus():
         if rule.name in OUTSIDE_SCOPE:
             continue
         with np.errstate(all="ignore"):
             verdict = verify_rule(rule, timeout_ms=3000)
         if verdict.status not in ("refuted", "unknown"):
-            if rule.name in KNOWN_HOLES:
-                holes.add(rule.name)
-                continue
             let_through.append(f"{rule.name}: {verdict.status} ({verdict.reason[:100]})")
     assert not let_through, (f"{len(let_through)} wrong rules let through:\n"
                              + "\n".join(let_through))
-    assert holes == set(KNOWN_HOLES), f"caught now, take off KNOWN_HOLES: {set(KNOWN_HOLES) - holes}"

@@ -55,6 +55,33 @@ def test_wrong_rules_are_rejected(text):
         check_rule(rule)
 
 
+@pytest.mark.parametrize("text, dtype", [
+    # right in the reals; integer division truncates (1/2 + 1/2 is 0, 2/2 is 1)
+    ("(add (div ?x ?y) (div ?z ?y)) => (div (add ?x ?z) ?y)", "int32"),
+    # right in the reals away from zero; a uint8 or int8 product wraps before the quotient
+    ("(div (mul ?x ?y) ?y) => ?x where (nonzero ?y), (eq (shape ?y) (shape ?x))", "int8"),
+    # a scaling by a reciprocal, which truncates to zero in an integer type
+    ("(div ?x ?c) => (smul ?x (constant :value (/ 1.0 (value ?c)) :shape [] "
+     ":dtype (dtype ?x))) where (eq (shape ?c) []), (eq (shape $0) (shape ?x))", "int"),
+])
+def test_rules_wrong_only_in_integer_types_are_rejected(text, dtype):
+    """Operands no role or condition types are drawn in integer types too (check.py's
+    INTEGER_TYPES): an integer instance is the counterexample."""
+    (rule,) = parse_rules(f"rule r: {text}")
+    with pytest.raises(RuleCheckError, match=f"is wrong(.|\n)*{dtype}"):
+        check_rule(rule)
+
+
+def test_integer_draws_leave_floating_point_rules_alone():
+    """The same scaling, said to hold in floating point, passes: no integer instance of it
+    matches."""
+    (rule,) = parse_rules(
+        "rule r: (div ?x ?c) => (smul ?x (constant :value (/ 1.0 (value ?c)) :shape [] "
+        ":dtype (dtype ?x))) where (eq (shape ?c) []), (eq (shape $0) (shape ?x)), "
+        "(in (dtype ?x) float16 bfloat16 float32 float64)")
+    assert check_rule(rule).examples > 0
+
+
 def test_untestable_rule_is_rejected():
     (rule,) = parse_rules("rule never: (relu ?x) => (relu ?x) where (eq 1 2)")
     with pytest.raises(RuleCheckError, match="could not be tested"):

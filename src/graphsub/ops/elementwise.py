@@ -299,9 +299,12 @@ def _binary_infer(name: str) -> Callable[[Attrs, Types], Types]:
 
 
 def _int_safe_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.issubdtype(a.dtype, np.unsignedinteger):
+        return np.asarray(a // b).astype(a.dtype)
     if np.issubdtype(a.dtype, np.integer):
-        q = np.abs(a) // np.abs(b)  # ONNX integer division truncates toward zero
-        signed: np.ndarray = q * np.sign(a) * np.sign(b)
+        # ONNX integer division truncates toward zero; in int64, where |int8's minimum| fits
+        wide_a, wide_b = a.astype(np.int64), b.astype(np.int64)
+        signed: np.ndarray = np.abs(wide_a) // np.abs(wide_b) * np.sign(wide_a) * np.sign(wide_b)
         return signed.astype(a.dtype)
     quotient: np.ndarray = np.divide(a, b)
     return quotient.astype(a.dtype)

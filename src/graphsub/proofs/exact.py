@@ -4,14 +4,14 @@ rational arithmetic cannot compute. The evaluator of `graphsub.proofs.identity`'
 Values are numpy object arrays of `Fraction` (and NEG_INF, what masks hold). Arithmetic in
 float32 and float64 is exact, as the axioms take it. What cannot be computed that way (tanh,
 erf, a square root, softmax over a row, rounding to a type that does not hold the value,
-arithmetic in half precision, which rounds, and in an integer type where it wraps or
-truncates) is a random function of its exact argument: a keyed hash, the same function
-wherever the same operation occurs, so a rule that holds here holds whatever those functions
-are, the real ones among them. Where a function has a property rules of a kind rely on, the
-property is built in and stated here: relu is idempotent; softmax gives a masked (-inf)
-position zero; rounding a
-whole number in a type's range to that type leaves it; a cast to a type that holds the value
-is the identity. Fused operators (attention, GELU, batch normalization) are their definitions
+arithmetic in half precision, which rounds, and an integer mean, which truncates) is a
+random function of its exact argument: a keyed hash, the same function wherever the same
+operation occurs, so a rule that holds here holds whatever those functions are, the real
+ones among them. Where a function has a property rules of a kind rely on, the property is
+built in and stated here: relu is idempotent; softmax gives a masked (-inf) position zero;
+integer sums, products and quotients wrap and truncate as their type does, exactly;
+rounding a whole number in a type's range to that type leaves it; a cast to a type that
+holds the value is the identity. Fused operators (attention, GELU, batch normalization) are their definitions
 (axioms), each checked against its numpy reference by the tests
 (tests/proofs/test_identity.py).
 
@@ -427,13 +427,27 @@ def integer_range(dtype: str) -> tuple[int, int] | None:
     return int(info.min), int(info.max)
 
 
+#: Operators whose integer results wrap exactly: sums and products (a ring's operations, so
+#: the exact result modulo 2**bits is what wrapping arithmetic computes, in whatever order it
+#: sums) and the truncating quotient.
+WRAPPING = frozenset({"add", "sub", "mul", "neg", "matmul", "reduce_sum", "div"})
+
+
+def _wrapped(v: Fraction, op: str, low: int, high: int) -> Fraction:
+    """An integer operator's result as its type holds it: a quotient truncated toward zero
+    (ONNX's integer division), then wrapped into the type's range."""
+    whole = math.trunc(v) if op == "div" else int(v)
+    return Fraction((whole - low) % (high - low + 1) + low)
+
+
 def _in_type(op: str, x: np.ndarray, dtype: str) -> np.ndarray:
     """An operator's exact result as its type holds it. Arithmetic in float32 and float64 is
     exact, as the axioms take it; in half precision it rounds (graphsub's operators compute
     in float32 there and round), a random function of the exact result, so moving work into
     half precision is not equal; in an integer type a result that is a whole number in the
-    type's range is itself, anything else (a wrapped sum, a truncated quotient) a random
-    function of it, one per operator, since wrapping and truncating differ."""
+    type's range is itself, a sum, a product or a quotient (WRAPPING) wraps and truncates as
+    the type does, exactly, and anything else (an integer mean) is a random function of it,
+    one per operator."""
     if dtype in HALF:
         return rounded(x, dtype)
     if (bounds := integer_range(dtype)) is None:
@@ -442,8 +456,14 @@ def _in_type(op: str, x: np.ndarray, dtype: str) -> np.ndarray:
     out = np.empty(x.shape, dtype=object)
     for index in np.ndindex(x.shape):
         v: Any = x[index]
-        whole = v is not NEG_INF and Fraction(v).denominator == 1 and low <= v <= high
-        out[index] = v if whole else hashed(f"{op} in {dtype}", v, whole=True)
+        if v is NEG_INF:
+            out[index] = hashed(f"{op} in {dtype}", v, whole=True)
+        elif Fraction(v).denominator == 1 and low <= v <= high:
+            out[index] = v
+        elif op in WRAPPING and (op == "div" or Fraction(v).denominator == 1):
+            out[index] = _wrapped(Fraction(v), op, low, high)
+        else:
+            out[index] = hashed(f"{op} in {dtype}", v, whole=True)
     return out
 
 

@@ -239,9 +239,32 @@ def _role_shapes(role: tuple[str, int]) -> tuple[Shape, ...]:
     return _role(role).shapes
 
 
+#: The integer types generic operands are drawn in, one per integer example: small signed
+#: values (truncating division, negative quotients), and unsigned and signed bytes over their
+#: whole range (wrapping sums and products).
+INTEGER_TYPES = ("int32", "uint8", "int8")
+
+
+def _integer_values(dtype: str, shape: Shape, rng: np.random.Generator, *, divisor: bool,
+                    small: bool) -> np.ndarray:
+    """Integers of a generic operand drawn in an integer type: over the type's whole range
+    (sums and products wrap) but for int32, small there (what truncating division shows);
+    a divisor is never zero (integer division by zero is undefined in ONNX, and a crash in
+    onnxruntime, not a value), `small` (a scale an attribute takes) one to four."""
+    if small:
+        return rng.integers(1, 5, shape).astype(dtype)
+    info = np.iinfo(dtype)
+    low, high = (-9, 9) if dtype == "int32" else (int(info.min), int(info.max))
+    data = rng.integers(low, high + 1, shape)
+    if divisor:
+        data = np.where(data == 0, 1, data)
+    return np.asarray(data).astype(dtype)
+
+
 def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] | None = None,
                    square: bool = False, edges: bool | None = None, odd: bool = False,
-                   distinct: bool = False, grouped: bool = False) -> _Example | None:
+                   distinct: bool = False, grouped: bool = False,
+                   integer: str | None = None) -> _Example | None:
     """A random instance of the rule's source (None when the draw does not fit it); with
     `ranks`, each variable named there gets a shape of that rank; with `square`, one whose
     last two sizes are 4 where its role allows one, the draw that fits the most sources
@@ -251,8 +274,10 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
     variables a shape no other has (two convolutions' kernels with different numbers of
     outputs over one image: what a rule right only for equal operands misses); with
     `grouped`, each convolution's kernel one of 1, 2 or 4 groups over its image (what the
-    axioms, which describe ungrouped convolution, cannot see); `edges`
-    draws divisors and the operands of roots and logarithms at their domains' edges (None:
+    axioms, which describe ungrouped convolution, cannot see); with `integer`, the operands
+    no role or condition types are drawn in that integer type (a rule right in the reals but
+    not with truncating division or wrapping sums; None where the source takes no integers);
+    `edges` draws divisors and the operands of roots and logarithms at their domains' edges (None:
     at random)."""
     roles = _roles(rule)
     images = conv_images(rule)
@@ -317,7 +342,16 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
             raise GraphsubError("no shape its conditions allow has the rank planned")
         shape = choices[rng.integers(len(choices))]
         dtype = _role(role).dtype
-        if dtype != "float32":  # quantized values: integers over the type's whole range
+        if integer is not None and dtype == "float32" and name not in typed:
+            if name in causal or name in unmasked or name in masks:
+                raise GraphsubError("a mask holds -inf, which no integer type has")
+            data = _integer_values(integer, shape, rng, small=name in scalars,
+                                   divisor=name in positive or name in nonzero
+                                   or name in positive_weights)
+            if name in positive_weights and np.issubdtype(data.dtype, np.signedinteger):
+                data = np.abs(data).astype(data.dtype)
+            dtype = integer
+        elif dtype != "float32":  # quantized values: integers over the type's whole range
             info = np.iinfo(dtype)
             data = rng.integers(info.min, int(info.max) + 1, shape).astype(dtype)
         else:
@@ -337,7 +371,13 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
             data = data.astype(typed[name])
         if name in constants:
             fill = constants[name]
-            data = np.full(shape, fill.value if isinstance(fill, Lit) else 1.0, np.float32)
+            value = fill.value if isinstance(fill, Lit) else 1.0
+            if dtype != "float32":  # a constant of an integer example: one the type holds
+                info = np.iinfo(dtype)
+                if not (isinstance(value, (int, float)) and float(value).is_integer()
+                        and info.min <= value <= info.max):
+                    raise GraphsubError(f"{dtype} does not hold the constant {value}")
+            data = np.full(shape, value, dtype if dtype != "float32" else np.float32)
             values[name] = b.weight(data, name=name)
         elif name in causal and len(shape) >= 2:
             keep = np.tril(np.ones(shape[-2:], dtype=bool))
@@ -397,11 +437,11 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
 
 def rewritten_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] | None = None,
                       square: bool = False, edges: bool | None = None, odd: bool = False,
-                      distinct: bool = False, grouped: bool = False
+                      distinct: bool = False, grouped: bool = False, integer: str | None = None
                       ) -> tuple[_Example, Graph] | None:
     """A random instance of the rule's source (as _build_example draws it) and the graph the
     rule rewrites it into, matched at the whole source; None when the draw does not fit."""
-    ex = _build_example(rule, rng, ranks, square, edges, odd, distinct, grouped)
+    ex = _build_example(rule, rng, ranks, square, edges, odd, distinct, grouped, integer)
     if ex is None:
         return None
     matches = [m for m in find_matches(ex.graph, rule)
@@ -514,12 +554,13 @@ def check_rule(rule: Rule, examples: int = 3, attempts: int = 1000, rtol: float 
     covered: set[tuple[tuple[str, int], ...]] = set()
 
     def try_example(ranks: dict[str, int] | None, square: bool = False, odd: bool = False,
-                    distinct: bool = False, grouped: bool = False) -> bool:
+                    distinct: bool = False, grouped: bool = False,
+                    integer: str | None = None) -> bool:
         nonlocal done, worst
         # every other example at the domains' edges: the others keep ordinary magnitudes,
         # whose differences the tolerance (scaled by the largest output) still sees
         drawn = rewritten_example(rule, rng, ranks, square, edges=done % 2 == 1, odd=odd,
-                                  distinct=distinct, grouped=grouped)
+                                  distinct=distinct, grouped=grouped, integer=integer)
         if drawn is None:
             return False
         ex, after = drawn
@@ -542,7 +583,10 @@ def check_rule(rule: Rule, examples: int = 3, attempts: int = 1000, rtol: float 
                 # against a number is a difference.
                 undefined = ~np.isfinite(expected) & ~np.isfinite(got)
                 got = np.where(undefined, expected, got)
-            d = diff_arrays(name, expected, got, rtol, max(rtol * scale, 1e-6))
+            # integers are exact: a quotient one off is a different answer
+            exact = expected.dtype.kind in "iub"
+            d = diff_arrays(name, expected, got, 0.0 if exact else rtol,
+                            0.0 if exact else max(rtol * scale, 1e-6))
             worst = max(worst, d.max_abs / max(scale, 1e-6))
             if not d.ok:
                 raise RuleCheckError(
@@ -561,6 +605,8 @@ def check_rule(rule: Rule, examples: int = 3, attempts: int = 1000, rtol: float 
                       bool(images) and sum(try_example(plan, grouped=True)
                                            for _ in range(40 * PLAN_ATTEMPTS)) > 0]
             any(fitted) or any(try_example(plan) for _ in range(PLAN_ATTEMPTS))
+    for integer in INTEGER_TYPES:  # where the source takes integers: one example in each type
+        any(try_example(None, odd=True, integer=integer) for _ in range(PLAN_ATTEMPTS))
     for attempt in range(attempts):
         if done >= examples:
             break
