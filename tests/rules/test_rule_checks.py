@@ -72,6 +72,20 @@ def test_rules_wrong_only_in_integer_types_are_rejected(text, dtype):
         check_rule(rule)
 
 
+def test_a_target_that_builds_only_where_sizes_coincide_is_drawn_there():
+    """The merge of two products split along the wrong axis builds only where the batch is
+    the sum of the two outputs' sizes (x [2 4 4], w1 and w2 [4 1]): the check keeps drawing
+    at the ranks where the source matched but the target never built, and finds them."""
+    (rule,) = parse_rules(
+        "rule r: (matmul :activation ?a ?x ?w1), (matmul :activation ?a ?x ?w2) "
+        "=> let y = (matmul :activation ?a ?x (concat :axis -1 ?w1 ?w2)) "
+        "in (split :axis 0 :sizes [(dim ?w1 -1) (dim ?w2 -1)] y).0, "
+        "(split :axis -1 :sizes [(dim ?w1 -1) (dim ?w2 -1)] y).1 "
+        "where (eq (rank ?w1) 2), (eq (rank ?w2) 2)")
+    with pytest.raises(RuleCheckError, match="is wrong"):
+        check_rule(rule)
+
+
 def test_integer_draws_leave_floating_point_rules_alone():
     """The same scaling, said to hold in floating point, passes: no integer instance of it
     matches."""

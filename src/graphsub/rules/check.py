@@ -59,6 +59,9 @@ class RuleCheckError(GraphsubError):
 MAX_RANK_PLANS = 256
 #: Draws per combination of ranks, until one fits the source.
 PLAN_ATTEMPTS = 6
+#: Draws more for a combination of ranks where the source matched but the target never
+#: built: the instances where it builds are the coincidences of sizes a wrong target needs.
+UNBUILT_ATTEMPTS = 400
 
 
 def _roles(rule: Rule) -> dict[str, tuple[str, int]]:
@@ -437,10 +440,12 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
 
 def rewritten_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] | None = None,
                       square: bool = False, edges: bool | None = None, odd: bool = False,
-                      distinct: bool = False, grouped: bool = False, integer: str | None = None
-                      ) -> tuple[_Example, Graph] | None:
+                      distinct: bool = False, grouped: bool = False, integer: str | None = None,
+                      unbuilt: list[str] | None = None) -> tuple[_Example, Graph] | None:
     """A random instance of the rule's source (as _build_example draws it) and the graph the
-    rule rewrites it into, matched at the whole source; None when the draw does not fit."""
+    rule rewrites it into, matched at the whole source; None when the draw does not fit
+    (where the source matched but its target could not be built, the reason is added to
+    `unbuilt`)."""
     ex = _build_example(rule, rng, ranks, square, edges, odd, distinct, grouped, integer)
     if ex is None:
         return None
@@ -452,7 +457,11 @@ def rewritten_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int
     if isinstance(after, Rejection) and after.reason == TYPES_DIFFER:
         raise RuleCheckError(f"rule {rule.name} ({rule.origin}) is wrong: its target's type "
                              f"differs from its source's on\n{ex.graph.format()}")
-    return None if isinstance(after, Rejection) else (ex, after)
+    if isinstance(after, Rejection):
+        if unbuilt is not None:
+            unbuilt.append(after.reason)
+        return None
+    return ex, after
 
 
 @dataclass(frozen=True)
@@ -553,6 +562,8 @@ def check_rule(rule: Rule, examples: int = 3, attempts: int = 1000, rtol: float 
     done, worst = 0, 0.0
     covered: set[tuple[tuple[str, int], ...]] = set()
 
+    unbuilt: list[str] = []
+
     def try_example(ranks: dict[str, int] | None, square: bool = False, odd: bool = False,
                     distinct: bool = False, grouped: bool = False,
                     integer: str | None = None) -> bool:
@@ -560,7 +571,8 @@ def check_rule(rule: Rule, examples: int = 3, attempts: int = 1000, rtol: float 
         # every other example at the domains' edges: the others keep ordinary magnitudes,
         # whose differences the tolerance (scaled by the largest output) still sees
         drawn = rewritten_example(rule, rng, ranks, square, edges=done % 2 == 1, odd=odd,
-                                  distinct=distinct, grouped=grouped, integer=integer)
+                                  distinct=distinct, grouped=grouped, integer=integer,
+                                  unbuilt=unbuilt)
         if drawn is None:
             return False
         ex, after = drawn
@@ -598,13 +610,19 @@ def check_rule(rule: Rule, examples: int = 3, attempts: int = 1000, rtol: float 
 
     for plan in _rank_plans(rule, rng):
         if plan is not None:
+            unbuilt.clear()
             fitted = [try_example(plan, square=True),
                       any(try_example(plan, odd=True) for _ in range(PLAN_ATTEMPTS)),
                       sum(try_example(plan, distinct=True)
                           for _ in range(3 * PLAN_ATTEMPTS)) > 0,
                       bool(images) and sum(try_example(plan, grouped=True)
                                            for _ in range(40 * PLAN_ATTEMPTS)) > 0]
-            any(fitted) or any(try_example(plan) for _ in range(PLAN_ATTEMPTS))
+            if not any(fitted) and not any(try_example(plan) for _ in range(PLAN_ATTEMPTS)) \
+                    and unbuilt:
+                # The source matched and the target could not be built: at these ranks the
+                # target builds at sizes that coincide (a split's sizes summing to an axis
+                # they were not meant for), where it may be wrong. Look for them.
+                any(try_example(plan) for _ in range(UNBUILT_ATTEMPTS))
     for integer in INTEGER_TYPES:  # where the source takes integers: one example in each type
         any(try_example(None, odd=True, integer=integer) for _ in range(PLAN_ATTEMPTS))
     for attempt in range(attempts):
