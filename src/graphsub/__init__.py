@@ -6,6 +6,7 @@
     graphsub.save(data, "fast.onnx")               # what `graphsub optimize` writes
     report.save("report.html")                     # and its --report
     result = graphsub.optimize(model.graph)        # the search alone: .graph, .trace, .stats
+    fast_ep = graphsub.optimize_exported(ep)       # a torch.export program (torch extra)
 
 The names are imported when first used (graphsub.lazy).
 """
@@ -26,14 +27,17 @@ _EXPORTS = {
     "optimize": "graphsub.optimizer", "optimize_model": "graphsub.optimizer",
     "open_model": "graphsub.loaded", "LoadedModel": "graphsub.loaded",
     "use_custom_ops": "graphsub.runtime.ort_sessions",
+    "optimize_exported": "graphsub.frontends.exported",
 }
 __all__ = ["Graph", "GraphBuilder", "GraphsubError", "LoadedModel", "Node", "TensorType", "Value",
-           "load", "open_model", "optimize", "optimize_model", "save", "to_onnx",
+           "load", "open_model", "optimize", "optimize_exported", "optimize_model", "save",
+           "to_onnx",
            "use_custom_ops", "__version__"]
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
 
 if TYPE_CHECKING:
     from graphsub.errors import GraphsubError
+    from graphsub.frontends.exported import optimize_exported
     from graphsub.ir import Graph, GraphBuilder, Node, TensorType, Value
     from graphsub.loaded import LoadedModel, open_model
     from graphsub.onnx_io import load, save, to_onnx

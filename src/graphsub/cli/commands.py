@@ -547,7 +547,7 @@ def check_rule_files(paths: list[Path] | None, rules_only: bool = False) -> None
 @app.command()
 @handle_errors
 def optimize(ctx: typer.Context,
-             model: Annotated[str, typer.Argument(metavar="MODEL", help="ONNX file or zoo model.")],
+             model: Annotated[str, typer.Argument(metavar="MODEL", help="ONNX file, zoo model, or a torch.export program saved as .pt2 (torch.export.save).")],
              output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE", help="Where to write the optimized model (never the input file).")],
              algorithm: Annotated[str, typer.Option(metavar="NAME", help=ALGORITHM_HELP, rich_help_panel="Search")] = "backtracking",
              option: Annotated[Optional[list[str]], typer.Option("--option", "-O", metavar="NAME=VALUE", help=OPTION_HELP, rich_help_panel="Search")] = None,
@@ -572,6 +572,7 @@ def optimize(ctx: typer.Context,
              peers: Annotated[bool, typer.Option("--peers/--no-peers", metavar="", help=PEERS_HELP, rich_help_panel="Candidates")] = True,
              external_data: Annotated[bool, typer.Option("--external-data", metavar="", help="Weights to OUTPUT.data (auto >1 GiB).")] = False,
              report: Annotated[Optional[Path], typer.Option("--report", metavar="FILE", help="Also write the report: report.html (a page with plots) or report.json (its data; `graphsub report` renders it).")] = None,
+             package: Annotated[bool, typer.Option("--package", metavar="", help="For a .pt2 program: write the AOTInductor package compiled from the optimized program (aoti_compile_and_package) rather than the program.")] = False,
              as_json: JsonOpt = False) -> None:
     """Optimize a model: search equivalent graphs, keep the fastest measured, verify, write.
     Ctrl-C during the search ends it and goes on to measure what it found; a second Ctrl-C
@@ -598,6 +599,16 @@ def optimize(ctx: typer.Context,
         if report.resolve() == output.resolve():
             raise GraphsubError("--report and --output name the same file; give two names")
     check_rule_files(rules, rules_only)
+    from graphsub.cli.exported import is_exported, optimize_program_file
+
+    if is_exported(model):
+        optimize_program_file(model, output, time_limit=time_limit, target=target,
+                              rules=list(rules or []), package=package, report=report,
+                              as_json=as_json, command=command_line(ctx))
+        return
+    if package:
+        raise GraphsubError("--package is for torch.export programs (.pt2); an ONNX model is "
+                            "written as ONNX")
     shapes = parse_input_shapes(input_shape)
     loading = StepLog()
     with counted("loading the model", loading):

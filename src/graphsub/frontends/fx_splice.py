@@ -323,7 +323,7 @@ class _Program:
         #: each node by its name as captured: a replaced one by what replaced it, so that a
         #: later part reading an earlier part's output reads the new value
         self.current: dict[str, fx.Node] = {n.name: n for n in gm.graph.nodes}
-        self.examples = {n.name: n.meta.get("example_value") for n in gm.graph.nodes}
+        self.examples = {n.name: example_of(n) for n in gm.graph.nodes}
         #: ATen operators copied in (by the traced node copied), and every node inserted
         #: for the regions' reads (those copies, snapshots), in order
         self.copied: dict[fx.Node, fx.Node] = {}
@@ -355,14 +355,15 @@ class _Program:
             _same_type(self.examples[name], t) and \
             _storage_of(self.examples[name]) not in self.written
 
-    def node(self, source: fx.Node, owner: fx.GraphModule) -> fx.Node:
+    def node(self, source: fx.Node, owner: fx.GraphModule, carried: bool = True) -> fx.Node:
         """The program's node of the traced node's value, copying the ATen operators that
-        compute it where it has none."""
+        compute it where it has none; a size as the tensor that carries it (what a region
+        reads), unless not `carried` (what a copied ATen operator reads)."""
         name = source.meta.get(ORIGIN)
         if name is not None and name in self.current:
             captured = self.current[name]
             if isinstance(self.examples[name], torch.SymInt):
-                return self._carrier(captured)
+                return self._carrier(captured) if carried else captured
             return self.snapshots.get(captured, captured)
         if source in self.copied:
             return self.copied[source]
@@ -375,12 +376,16 @@ class _Program:
             with graph.inserting_before(at):
                 made = graph.get_attr(attribute)
         else:
-            args, kwargs = fx.node.map_arg((source.args, source.kwargs),
-                                           lambda n: self.node(n, owner))
+            read: dict[fx.Node, fx.Node] = {}
+
+            def reading(n: fx.Node) -> fx.Node:
+                if n not in read:
+                    read[n] = self.node(n, owner, carried=False)
+                return read[n]
+
+            args, kwargs = fx.node.map_arg((source.args, source.kwargs), reading)
             order = {n: k for k, n in enumerate(graph.nodes)}
-            inputs = list(source.all_input_nodes)
-            after = max((self.node(n, owner) for n in inputs), key=order.__getitem__,
-                        default=None)
+            after = max(read.values(), key=order.__getitem__, default=None)
             at = after.next if after is not None else next(iter(graph.nodes))
             with graph.inserting_before(at):
                 made = graph.call_function(cast(Callable[..., Any], source.target), args,
@@ -445,7 +450,7 @@ class _Program:
         """Read `leaf`'s value where it is as captured, before the graph writes into it: a
         copy made there (a counter, a position: SNAPSHOT_LIMIT elements at most), which
         `node` hands out in its place until the rewrite is spliced."""
-        value = leaf.meta.get("example_value")
+        value = example_of(leaf)
         if not isinstance(value, torch.Tensor) or value.numel() > SNAPSHOT_LIMIT:
             raise SpliceError(f"the part reads {leaf.name} as it was before the graph writes "
                               f"into it, and it is too large to keep a copy of")
@@ -495,7 +500,7 @@ def _ancestors(reads: Sequence[fx.Node], copies: set[fx.Node]) -> set[fx.Node]:
 
 def _storage(node: fx.Node) -> Any:
     """The storage of a captured node's example value (None: not a tensor)."""
-    return _storage_of(node.meta.get("example_value"))
+    return _storage_of(example_of(node))
 
 
 def _storage_of(value: Any) -> Any:
@@ -526,6 +531,11 @@ def _copyable(source: fx.Node, current: Mapping[str, fx.Node]) -> bool:
             return False
         pending += node.all_input_nodes
     return True
+
+
+def example_of(node: fx.Node) -> Any:
+    """A node's fake value: dynamo's `example_value`, or torch.export's `val`."""
+    return node.meta.get("example_value", node.meta.get("val"))
 
 
 def copy_captured(gm: fx.GraphModule) -> fx.GraphModule:
@@ -628,7 +638,7 @@ def _inline(gm: fx.GraphModule, program: fx.GraphModule, reads: Sequence[fx.Node
     news: list[fx.Node] = []
     for old, new, copy in zip(replaces, outputs, copied):
         value = env[new]
-        example = old.meta.get("example_value")
+        example = example_of(old)
         kwargs: dict[str, Any] = {"memory_format": torch.contiguous_format} if copy else {}
         method = "clone" if copy else "contiguous"
         if copy or (isinstance(example, torch.Tensor) and example.dim() > 1

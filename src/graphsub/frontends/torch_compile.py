@@ -380,6 +380,86 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     # (state the graph writes changes from call to call: never a constant)
     constants = [i for i in _constant_positions(gm, example_inputs)
                  if i not in writes.positions]
+    optimized = optimize_traced(aten_gm, inputs, constants, hints if dynamic else None,
+                                target_name, opts, report, allowance.search_seconds)
+    outcomes, checks, race_inputs = optimized.outcomes, optimized.checks, optimized.race_inputs
+    target, programs = optimized.target, optimized.programs
+    check = _Check(gm, checks, _varied(checks, constants), writes, opts.rtol)
+    contenders = _contenders(gm, outcomes, example_inputs, constants, writes, opts, target,
+                             programs, check, report, allowance)
+    if not contenders:  # nothing changed: what the user would have had, as captured
+        report.chosen = opts.baseline_name
+        return baseline, report
+    # without a race: the search's graph, handed on to inductor where asked
+    compiled = next((contenders[name] for name in ("graphsub+inductor", "graphsub",
+                                                   "normal form+inductor", "normal form")
+                     if name in contenders), baseline)
+    if opts.race:
+        speedups = {}
+        for k, (name, fn) in enumerate(contenders.items()):
+            try:
+                speedups[name] = _speedup(fn, baseline, PrivateInputs(inputs, writes),
+                                          target.torch_device,
+                                          seconds=allowance.race_seconds(len(contenders) - k))
+            except Exception as exc:  # noqa: BLE001 - one contender, not the graph
+                _drop(report, name, exc)
+        report.race = {name: round(x.speedup, 4) for name, x in speedups.items()}
+        if not speedups:
+            report.chosen = opts.baseline_name
+            return baseline, report
+        best = max(speedups, key=lambda name: speedups[name].speedup)
+        report.speedup = speedups[best].speedup
+        faster = speedups[best].decision is Decision.FASTER
+        for other in race_inputs[1:] if faster else ():
+            # not slower at the other sizes either (decided with no margin, as the
+            # optimizer's profile shapes are)
+            there = _speedup(contenders[best], baseline, PrivateInputs(other, writes),
+                             target.torch_device, seconds=allowance.race_seconds(1),
+                             min_gain=0.0)
+            varied = [other[i] for i in _varied([other], constants)]
+            report.race[f"{best} at {shapes(varied)}"] = round(there.speedup, 4)
+            faster = there.decision is not Decision.NOT_FASTER
+        if not faster:
+            report.chosen = opts.baseline_name
+            return baseline, report
+        report.chosen, compiled = best, contenders[best]
+    if writes:
+        problem = _writes_disagree(gm, compiled, PrivateInputs(inputs, writes), opts.rtol)
+        if problem is not None:
+            warnings.warn(f"graphsub: this graph runs unoptimized: with its writes into its "
+                          f"inputs, the optimized graph disagreed with the original ({problem})",
+                          GraphsubWarning, stacklevel=3)
+            report.fallback = f"end-to-end verification with the graph's writes: {problem}"
+            report.chosen = opts.baseline_name
+            return baseline, report
+    return compiled, report
+
+
+@dataclass
+class TracedOptimized:
+    """What `optimize_traced` made of a traced graph: each part's outcome (in the parent's
+    order), the input sets the result is checked on (the example's first) and raced on, and
+    the parts' programs (the splice lowers regions with them)."""
+
+    outcomes: list[_PartOutcome]
+    checks: list[list[Any]]
+    race_inputs: list[list[Any]]
+    programs: _Programs
+    target: TorchTarget
+
+
+def optimize_traced(aten_gm: fx.GraphModule, inputs: list[Any], constants: Sequence[int],
+                    hints: dict[str, int] | None, target_name: str, opts: BackendOptions,
+                    report: CompileReport, search_time: Callable[[float], float]
+                    ) -> TracedOptimized:
+    """Steps 2 and 3 for a graph traced to functional ATen operators (each node that is a node
+    of the program being optimized marked so: fx_origins), shared by torch.compile's backend
+    and torch.export's programs (frontends.exported): its constant inputs (`constants`:
+    positions of parameters and buffers) folded, split into parts, each part optimized.
+    `hints`: each size symbol's value in the example (None: static sizes); `search_time`
+    turns the seconds of one call into the search's seconds."""
+    dynamic = hints is not None
+    hints = hints or {}
     placeholders = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
     fold_constants(aten_gm, {placeholders[i]: inputs[i] for i in constants})
     propagate_shapes(aten_gm, inputs)
@@ -441,7 +521,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
     sizes = {p.target: sum(1 for n in getattr(parent, p.target).graph.nodes
                            if n.op == "call_function") for p in parts}
     total = max(sum(sizes.values()), 1)
-    search_seconds = allowance.search_seconds(call_seconds)
+    search_seconds = search_time(call_seconds)
     programs = _Programs(target)
     outcomes: list[_PartOutcome] = []
     for part in parts:
@@ -464,55 +544,7 @@ def _compile(gm: fx.GraphModule, example_inputs: list[Any],
             outcome = _part_failed(exc)
         report.parts.append(outcome.report)
         outcomes.append(outcome)
-    check = _Check(gm, checks, _varied(checks, constants), writes, opts.rtol)
-    contenders = _contenders(gm, outcomes, example_inputs, constants, writes, opts, target,
-                             programs, check, report, allowance)
-    if not contenders:  # nothing changed: what the user would have had, as captured
-        report.chosen = opts.baseline_name
-        return baseline, report
-    # without a race: the search's graph, handed on to inductor where asked
-    compiled = next((contenders[name] for name in ("graphsub+inductor", "graphsub",
-                                                   "normal form+inductor", "normal form")
-                     if name in contenders), baseline)
-    if opts.race:
-        speedups = {}
-        for k, (name, fn) in enumerate(contenders.items()):
-            try:
-                speedups[name] = _speedup(fn, baseline, PrivateInputs(inputs, writes),
-                                          target.torch_device,
-                                          seconds=allowance.race_seconds(len(contenders) - k))
-            except Exception as exc:  # noqa: BLE001 - one contender, not the graph
-                _drop(report, name, exc)
-        report.race = {name: round(x.speedup, 4) for name, x in speedups.items()}
-        if not speedups:
-            report.chosen = opts.baseline_name
-            return baseline, report
-        best = max(speedups, key=lambda name: speedups[name].speedup)
-        report.speedup = speedups[best].speedup
-        faster = speedups[best].decision is Decision.FASTER
-        for other in race_inputs[1:] if faster else ():
-            # not slower at the other sizes either (decided with no margin, as the
-            # optimizer's profile shapes are)
-            there = _speedup(contenders[best], baseline, PrivateInputs(other, writes),
-                             target.torch_device, seconds=allowance.race_seconds(1),
-                             min_gain=0.0)
-            varied = [other[i] for i in _varied([other], constants)]
-            report.race[f"{best} at {shapes(varied)}"] = round(there.speedup, 4)
-            faster = there.decision is not Decision.NOT_FASTER
-        if not faster:
-            report.chosen = opts.baseline_name
-            return baseline, report
-        report.chosen, compiled = best, contenders[best]
-    if writes:
-        problem = _writes_disagree(gm, compiled, PrivateInputs(inputs, writes), opts.rtol)
-        if problem is not None:
-            warnings.warn(f"graphsub: this graph runs unoptimized: with its writes into its "
-                          f"inputs, the optimized graph disagreed with the original ({problem})",
-                          GraphsubWarning, stacklevel=3)
-            report.fallback = f"end-to-end verification with the graph's writes: {problem}"
-            report.chosen = opts.baseline_name
-            return baseline, report
-    return compiled, report
+    return TracedOptimized(outcomes, checks, race_inputs, programs, target)
 
 
 def _writes_disagree(original: fx.GraphModule, compiled: Callable[..., Any],

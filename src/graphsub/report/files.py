@@ -24,9 +24,12 @@ def report_format(path: Path, option: str = "--report") -> str:
 
 
 def report_kind(data: Any) -> str:
-    """'optimize' or 'compare' for a report's data, or a GraphsubError."""
+    """'optimize', 'exported' (a torch.export program's) or 'compare' for a report's data,
+    or a GraphsubError."""
     if isinstance(data, dict) and {"verdict", "candidates", "search"} <= data.keys():
         return "optimize"
+    if isinstance(data, dict) and {"program", "parts", "chosen"} <= data.keys():
+        return "exported"
     if isinstance(data, dict) and "runs" in data and "model" in data:
         return "compare"
     raise GraphsubError("this JSON is not a graphsub report: give a file written by "
@@ -36,10 +39,12 @@ def report_kind(data: Any) -> str:
 
 def render_html(data: dict[str, Any]) -> str:
     """The HTML page for a report's data, whichever command made it."""
-    from graphsub.report.html import compare_html, optimize_html
+    from graphsub.report.html import compare_html, exported_html, optimize_html
 
     data = upgrade(json_ready(data))
-    return optimize_html(data) if report_kind(data) == "optimize" else compare_html(data)
+    kind = report_kind(data)
+    return optimize_html(data) if kind == "optimize" else \
+        exported_html(data) if kind == "exported" else compare_html(data)
 
 
 def save_report(data: dict[str, Any], path: Path) -> None:

@@ -425,6 +425,56 @@ def optimize_html(report: Mapping[str, Any]) -> str:
     return _page(f"graphsub optimize: {report['model']}", body)
 
 
+# ---- a torch.export program -----------------------------------------------------------------
+
+def exported_html(data: Mapping[str, Any]) -> str:
+    """The page for `graphsub optimize model.pt2` (frontends.exported's CompileReport, with
+    the files): what was returned and why, the race under AOTInductor, each part's rewrites
+    and predicted costs, what stayed in torch."""
+    changed = data["chosen"] != "original" and not data["fallback"]
+    verdict = ("graphsub's rewrites returned" if changed else
+               f"the program returned unchanged: {data['fallback'] or 'not faster'}")
+    if data.get("speedup") is not None:
+        verdict += f"; under AOTInductor {data['speedup']:.3f}x the original's speed"
+    parts = data["parts"]
+    body = [f"<h1>graphsub optimize: {esc(data['program'])}</h1>",
+            f'<p class="verdict {"good" if changed else "kept"}" id="verdict">{esc(verdict)}</p>',
+            _facts([("target", esc(data["target"])), ("cost model", esc(data["cost"])),
+                    ("written", f"{esc(data['output'])} ({esc(data['written'])})"),
+                    ("seconds", f"{data['seconds']:.1f}"),
+                    ("buffers written", esc(", ".join(data["writes"])) or "none"),
+                    ("sizes", esc(data["sizes"].get("symbols", "static")) if data["sizes"]
+                     else "static")]
+                   + [("command", f"<code>{esc(' '.join(data['command']))}</code>")]),
+            "<h2>Race under AOTInductor</h2>",
+            _table(["contender", "speedup over the original"],
+                   [(esc(k), f"{v:.3f}x") for k, v in data["race"].items()], numeric=(1,))
+            if data["race"] else '<p class="muted">No race was run.</p>']
+    if parts:
+        body += ["<h2>Parts</h2>",
+                 _figure("parts", plots.op_time_bars(
+                     {f"part {i}": p["predicted_before"] * 1e3 for i, p in enumerate(parts)},
+                     {f"part {i}": p["predicted_after"] * 1e3 for i, p in enumerate(parts)},
+                     "optimized", data["cost"], per="part"),
+                     esc("Each part's predicted time before and after graphsub's rewrites.")),
+                 _table(["part", "operators", "rules applied", "predicted ms before",
+                         "after", "kept as it was because"],
+                        [(i, p["nodes"], esc(", ".join(f"{k} x{v}" for k, v in
+                                                       sorted(p["rules_used"].items()))),
+                          _cost_ms(p["predicted_before"] * 1e3),
+                          _cost_ms(p["predicted_after"] * 1e3), esc(p["kept"]))
+                         for i, p in enumerate(parts)], numeric=(0, 1, 3, 4))]
+    if data["dropped"]:
+        body += ["<h2>Left out</h2>",
+                 _table(["what", "why"], [(esc(k), esc(v)) for k, v in data["dropped"].items()])]
+    if data["left_in_torch"]:
+        body += ["<h2>Left in torch</h2>",
+                 _table(["operator", "count"], [(esc(k), v) for k, v in
+                                               sorted(data["left_in_torch"].items())],
+                        numeric=(1,))]
+    return _page(f"graphsub optimize: {data['program']}", body)
+
+
 # ---- compare -------------------------------------------------------------------------------
 
 def compare_html(data: Mapping[str, Any]) -> str:

@@ -84,9 +84,10 @@ def latency_distributions(screen: Mapping[str, Sequence[float]],
 
 
 def op_time_bars(before: Mapping[str, float], after: Mapping[str, float] | None,
-                 after_label: str, unit: str) -> str:
-    """Predicted time per operator type, the original beside a candidate: horizontal bars,
-    the TOP_OPS largest types by name and the rest as 'other'."""
+                 after_label: str, unit: str, per: str = "operator type") -> str:
+    """Predicted time per operator type (or `per` other grouping: a program's parts), the
+    original beside a candidate: horizontal bars, the TOP_OPS largest by name and the rest as
+    'other'."""
     ops = sorted(set(before) | set(after or {}),
                  key=lambda op: -max(before.get(op, 0.0), (after or {}).get(op, 0.0)))
     shown, rest = ops[:TOP_OPS], ops[TOP_OPS:]
@@ -109,7 +110,7 @@ def op_time_bars(before: Mapping[str, float], after: Mapping[str, float] | None,
                 label=f"{after_label} ({sum(after.values()):.3f} ms)")
     ax.set_yticks(list(y), labels)
     ax.invert_yaxis()
-    ax.set_xlabel(f"predicted time per operator type (ms, {unit})")
+    ax.set_xlabel(f"predicted time per {per} (ms, {unit})")
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     return to_svg(fig)
