@@ -24,10 +24,30 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_gpu import build_model, error, make_input, register_ideal_attention, time_blocks  # noqa: E402
+from bench_gpu import build_model, error, make_input, time_blocks  # noqa: E402
 from tables import cpu_meta, markdown, rules_text, save_rows  # noqa: E402
 
 DECODERS = ("llama", "qwen2")
+
+
+def register_ideal_prefill() -> None:
+    """transformers' attention interface gains "graphsub_ideal": scaled_dot_product_attention
+    as a person writes it by hand for a prefill over any length (export's lengths are
+    symbolic, at least 2): the causal flag where the model is causal, grouped key/value heads,
+    no mask tensor, no copies of the heads."""
+    import torch
+    import transformers as tf
+
+    def ideal(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+              dropout: float = 0.0, scaling: float | None = None, is_causal: bool | None = None,
+              **kwargs: Any) -> tuple[Any, None]:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, is_causal=bool(getattr(module, "is_causal", False)),
+            scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
+        return out.transpose(1, 2).contiguous(), None
+
+    tf.AttentionInterface.register("graphsub_ideal", ideal)
+    tf.AttentionMaskInterface.register("graphsub_ideal", tf.masking_utils.sdpa_mask)
 
 
 def export(kind: str, hidden: int, layers: int, seq: int, attn: str = "sdpa") -> Any:
@@ -42,12 +62,13 @@ def export(kind: str, hidden: int, layers: int, seq: int, attn: str = "sdpa") ->
 
 def attention_form(program: Any) -> str:
     """How the program computes attention: its fused calls, with their flags."""
-    forms = Counter()
+    forms: Counter[str] = Counter()
     for node in program.graph.nodes:
         if node.op == "call_function" and "attention" in str(node.target):
-            flags = [k for k in ("is_causal", "enable_gqa") if node.kwargs.get(k)]
-            masked = len(node.args) > 3 and node.args[3] is not None or \
-                node.kwargs.get("attn_mask") is not None
+            named = dict(zip(("query", "key", "value", "attn_mask", "dropout_p", "is_causal"),
+                             node.args), **node.kwargs)
+            flags = [k for k in ("is_causal", "enable_gqa") if named.get(k)]
+            masked = named.get("attn_mask") is not None
             forms[" ".join(["masked" if masked else "unmasked", *flags])] += 1
     return ", ".join(f"{k} x{v}" for k, v in sorted(forms.items())) or "none fused"
 
@@ -60,7 +81,9 @@ def run_model(kind: str, args: argparse.Namespace, scratch: Path) -> dict[str, A
 
     ep = export(kind, args.hidden, args.layers, args.seq)
     started = time.perf_counter()
-    fast = optimize_exported(ep, time_limit=args.time_limit,
+    # (--candidate: graphsub's rewritten program whatever the race would decide, to measure
+    # what the rewrites give; by default what optimize_exported returns)
+    fast = optimize_exported(ep, time_limit=args.time_limit, race=not args.candidate,
                              package=scratch / f"{kind}-graphsub.pt2")
     seconds = time.perf_counter() - started
     report = last_report()
@@ -85,6 +108,7 @@ def run_model(kind: str, args: argparse.Namespace, scratch: Path) -> dict[str, A
                                 if n.startswith("graphsub.")),
         "parameters": (sum(t.numel() for t in ep.state_dict.values()),
                        sum(t.numel() for t in fast.state_dict.values())),
+        "package_bytes": {name: Path(path).stat().st_size for name, path in packages.items()},
         "rules": dict(used.most_common()), "lengths": {}}
     for length in args.lengths:
         x = make_input(kind, 1, length, torch.float32, "cpu")
@@ -111,10 +135,13 @@ def main() -> None:
                         help="lengths the packages are compared and timed at")
     parser.add_argument("--time-limit", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--candidate", action="store_true",
+                        help="time graphsub's rewritten program without the race that decides "
+                             "whether it is returned")
     parser.add_argument("--out", default="out/bench/exported.json")
     args = parser.parse_args()
     args.lengths = [int(n) for n in args.lengths.split(",")]
-    register_ideal_attention()
+    register_ideal_prefill()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-exported-") as scratch:
         for kind in args.models.split(","):
@@ -135,7 +162,8 @@ def main() -> None:
     for r in rows:
         print(f"{r['model']}: {rules_text(r['rules'])}; race {r['race']}; attention before: "
               f"{r['attention_before']}; parameters {r['parameters'][0]} -> "
-              f"{r['parameters'][1]} ({r['parameters_added']} in merged weights)")
+              f"{r['parameters'][1]} ({r['parameters_added']} in merged weights); package "
+              f"bytes {r['package_bytes']}")
 
 
 if __name__ == "__main__":

@@ -650,6 +650,22 @@ def _inline(gm: fx.GraphModule, program: fx.GraphModule, reads: Sequence[fx.Node
     return news
 
 
+def _drops_nothing(node: fx.Node) -> bool:
+    """Whether an operator fx calls impure only because it may draw random numbers (an
+    attention's dropout: torch's `nondeterministic_seeded`) draws none here: its dropout
+    probability is 0, as in inference, so what nothing reads may go."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or target._schema.is_mutable or \
+            torch.Tag.nondeterministic_seeded not in target.tags:
+        return False
+    for position, argument in enumerate(target._schema.arguments):
+        if argument.name == "dropout_p":
+            value = node.args[position] if position < len(node.args) else \
+                node.kwargs.get("dropout_p", argument.default_value)
+            return value == 0
+    return False
+
+
 def _remove_dead(gm: fx.GraphModule, replaced: Iterable[fx.Node]) -> None:
     """Remove what the replaced nodes, and what only they read, computed: nodes left with no
     reader that write nothing. Nodes that had no reader as captured stay."""
@@ -658,7 +674,7 @@ def _remove_dead(gm: fx.GraphModule, replaced: Iterable[fx.Node]) -> None:
     while pending:
         node = pending.pop()
         if node in erased or node.users or node.op not in ("call_function", "call_method") \
-                or node.is_impure() or possibly_written(gm, node):
+                or (node.is_impure() and not _drops_nothing(node)) or possibly_written(gm, node):
             continue
         inputs = list(node.all_input_nodes)
         gm.graph.erase_node(node)
