@@ -603,8 +603,8 @@ def optimize(ctx: typer.Context,
 
     if is_exported(model):
         optimize_program_file(model, output, time_limit=time_limit, target=target,
-                              rules=list(rules or []), package=package, report=report,
-                              as_json=as_json, command=command_line(ctx))
+                              rules=[str(r) for r in rules or []], package=package,
+                              report=report, as_json=as_json, command=command_line(ctx))
         return
     if package:
         raise GraphsubError("--package is for torch.export programs (.pt2); an ONNX model is "

@@ -662,7 +662,7 @@ def _drops_nothing(node: fx.Node) -> bool:
         if argument.name == "dropout_p":
             value = node.args[position] if position < len(node.args) else \
                 node.kwargs.get("dropout_p", argument.default_value)
-            return value == 0
+            return bool(value == 0)
     return False
 
 
