@@ -37,7 +37,6 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
 
 if TYPE_CHECKING:
     from graphsub.errors import GraphsubError
-    from graphsub.frontends.exported import optimize_exported
     from graphsub.ir import Graph, GraphBuilder, Node, TensorType, Value
     from graphsub.loaded import LoadedModel, open_model
     from graphsub.onnx_io import load, save, to_onnx

@@ -154,6 +154,7 @@ def _optimize(ep: ExportedProgram, example: tuple[tuple[Any, ...], dict[str, Any
     devices = {t.device.type for t in flat if isinstance(t, torch.Tensor)}
     target_name = opts.target or ("torch-cuda" if "cuda" in devices else "torch-cpu")
     report.target = target_name
+    device = torch.device("cuda" if "cuda" in devices else "cpu")
     report.writes = sorted(signature.mutations.values())
     program = functional.graph_module
     mutated = set(signature.mutations.values())
@@ -191,8 +192,8 @@ def _optimize(ep: ExportedProgram, example: tuple[tuple[Any, ...], dict[str, Any
             raise GraphsubError(f"the program exported again disagrees with the original: "
                                 f"{problem}")
     if opts.race:
-        _race(ep, result, user_sets, optimized.race_inputs, signature, functional, report,
-              scratch, packages)
+        _race(ep, result, user_sets, optimized.race_inputs, signature, functional, device,
+              report, scratch, packages)
         if report.chosen == "original":
             warnings.warn(f"graphsub: the program is returned unchanged: under AOTInductor "
                           f"the optimized program is not faster ({report.race})",
@@ -390,8 +391,8 @@ def _compile_package(program: ExportedProgram, scratch: Path, name: str) -> str:
 def _race(original: ExportedProgram, optimized: ExportedProgram,
           user_sets: Sequence[tuple[tuple[Any, ...], dict[str, Any]]],
           race_inputs: Sequence[Sequence[Any]], signature: _Signature,
-          functional: ExportedProgram, report: CompileReport, scratch: Path,
-          packages: dict[str, str]) -> None:
+          functional: ExportedProgram, device: torch.device, report: CompileReport,
+          scratch: Path, packages: dict[str, str]) -> None:
     """Both programs compiled by AOTInductor and raced on the example inputs (and the largest
     sizes checked, with no margin): report.chosen says which is returned."""
     from torch._inductor import aoti_load_package
@@ -399,7 +400,6 @@ def _race(original: ExportedProgram, optimized: ExportedProgram,
     for name, program in (("original", original), ("graphsub", optimized)):
         packages[name] = _compile_package(program, scratch, name)
     loaded = {name: aoti_load_package(path) for name, path in packages.items()}
-    device = torch.device("cuda" if report.target == "torch-cuda" else "cpu")
     faster = True
     sets = [user_sets[0]] + [pytree.tree_unflatten([r[i] for i in signature.users],
                                                    functional.call_spec.in_spec)
