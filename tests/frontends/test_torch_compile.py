@@ -166,7 +166,9 @@ def test_fission_fuses_a_hand_written_rms_norm():
     a kernel inductor generates (which of the two it prices cheaper depends on how many
     generated candidates it had time to compile)."""
     model = RMSNormMLP().eval()
-    want, got, _ = compiled_outputs(model, torch.randn(4, 64), time_limit=5, cost="analytic")
+    # (time enough for fission on a loaded machine: out of time, it is skipped, which is not
+    # what this test is about; the search ends long before on this graph)
+    want, got, _ = compiled_outputs(model, torch.randn(4, 64), time_limit=15, cost="analytic")
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     (part,) = torch_compile.reports()[-1].parts
     # Whether the part keeps it is a race against the search's graph on this machine; what the
@@ -207,7 +209,9 @@ def test_each_part_applies_its_normal_form_first_and_builds_each_program_once(mo
 
     monkeypatch.setattr(TorchTarget, "program", counted)
     model = RMSNormMLP().eval()
-    want, got, _ = compiled_outputs(model, torch.randn(4, 64), time_limit=5, cost="analytic")
+    # (time enough for fission on a loaded machine: out of time, it is skipped, which is not
+    # what this test is about; the search ends long before on this graph)
+    want, got, _ = compiled_outputs(model, torch.randn(4, 64), time_limit=15, cost="analytic")
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     (part,) = torch_compile.reports()[-1].parts
     assert part.fission is not None  # the race between the two graphs had its chance
