@@ -4,9 +4,8 @@
 
 from __future__ import annotations
 
+import io
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from rich.table import Table
 
 from graphsub.cli.app import emit_json, err, out
 from graphsub.errors import GraphsubError
+from graphsub.onnx_io.files import write_atomic
 
 #: The suffix of a saved ExportedProgram (and of an AOTInductor package).
 SUFFIX = ".pt2"
@@ -67,15 +67,9 @@ def optimize_program_file(model: str, output: Path, *, time_limit: float, target
     assert rep is not None  # optimize_exported always leaves one
     if not package:
         with err.status(f"writing {output}..."):
-            handle, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.",
-                                                 suffix=SUFFIX)
-            os.close(handle)
-            try:
-                torch.export.save(optimized, temporary)
-                os.replace(temporary, output)
-            finally:
-                if os.path.exists(temporary):
-                    os.unlink(temporary)
+            written = io.BytesIO()
+            torch.export.save(optimized, written)
+            write_atomic(written.getvalue(), output)  # never half a file
     data = {"program": model, "output": str(output),
             "written": "AOTInductor package" if package else "ExportedProgram",
             **rep.as_dict(), "command": command, "versions": versions()}

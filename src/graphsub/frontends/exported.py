@@ -32,12 +32,12 @@ one warning line saying why. `last_report()` says what was done.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,8 @@ from torch.export.graph_signature import InputKind, InputSpec, OutputKind
 from torch.utils import _pytree as pytree
 
 from graphsub.errors import GraphsubError
-from graphsub.frontends.dynamic_trace import input_symbols
+from graphsub.onnx_io.files import write_atomic
+from graphsub.frontends.dynamic_trace import input_symbols, range_bound
 from graphsub.frontends.fx_equivalence import compared
 from graphsub.frontends.fx_origins import traced_with_origins
 from graphsub.frontends.side_effects import PrivateInputs, Writes
@@ -98,7 +99,7 @@ def optimize_exported(ep: ExportedProgram, *, example_inputs: tuple[tuple[Any, .
             result = ep
         if package is not None:
             built = packages.get(report.chosen) or _compile_package(result, Path(scratch), "out")
-            _replace(Path(built), Path(package))
+            write_atomic(Path(built).read_bytes(), package)  # never half a file
     report.seconds = time.perf_counter() - started
     _LAST[:] = [report]
     return result
@@ -277,11 +278,11 @@ class _Reexported(torch.nn.Module):
         self._out_spec = functional.call_spec.out_spec
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        state = [_attribute(self, name) for name in self._state if name is not None]
+        state = [attrgetter(name)(self) for name in self._state if name is not None]
         flat_user = pytree.tree_flatten((args, kwargs))[0]
         outs = getattr(self, GRAPH_ATTRIBUTE)(*state, *flat_user)
         for position, name in self._mutations.items():
-            _attribute(self, name).copy_(outs[position])
+            attrgetter(name)(self).copy_(outs[position])
         return pytree.tree_unflatten([outs[i] for i in self._outputs], self._out_spec)
 
 
@@ -295,13 +296,6 @@ def _owner(root: torch.nn.Module, target: str) -> tuple[torch.nn.Module, str]:
             module.add_module(part, torch.nn.Module())
         module = getattr(module, part)
     return module, name
-
-
-def _attribute(root: torch.nn.Module, target: str) -> Any:
-    value: Any = root
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
 
 
 def _exported_again(spliced: fx.GraphModule, functional: ExportedProgram,
@@ -341,17 +335,10 @@ def _dim(size: torch.SymInt, functional: ExportedProgram,
     name = expr.name
     if name not in dims:
         bounds = functional.range_constraints.get(expr)
-        low = _bound(bounds.lower) if bounds is not None else None
-        high = _bound(bounds.upper) if bounds is not None else None
+        low = range_bound(bounds.lower) if bounds is not None else None
+        high = range_bound(bounds.upper) if bounds is not None else None
         dims[name] = torch.export.Dim(f"graphsub_{name}", min=low, max=high)
     return dims[name]
-
-
-def _bound(value: Any) -> int | None:
-    try:
-        return int(value) if bool(value.is_finite) else None
-    except (TypeError, ValueError, AttributeError):
-        return None
 
 
 def _private(program: ExportedProgram, mutated: Sequence[str]) -> torch.nn.Module:
@@ -376,7 +363,7 @@ def _disagreement(original: ExportedProgram, optimized: ExportedProgram,
 
         def call() -> tuple[Any, ...]:
             outs = pytree.tree_flatten(module(*args, **kwargs))[0]
-            return tuple(outs) + tuple(_attribute(module, name) for name in mutated)
+            return tuple(outs) + tuple(attrgetter(name)(module) for name in mutated)
         return call
 
     return compared(effect(original), effect(optimized), [], rtol)
@@ -420,12 +407,3 @@ def _race(original: ExportedProgram, optimized: ExportedProgram,
         if not faster:
             break
     report.chosen = "graphsub" if faster else "original"
-
-
-def _replace(built: Path, destination: Path) -> None:
-    """The file moved into place in one step: a reader never sees half of it."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.")
-    os.close(handle)
-    Path(temporary).write_bytes(built.read_bytes())
-    os.replace(temporary, destination)
