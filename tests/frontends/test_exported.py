@@ -157,8 +157,10 @@ def test_cli_round_trip_pt2_to_pt2_and_package(tmp_path):
 @pytest.mark.slow
 def test_a_transformers_decoder_with_a_dynamic_length():
     """A Llama-style decoder as transformers writes it (default attention, grouped key/value
-    heads), exported with a dynamic sequence length: rewritten (attention fused with grouped
-    heads, projections merged), every part spliced, equal to the original at three lengths."""
+    heads, its mask built from positions), exported with a dynamic sequence length: rewritten
+    towards the hand-written form (every attention causal, without a mask; key/value heads
+    shared; projections merged), every part spliced, equal to the original at three
+    lengths."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256,
@@ -183,12 +185,17 @@ def test_a_transformers_decoder_with_a_dynamic_length():
     assert not any(why.startswith("splice") for why in report.dropped.values()), report.dropped
     used = {name for part in report.parts for name in part.rules_used}
     assert "merge-matmuls-shared-input" in used
-    assert any(name.startswith("attention") for name in used), used
+    assert {"attention-causal-mask", "attention-shared-key-value-heads"} <= used, used
+    assert report.causal_masks, report
     assert any(n.startswith("graphsub.") for n in fast.state_dict)
     # the attention a rewrite replaced is gone, not left computing what nothing reads (torch
     # calls attention impure for its dropout, which is 0 here)
     attention = [n for n in fast.graph.nodes if "scaled_dot_product" in str(n.target)]
     assert attention and all(n.users for n in attention)
+    named = [dict(zip(("query", "key", "value", "attn_mask", "dropout_p", "is_causal"),
+                      node.args), **node.kwargs) for node in attention]
+    assert all(a.get("is_causal") and a.get("attn_mask") is None for a in named), named
+    assert any(a.get("enable_gqa") for a in named), named
     for length in (3, 32, 97):
         ids = torch.randint(0, 512, (1, length))
         with torch.no_grad():

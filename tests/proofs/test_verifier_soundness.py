@@ -51,9 +51,10 @@ def test_a_rule_that_drops_a_bound_attribute_is_refuted():
     assert verify_rule(gelu, timeout_ms=2000).status in ("refuted", "unknown")
 
 
-#: Operators no rule writes (graph sources, opaque and generated nodes) and attributes the
-#: inputs determine (a packed weight's sizes, which input slot is which), with why.
-_STRUCTURAL = {"input", "weight", "opaque", "fused", "sizes"}
+#: Operators no rule writes (graph sources, opaque and generated nodes, the sizes and causal
+#: masks an importer reads a model's own computations as) and attributes the inputs determine
+#: (a packed weight's sizes, which input slot is which), with why.
+_STRUCTURAL = {"input", "weight", "opaque", "fused", "sizes", "causal_mask"}
 _DETERMINED = {("conv_integer", "slots"), ("matmul_integer", "slots"),
                ("matmul_nbits", "K"), ("matmul_nbits", "N"), ("matmul_nbits", "bits"),
                ("matmul_nbits", "block_size"), ("matmul_nbits", "slots"),

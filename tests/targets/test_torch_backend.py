@@ -228,6 +228,9 @@ def one_case_per_operator():
                                    rotary_embedding_dim=4)
         elif op == "sizes":  # numbers here: a bound graph's sizes (symbolic in test_sizes)
             y = b.cast(b.sizes(x4, values=(2, 36), shape=(2,), sources=()), to="float32")
+        elif op == "causal_mask":  # fixed sizes here (symbolic in tests/ops/test_causal_mask)
+            y = b.attention(x4, x4, x4, b.causal_mask(shape=(1, 1, 6, 6), dtype="float32",
+                                                      fill=-3.0e38))
         elif op in ("sqrt", "log", "reciprocal"):
             y = b.op(op, b.sigmoid(x4))
         elif op in QUANTIZED_CASES:

@@ -64,6 +64,10 @@ class EGraphHost:
     def constant(self, cls: int) -> Constant | None:
         return self.egraph[cls].constant
 
+    def made_by(self, cls: int, op: str) -> bool:
+        eg = self.egraph
+        return any(eg.node(n).op == op for n in eg.nodes_of(cls))
+
     def producers(self, term: OpTerm, cls: int) -> list[Producer]:
         eg = self.egraph
         out: list[Producer] = []

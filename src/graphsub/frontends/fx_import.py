@@ -11,6 +11,8 @@ nodes it can convert (`unsupported_reason`), so that the rest can stay in torch.
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -237,6 +239,17 @@ def _metas(node: fx.Node) -> list[Any]:
     return [m for i, m in enumerate(meta) if m is not None and i in read]
 
 
+@dataclass(frozen=True)
+class CausalMask:
+    """A tensor proven to be a causal mask (frontends.fx_position_masks), as the importer
+    reads it: its shape, graphsub dtype, and for an additive mask the value it adds above the
+    diagonal (0.0 for a boolean one)."""
+
+    shape: tuple[Dim, ...]
+    dtype: str
+    fill: float
+
+
 class Converted(NamedTuple):
     """An FX graph as a graphsub Graph: the graph, the FX nodes of its inputs in order, and
     for each of its values the first FX node computing it (a placeholder for a weight made
@@ -248,18 +261,37 @@ class Converted(NamedTuple):
 
 
 def convert_graph(graph: fx.Graph, constants: dict[fx.Node, torch.Tensor],
-                  input_names: dict[fx.Node, str] | None = None) -> Converted:
+                  input_names: dict[fx.Node, str] | None = None,
+                  masks: Mapping[fx.Node, CausalMask] | None = None) -> Converted:
     """A graphsub Graph computing the FX graph's outputs. Placeholders in `constants` become
-    weights (parameters, buffers, folded constants); the others become graph inputs, whose FX
-    nodes are returned in the order of the graph's inputs. Raises ConversionError for a node
-    it cannot convert."""
+    weights (parameters, buffers, folded constants); those in `masks` (proven causal masks:
+    frontends.fx_position_masks) `causal_mask` operators reading their sizes from the
+    inputs; the others become graph inputs, whose FX nodes are returned in the order of the
+    graph's inputs. Raises ConversionError for a node it cannot convert."""
     c = Converter()
     inputs: list[fx.Node] = []
     sizes: list[fx.Node] = []
+    masks = masks or {}
+    pending = [n for n in graph.find_nodes(op="placeholder") if n in masks]
     for node in graph.nodes:
+        if node.op != "placeholder":  # every input is known: placeholders come first
+            for mask in pending:  # a mask no input gives the sizes of stays an input
+                value = _causal_mask(c, mask, masks[mask], inputs)
+                c.env[mask] = value if value is not None else c.b.input(
+                    (input_names or {}).get(mask, mask.name), masks[mask].shape,
+                    masks[mask].dtype)
+                if value is None:
+                    inputs.append(mask)
+            pending = []
+            value = _causal_mask(c, node, masks[node], inputs) if node in masks else None
+            if value is not None:
+                c.env[node] = value
+                continue
         if node.op == "placeholder":
             if node in constants:
                 c.env[node] = c.b.weight(to_numpy(constants[node]))
+            elif node in masks:
+                continue  # once every input is known: a mask reads its sizes from them
             elif _sym_value(node) is not None:
                 sizes.append(node)  # its readers see its expression (AtenNode)
                 continue
@@ -292,9 +324,29 @@ def convert_graph(graph: fx.Graph, constants: dict[fx.Node, torch.Tensor],
         else:
             raise ConversionError(f"{node.op} node {node.name}")
     inputs += _size_carriers(c, inputs, sizes)
-    built = c.b.build(GraphFacts(symbols=_symbol_ranges(graph)))
+    built = c.b.build(GraphFacts(symbols=symbol_ranges(graph)))
     merged = built.cse()
     return Converted(merged, inputs, _sources(c.env, built, merged))
+
+
+def _causal_mask(c: Converter, node: fx.Node, mask: CausalMask,
+                 inputs: Sequence[fx.Node]) -> Value | None:
+    """A proven mask as a `causal_mask` reading each size symbol of its shape from an input
+    that has it as a dimension (None where no input has one)."""
+    sources: list[tuple[str, int, int]] = []
+    reads: list[fx.Node] = []
+    for name in sorted(symbols_in(mask.shape)):
+        found = next(((n, axis) for n in inputs
+                      for axis, d in enumerate(c.b.type_of(c.env[n]).shape)
+                      if not isinstance(d, int) and d.is_Symbol and d.name == name), None)
+        if found is None:
+            return None
+        if found[0] not in reads:
+            reads.append(found[0])
+        sources.append((name, reads.index(found[0]), found[1]))
+    value: Value = c.b.causal_mask(*(c.env[n] for n in reads), shape=mask.shape,
+                                   dtype=mask.dtype, fill=mask.fill, sources=tuple(sources))
+    return value
 
 
 def _sources(env: dict[fx.Node, Any], built: Graph, merged: Graph) -> dict[Value, fx.Node]:
@@ -338,7 +390,7 @@ def _size_carriers(c: Converter, inputs: list[fx.Node], sizes: list[fx.Node]) ->
     return out
 
 
-def _symbol_ranges(graph: fx.Graph) -> dict[str, SymbolRange]:
+def symbol_ranges(graph: fx.Graph) -> dict[str, SymbolRange]:
     """The range torch's shape environment gives each size symbol of the graph's inputs
     (torch.compile assumes a dynamic size is at least 2: a size of 1 gets a graph of its
     own)."""

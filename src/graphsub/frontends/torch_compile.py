@@ -62,7 +62,8 @@ from graphsub.frontends.cuda_graphs import CudaGraphed
 from graphsub.fission import stage as fission_stage
 from graphsub.frontends.fx_fold import fold_constants
 from graphsub.frontends.fx_equivalence import compared, disagreement, shapes
-from graphsub.frontends.fx_import import convert_graph
+from graphsub.frontends.fx_import import CausalMask, convert_graph, symbol_ranges
+from graphsub.frontends.fx_position_masks import causal_masks
 from graphsub.frontends.fx_origins import traced_with_origins
 from graphsub.frontends.fx_partition import partition
 from graphsub.frontends.fx_splice import Rewrite, splice
@@ -215,6 +216,9 @@ class CompileReport:
     #: torch.compile gave them: the writes stay in torch as the graph's last effect, and every
     #: run graphsub made while compiling wrote copies of them, never the user's tensors.
     writes: list[str] = field(default_factory=list)
+    #: The masks the graph builds from positions that z3 proved causal at every size
+    #: (frontends.fx_position_masks), by node name: parts read them as `causal_mask`.
+    causal_masks: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -463,6 +467,10 @@ def optimize_traced(aten_gm: fx.GraphModule, inputs: list[Any], constants: Seque
     placeholders = [n for n in aten_gm.graph.nodes if n.op == "placeholder"]
     fold_constants(aten_gm, {placeholders[i]: inputs[i] for i in constants})
     propagate_shapes(aten_gm, inputs)
+    # (by name: partitioning rebuilds the graph; names survive it)
+    masks = {node.name: mask for node, mask in
+             causal_masks(aten_gm.graph, symbol_ranges(aten_gm.graph)).items()}
+    report.causal_masks = sorted(masks)
     # The inputs the optimized graph is checked on: the example, and with dynamic sizes the
     # same graph at other sizes (where the original runs at all).
     checks, race_inputs = [inputs], [inputs]
@@ -532,11 +540,16 @@ def optimize_traced(aten_gm: fx.GraphModule, inputs: list[Any], constants: Seque
             if isinstance(arg, fx.Node) and arg.op in ("placeholder", "get_attr") \
                     and arg.name in known:
                 part_constants[ph] = known[arg.name]
+        part_masks = {ph: masks[arg.name] for ph, arg in zip(sub_placeholders, part.args)
+                      if isinstance(arg, fx.Node) and arg.name in masks}
+        part_masks.update({n: masks[n.name] for n in sub.graph.nodes
+                           if n.op == "call_function" and n.name in masks})
         budget = search_seconds * sizes[part.target] / total
         try:
             outcome = _optimize_part(
                 _Part(sub, [c[part.target] for c in captured], part_constants,
-                      sub_placeholders, parent, dict(zip(sub_placeholders, part.args))),
+                      sub_placeholders, parent, dict(zip(sub_placeholders, part.args)),
+                      part_masks),
                 target, rules, opts.settings(target, budget), opts, profile, programs)
         except _restart_analysis():
             raise
@@ -768,8 +781,8 @@ def program_inputs(args: Sequence[Any], positions: Sequence[int],
 class _Part:
     """A captured part: its FX graph, the arguments it received on each set of inputs the
     graph is checked on (the example's first), the constant ones by placeholder, its
-    placeholders in order, and the traced graph it was cut from with the node of it each
-    placeholder is."""
+    placeholders in order, the traced graph it was cut from with the node of it each
+    placeholder is, and the placeholders that are masks proven causal."""
 
     sub: fx.GraphModule
     checks: list[list[Any]]
@@ -777,6 +790,7 @@ class _Part:
     placeholders: list[fx.Node]
     owner: fx.GraphModule
     arguments: dict[fx.Node, fx.Node]
+    masks: dict[fx.Node, CausalMask]
 
 
 @dataclass
@@ -802,7 +816,7 @@ def _optimize_part(part: _Part, target: TorchTarget, rules: RuleSet, settings: S
     example = part.checks[0]
     propagate_shapes(part.sub, example)
     try:
-        converted = convert_graph(part.sub.graph, part.constants)
+        converted = convert_graph(part.sub.graph, part.constants, masks=part.masks)
         graph = converted.graph
         if is_symbolic_graph(graph):
             symbol_sources(graph)  # each size must be read from an input

@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphsub.errors import ShapeError
+from graphsub.tensors.symbolic import bind_all, evaluate_size, is_static
 from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AtenBuilder, AtenCall, AtenImportFn, AttrSpec, Category, OpDef,
                                TorchFn, TorchLowering, Types, aten_importer, broadcasts_to,
-                               onnx_importer, register, is_float)
+                               onnx_importer, register, is_float, size_dims)
+from graphsub.ops.source import size_sources
 
 from graphsub.ops.contexts import OpExportContext, OpImportContext
 from graphsub.tensors.values import Value
@@ -72,6 +74,92 @@ def _canon(values: dict[str, Any], ins: Types) -> dict[str, Any]:
 def causal_mask(queries: int, keys: int) -> np.ndarray:
     """True where query i may read key j (j <= i), upper-left aligned."""
     return np.tril(np.ones((queries, keys), dtype=bool))
+
+
+# ---- the causal mask as a tensor -------------------------------------------------------------
+# What a model builds from positions at a symbolic length (frontends.fx_position_masks proves
+# it): a mask of `shape` that keeps key j for query i where j <= i over its last two axes,
+# the same for every leading index. Boolean, or added to the scores (0 kept, `fill` masked).
+# Like `sizes`, it reads its size symbols from the shapes of its inputs (`sources`), so one
+# program computes it at every length.
+
+def _mask_sizes(attrs: Attrs, xs: Sequence[Any]) -> tuple[int, ...]:
+    if is_static(attrs["shape"]):  # (a bound graph's: its sources are read no more)
+        return tuple(int(d) for d in attrs["shape"])
+    binding = {name: xs[index].shape[axis] for name, index, axis in attrs["sources"]}
+    return tuple(int(d) for d in bind_all(attrs["shape"], binding))
+
+
+def _mask_of(keep: np.ndarray, attrs: Attrs) -> np.ndarray:
+    if attrs["dtype"] == "bool":
+        return keep
+    return np.where(keep, 0.0, attrs["fill"]).astype(attrs["dtype"])
+
+
+def _causal_mask_infer(attrs: Attrs, ins: Types) -> Types:
+    if len(attrs["shape"]) < 2:
+        raise ShapeError(f"causal_mask: a mask has two axes at least, got {attrs['shape']}")
+    if attrs["dtype"] != "bool" and not attrs["dtype"].startswith(("float", "bfloat")):
+        raise ShapeError(f"causal_mask: a mask is bool or a float, not {attrs['dtype']}")
+    for name, index, axis in attrs["sources"]:
+        if index >= len(ins) or axis >= ins[index].rank:
+            raise ShapeError(f"causal_mask: symbol {name} has no source at input {index}, "
+                             f"axis {axis}")
+    return (TensorType(attrs["shape"], attrs["dtype"]),)
+
+
+def _causal_mask_evaluate(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    shape = _mask_sizes(attrs, xs)
+    keep = np.broadcast_to(causal_mask(*shape[-2:]), shape)
+    return (_mask_of(keep, attrs),)
+
+
+def _causal_mask_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchFn:
+    """A constant at fixed sizes; else built from the inputs' sizes (SymInts while torch
+    traces the program)."""
+    if is_static(attrs["shape"]):
+        fixed = t.const(_causal_mask_evaluate(attrs, [])[0])
+        return lambda *xs: (fixed,)
+    torch, dtype = t.torch, t.dtype(attrs["dtype"])
+
+    def mask(*xs: Any) -> tuple[Any, ...]:
+        binding = {name: xs[index].shape[axis] for name, index, axis in attrs["sources"]}
+        shape = [evaluate_size(d, binding) for d in attrs["shape"]]
+        keep = torch.ones(shape[-2:], dtype=torch.bool, device=t.device).tril()
+        if attrs["dtype"] != "bool":
+            keep = torch.where(keep, torch.zeros((), dtype=dtype, device=t.device),
+                               torch.full((), attrs["fill"], dtype=dtype, device=t.device))
+        return (keep.expand(shape),)
+
+    return mask
+
+
+def _causal_mask_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list[str],
+                        types: Types) -> None:
+    shape = attrs["shape"]
+    ones, keep = ctx.fresh("causal_ones"), ctx.fresh("causal_keep")
+    from onnx import numpy_helper
+
+    ctx.emit("ConstantOfShape", [ctx.sizes(shape[-2:])], [ones],
+             value=numpy_helper.from_array(np.ones(1, dtype=bool)))
+    ctx.emit("Trilu", [ones], [keep], upper=0)
+    if attrs["dtype"] != "bool":
+        additive = ctx.fresh("causal_additive")
+        ctx.emit("Where", [keep, ctx.const(np.array(0.0, dtype=attrs["dtype"])),
+                           ctx.const(np.array(attrs["fill"], dtype=attrs["dtype"]))], [additive])
+        keep = additive
+    ctx.emit("Expand", [keep, ctx.sizes(shape)], outs)
+
+
+register(OpDef(
+    name="causal_mask", inputs=(0, None), category=Category.OPAQUE,
+    attrs=(AttrSpec("shape", convert=size_dims), AttrSpec("dtype", "bool", str),
+           AttrSpec("fill", float("-inf"), float), AttrSpec("sources", (), size_sources)),
+    infer=_causal_mask_infer, evaluate=_causal_mask_evaluate, export=_causal_mask_export,
+    torch=_causal_mask_torch, bytes=lambda attrs, ins, outs: outs[0].nbytes,
+    doc="A causal mask (key j kept for query i where j <= i), boolean or additive (`fill` "
+        "above the diagonal), its sizes read from its inputs' shapes.",
+))
 
 
 def _evaluate(attrs: Attrs, xs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:

@@ -56,7 +56,9 @@ register(OpDef(
 ))
 
 
-def _sources(value: Any) -> tuple[tuple[str, int, int], ...]:
+def size_sources(value: Any) -> tuple[tuple[str, int, int], ...]:
+    """Where each size symbol is read: (symbol, input index, axis) of an operator that
+    computes with its inputs' sizes (`sizes`, `causal_mask`)."""
     return tuple((str(name), int(index), int(axis)) for name, index, axis in value)
 
 
@@ -98,7 +100,7 @@ def _sizes_export(ctx: OpExportContext, attrs: Attrs, ins: list[str], outs: list
 register(OpDef(
     name="sizes", inputs=(1, None), category=Category.OPAQUE,
     attrs=(AttrSpec("values", convert=size_dims), AttrSpec("shape", convert=ints),
-           AttrSpec("dtype", "int64", str), AttrSpec("sources", convert=_sources)),
+           AttrSpec("dtype", "int64", str), AttrSpec("sources", convert=size_sources)),
     infer=_sizes_infer, evaluate=_sizes_eval, export=_sizes_export, bytes=_zero_bytes,
     torch=_sizes_torch,
     doc="An integer tensor of size expressions, read from the shapes of its inputs.",

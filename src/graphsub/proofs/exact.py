@@ -490,6 +490,9 @@ def exact_evaluate(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, n
             outs: tuple[np.ndarray, ...] = (exact_array(feeds[node.attrs["name"]]),)
         elif node.op == "weight":
             outs = (exact_array(node.attrs["value"].array),)
+        elif node.op == "causal_mask":  # a constant of its sizes, as a weight is
+            shaped = [np.empty(values[v].shape) for v in node.inputs]
+            outs = (exact_array(get_op("causal_mask").evaluate(node.attrs, shaped)[0]),)
         else:
             args = [values[v] for v in node.inputs]
             attrs = node.attrs

@@ -75,6 +75,9 @@ class BuildingHost:
         node = self._graph.node(value.node)
         return node.attrs["value"] if node.op == "weight" else None
 
+    def made_by(self, value: Value, op: str) -> bool:
+        return self._graph.node(value.node).op == op
+
 
 class _Rejected(Exception):
     """Unwinds a target build; turned into a Rejection at the edge of this module."""

@@ -383,9 +383,14 @@ def _build_example(rule: Rule, rng: np.random.Generator, ranks: dict[str, int] |
             data = np.full(shape, value, dtype if dtype != "float32" else np.float32)
             values[name] = b.weight(data, name=name)
         elif name in causal and len(shape) >= 2:
-            keep = np.tril(np.ones(shape[-2:], dtype=bool))
-            data = np.broadcast_to(np.where(keep, 0.0, -np.inf).astype(np.float32), shape)
-            values[name] = b.weight(data, name=name)
+            # each form a causal mask takes: additive, boolean, or built from positions
+            form = rng.integers(3)
+            if form == 2:
+                values[name] = b.causal_mask(shape=shape, dtype="bool")
+            else:
+                keep = np.broadcast_to(np.tril(np.ones(shape[-2:], dtype=bool)), shape)
+                data = keep if form == 1 else np.where(keep, 0.0, -np.inf).astype(np.float32)
+                values[name] = b.weight(data, name=name)
         elif name in unmasked:  # -inf in about half the places, one score left in every row
             keep = rng.random(shape) < 0.5
             if len(shape):

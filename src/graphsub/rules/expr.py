@@ -43,6 +43,12 @@ class TensorHost(Protocol[H_contra]):
         """The tensor's value when it is a weight, else None."""
         ...
 
+    def made_by(self, handle: H_contra, op: str) -> bool:
+        """Whether an operator `op` computes the tensor (in an e-graph: one of its class's
+        nodes): what a condition reads of a value known by how it is made, not by its
+        elements (a `causal_mask` at a symbolic length)."""
+        ...
+
 
 @dataclass
 class Env(Generic[H]):
@@ -69,6 +75,9 @@ class Env(Generic[H]):
 
     def constant(self, e: Expr) -> Constant | None:
         return self.host.constant(self.handle(e))
+
+    def made_by(self, e: Expr, op: str) -> bool:
+        return self.host.made_by(self.handle(e), op)
 
 
 def _show(e: Expr) -> str:
@@ -143,15 +152,22 @@ def masked_at(dtype: str) -> float:
 
 
 def _is_causal(env: Env[Any], t: Expr) -> bool:
-    """Whether the matched tensor is an additive causal mask: a weight whose last two axes are
-    0 where key j <= query i and masked (-inf, or the dtype's lowest) above, its other axes 1."""
+    """Whether the matched tensor is a causal mask: a `causal_mask` (a mask a model builds
+    from positions, proven causal where it was read: frontends.fx_position_masks), or a
+    weight whose last two axes keep key j for query i exactly where j <= i, its other axes
+    1: boolean (True kept), or additive (0 kept, masked above: -inf, or the dtype's
+    lowest)."""
+    if env.made_by(t, "causal_mask"):
+        return True
     constant = env.constant(t)
     if constant is None or constant.type.rank < 2 or any(d != 1 for d in constant.type.shape[:-2]):
         return False
+    below = np.tril(np.ones(constant.type.shape[-2:], dtype=bool))
+    if constant.type.dtype == "bool":
+        return bool(np.array_equal(constant.array.reshape(below.shape), below))
     if not constant.type.dtype.startswith(("float", "bfloat")):
         return False
-    arr = constant.array.reshape(constant.type.shape[-2:]).astype(np.float64)
-    below = np.tril(np.ones(arr.shape, dtype=bool))
+    arr = constant.array.reshape(below.shape).astype(np.float64)
     return bool(np.all(arr[below] == 0)
                 and np.all(arr[~below] <= masked_at(constant.type.dtype)))
 

@@ -96,6 +96,9 @@ class GraphHost:
         node = self.graph[value.node]
         return node.attrs["value"] if node.op == "weight" else None
 
+    def made_by(self, value: Value, op: str) -> bool:
+        return self.graph[value.node].op == op
+
     def producers(self, term: OpTerm, value: Value) -> Sequence[Producer]:
         node = self.graph[value.node]
         if node.op != term.op or value.index != term.index:
@@ -133,6 +136,9 @@ class FormsHost(GraphHost):
 
     def constant(self, value: Value | Reciprocal) -> Constant | None:
         return value.value if type(value) is Reciprocal else super().constant(value)
+
+    def made_by(self, value: Value | Reciprocal, op: str) -> bool:
+        return type(value) is not Reciprocal and super().made_by(value, op)
 
     def producers(self, term: OpTerm, value: Value | Reciprocal) -> Sequence[Producer]:
         if type(value) is Reciprocal:
