@@ -158,7 +158,7 @@ def test_cli_round_trip_pt2_to_pt2_and_package(tmp_path):
 def test_a_transformers_decoder_with_a_dynamic_length():
     """A Llama-style decoder as transformers writes it (default attention, grouped key/value
     heads, its mask built from positions), exported with a dynamic sequence length: rewritten
-    towards the hand-written form (every attention causal, without a mask; key/value heads
+    to the hand-written form (every attention causal, without a mask, its key/value heads
     shared; projections merged), every part spliced, equal to the original at three
     lengths."""
     transformers = pytest.importorskip("transformers")
@@ -195,7 +195,7 @@ def test_a_transformers_decoder_with_a_dynamic_length():
     named = [dict(zip(("query", "key", "value", "attn_mask", "dropout_p", "is_causal"),
                       node.args), **node.kwargs) for node in attention]
     assert all(a.get("is_causal") and a.get("attn_mask") is None for a in named), named
-    assert any(a.get("enable_gqa") for a in named), named
+    assert all(a.get("enable_gqa") for a in named), named
     for length in (3, 32, 97):
         ids = torch.randint(0, 512, (1, length))
         with torch.no_grad():

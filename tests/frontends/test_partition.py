@@ -64,3 +64,26 @@ def test_a_part_taken_whole_closes_a_cycle_its_operators_alone_do_not():
     p, r = {a, c}, {r1, r2}
     assert _leaves_and_returns(p, [p, r])
     assert not _leaves_and_returns(p, [p, {r1}, {r2}])
+
+
+def test_layout_operators_join_the_part_that_reads_them():
+    """A value head's copies (an expand and a view after its projection) go to the part of
+    the attention that reads them, along their chain; a layout operator both parts read
+    stays where it is."""
+    from graphsub.frontends.fx_partition import _views_sunk
+
+    aten = torch.ops.aten
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    projected = g.call_function(aten.relu.default, (x,))
+    copies = g.call_function(aten.expand.default, (projected, [2, 4]))
+    heads = g.call_function(aten.view.default, (copies, [8]))
+    shared = g.call_function(aten.view.default, (projected, [4]))
+    kept = g.call_function(aten.sigmoid.default, (shared,))
+    attention = g.call_function(aten.neg.default, (heads,))
+    read_too = g.call_function(aten.exp.default, (shared,))
+    g.output((attention, kept, read_too))
+    for node in g.nodes:
+        node.meta[ORIGIN] = node.name
+    parts = _views_sunk([{projected, copies, heads, shared, kept}, {attention, read_too}])
+    assert parts == [{projected, shared, kept}, {copies, heads, attention, read_too}]

@@ -15,29 +15,37 @@ the graph without a cycle (no path from a part to itself passes outside it).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
+import torch
 import torch.fx as fx
 
 from graphsub.frontends.fx_import import unsupported_reason
 from graphsub.frontends.fx_origins import ORIGIN, WITHIN
 
+aten = torch.ops.aten
 
-def partition(gm: fx.GraphModule) -> fx.GraphModule:
+
+def partition(gm: fx.GraphModule, masks: Collection[fx.Node] = ()) -> fx.GraphModule:
     """`gm` with each part (see the module's docstring) made a submodule `fused_<k>`, called
-    where its first operator was."""
+    where its first operator was. `masks`: nodes graphsub reads as a `causal_mask` (proven
+    causal: fx_position_masks), parts of the graph whatever operator computes them, so that
+    the attention reading one joins the part of what it reads besides (the CPU's attention
+    kernel reads a boolean mask turned into 0 and -inf by `where`, which graphsub does not
+    model: cut there, a layer's projections and its attention fell into two parts, and the
+    copies of its grouped key/value heads were out of the attention rules' sight)."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
     from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
     class Modelled(OperatorSupportBase):
         def is_node_supported(self, submodules: object, node: fx.Node) -> bool:
-            return unsupported_reason(node) is None
+            return node in masks or unsupported_reason(node) is None
 
     partitioner = CapabilityBasedPartitioner(gm, Modelled(), allows_single_node_partition=True)
     order = {n: k for k, n in enumerate(gm.graph.nodes)}
     parts = [set(p.nodes) for p in partitioner.propose_partitions()]
-    parts = _siblings_merged(_siblings_hoisted(parts, order))
+    parts = _views_sunk(_siblings_merged(_siblings_hoisted(parts, order)))
     parts.sort(key=lambda part: min(order[n] for n in part))
     return fuse_by_partitions(gm, [dict.fromkeys(sorted(p, key=order.__getitem__))
                                    for p in parts], prefix="fused_")
@@ -77,6 +85,43 @@ def _siblings_hoisted(parts: list[set[fx.Node]], order: dict[fx.Node, int]
                 moved |= unit
                 progress = True
                 break
+    return [part for part in parts if part]
+
+
+#: Operators that only lay out what they read: moved to the part that reads them.
+LAYOUT = frozenset(getattr(aten, name).default for name in (
+    "view", "_unsafe_view", "reshape", "expand", "unsqueeze", "squeeze", "clone", "permute",
+    "alias")) | {aten.transpose.int, aten.squeeze.dim}
+
+
+def _views_sunk(parts: list[set[fx.Node]]) -> list[set[fx.Node]]:
+    """`parts` with each layout operator (LAYOUT) that only one other part reads moved into
+    that part, and on up its chain, wherever that leaves no cycle: grouped-query attention's
+    copies of a value head (an expand and a reshape after its projection) join the
+    attention, whose rules read them as the operator's shared heads, not the projection's
+    part, which hands the copies over."""
+    owner = {n: k for k, part in enumerate(parts) for n in part}
+    progress = True
+    while progress:
+        progress = False
+        for node in sorted(owner, key=lambda n: -len(n.users)):
+            if node.target not in LAYOUT or not node.users:
+                continue
+            here = owner[node]
+            readers = {owner.get(u) for u in node.users}
+            if len(readers) != 1 or None in readers or here in readers:
+                continue
+            (there,) = readers
+            assert there is not None
+            joined, left = parts[there] | {node}, parts[here] - {node}
+            trial = [joined if k == there else left if k == here else p
+                     for k, p in enumerate(parts)]
+            if _cut_inside({node}, left) or _leaves_and_returns(joined, trial) or \
+                    _leaves_and_returns(left, trial):
+                continue
+            parts[there], parts[here] = joined, left
+            owner[node] = there
+            progress = True
     return [part for part in parts if part]
 
 

@@ -500,7 +500,9 @@ def optimize_traced(aten_gm: fx.GraphModule, inputs: list[Any], constants: Seque
             if isinstance(value, torch.Tensor):
                 known[node.name] = value
 
-    parent = partition(aten_gm)
+    # (the masks no other proven mask reads: those an attention reads)
+    parent = partition(aten_gm, [n for n in aten_gm.graph.nodes if n.name in masks and not any(
+        user.name in masks for user in n.users)])
     for node in parent.graph.nodes:
         if node.op == "call_function":
             report.left_in_torch[str(node.target)] = report.left_in_torch.get(str(node.target), 0) + 1
