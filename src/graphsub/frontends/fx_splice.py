@@ -668,11 +668,19 @@ def _drops_nothing(node: fx.Node) -> bool:
 
 def _remove_dead(gm: fx.GraphModule, replaced: Iterable[fx.Node]) -> None:
     """Remove what the replaced nodes, and what only they read, computed: nodes left with no
-    reader that write nothing. Nodes that had no reader as captured stay."""
+    reader that write nothing (a check of the metadata of what nothing else reads, which
+    export writes after a mask's comparisons, goes with it). Nodes that had no reader as
+    captured stay."""
     pending = list(replaced)
     erased: set[fx.Node] = set()
     while pending:
         node = pending.pop()
+        if node not in erased and node.users and all(
+                user.target is torch.ops.aten._assert_tensor_metadata.default
+                for user in node.users):
+            for check in list(node.users):
+                gm.graph.erase_node(check)
+                erased.add(check)
         if node in erased or node.users or node.op not in ("call_function", "call_method") \
                 or (node.is_impure() and not _drops_nothing(node)) or possibly_written(gm, node):
             continue
