@@ -143,6 +143,7 @@ def test_cli_round_trip_pt2_to_pt2_and_package(tmp_path):
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(got_cache, want_cache, rtol=1e-4, atol=1e-4)
     assert "Race under AOTInductor" in page.read_text()
+    assert "masks proven causal" in page.read_text() and data["causal_masks"] == []
     package = tmp_path / "fast_package.pt2"
     result = runner.invoke(app, ["optimize", str(source), "-o", str(package), "--time-limit",
                                  "5", "--package"])
@@ -196,6 +197,9 @@ def test_a_transformers_decoder_with_a_dynamic_length():
                       node.args), **node.kwargs) for node in attention]
     assert all(a.get("is_causal") and a.get("attn_mask") is None for a in named), named
     assert all(a.get("enable_gqa") for a in named), named
+    # the mask built from positions, which nothing reads now, is gone with its checks
+    built = {torch.ops.aten.cumsum.default, torch.ops.aten.diff.default, torch.ops.aten.le.Tensor}
+    assert not [n for n in fast.graph.nodes if n.target in built]
     for length in (3, 32, 97):
         ids = torch.randint(0, 512, (1, length))
         with torch.no_grad():

@@ -171,3 +171,41 @@ def test_causal_mask_values_at_every_size():
     attrs = dict(node.attrs, dtype="float32", fill=float("-inf"))
     (added,) = get_op("causal_mask").evaluate(attrs, [q])
     assert added.dtype == np.float32 and added[0, 0, 0, 1] == -np.inf and added[0, 0, 1, 0] == 0
+
+
+def _variants():
+    """Masks written many ways, causal or not: (name, builder, causal as written)."""
+    def p(n, d):
+        return torch.arange(n, device=d)
+
+    yield "difference", lambda n, d: ((p(n, d)[:, None] - p(n, d)[None, :]) >= 0)[None, None], True
+    yield "not-after", lambda n, d: (~(p(n, d)[None, :] > p(n, d)[:, None]))[None, None], True
+    yield "transposed", lambda n, d: (p(n, d)[:, None] <= p(n, d)[None, :]).T[None, None], True
+    yield "upper", lambda n, d: (p(n, d)[:, None] <= p(n, d)[None, :])[None, None], False
+    yield "offset-positions", lambda n, d: ((p(n, d) + 3)[None, :] <= (p(n, d) + 3)[:, None]
+                                            )[None, None], True
+    yield "mixed-offsets", lambda n, d: ((p(n, d) + 1)[None, :] <= p(n, d)[:, None])[None, None], False
+    yield "first-row-open", lambda n, d: ((p(n, d)[None, :] <= p(n, d)[:, None])
+                                          | (p(n, d)[:, None] == 0))[None, None], False
+    yield "additive-inf", lambda n, d: torch.where(
+        (p(n, d)[None, :] <= p(n, d)[:, None])[None, None], 0.0, float("-inf")), True
+    yield "additive-small", lambda n, d: torch.where(
+        (p(n, d)[None, :] <= p(n, d)[:, None])[None, None], 0.0, -1.0), False
+    yield "masked-fill", lambda n, d: torch.zeros(1, 1, n, n, device=d).masked_fill(
+        p(n, d)[None, :] > p(n, d)[:, None], float("-inf")), True
+
+
+@pytest.mark.parametrize("name,build,causal", list(_variants()),
+                         ids=[v[0] for v in _variants()])
+def test_what_is_proven_is_true_at_every_length_tried(name, build, causal):
+    """Proven only where the mask is causal as written (checked by running it), and the
+    plainly causal ways of writing it are proven."""
+    mask = proven(build)
+    for n in (2, 3, 17, 64):
+        value = build(n, "cpu")
+        keep = value if value.dtype == torch.bool else value == 0
+        truly = bool(torch.equal(keep[0, 0], torch.ones(n, n, dtype=torch.bool).tril()))
+        if value.dtype != torch.bool:
+            truly = truly and bool((value[0, 0][~keep[0, 0]] <= -1e30).all())
+        assert truly == causal or mask is None, (name, n)
+    assert (mask is not None) == causal, name

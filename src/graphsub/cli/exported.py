@@ -96,6 +96,8 @@ def optimize_program_file(model: str, output: Path, *, time_limit: float, target
     if used and rep.chosen != "original" and not rep.fallback:
         table.add_row("rules applied", escape(", ".join(f"{k} x{v}" for k, v in
                                                         sorted(used.items()))))
+    if rep.causal_masks:
+        table.add_row("masks proven causal", escape(", ".join(rep.causal_masks)))
     table.add_row("seconds", f"{rep.seconds:.1f}")
     table.add_row("written", f"{output} ({data['written']})")
     if report is not None:

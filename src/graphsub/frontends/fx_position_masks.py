@@ -59,6 +59,12 @@ class _Unmodelled(Exception):
     """A node this module does not describe: what reads it is not proven anything."""
 
 
+#: What describing a node or proving a mask may raise: the node is left undescribed, the
+#: mask unproven (terms are built lazily, so a proof meets what a description did not).
+_FAILURES = (_Unmodelled, ConversionError, z3.Z3Exception, ArithmeticError, IndexError,
+             KeyError, TypeError, ValueError)
+
+
 @dataclass(frozen=True)
 class _Form:
     """A tensor described by its elements: its shape (z3 terms over the size symbols), its
@@ -144,6 +150,10 @@ class _Reader:
             value: z3.ExprRef = term
         elif isinstance(arg, bool):
             value = z3.BoolVal(arg)
+        elif isinstance(arg, int) and kind == "real":
+            if abs(arg) > 1 << 24:  # float32 holds it exactly only up to here
+                raise _Unmodelled(f"the integer {arg} as a float")
+            value = z3.RealVal(arg)
         elif isinstance(arg, int):
             value = z3.IntVal(arg)
         elif isinstance(arg, float):
@@ -168,7 +178,10 @@ class _Reader:
         """Describe the node if it is computed from sizes alone (else leave it out)."""
         val = node.meta.get("val")
         if isinstance(val, torch.SymInt):
-            self.forms[node] = self.size(val)
+            try:
+                self.forms[node] = self.size(val)
+            except _FAILURES:
+                pass
             return
         if node.op == "get_attr":
             value = _attribute(node)
@@ -185,8 +198,7 @@ class _Reader:
             return
         try:
             self.forms[node] = self.describe(node)
-        except (_Unmodelled, ConversionError, z3.Z3Exception, IndexError, TypeError,
-                ValueError):
+        except _FAILURES:
             return
 
     def describe(self, node: fx.Node) -> _Form:
@@ -669,7 +681,7 @@ def causal_masks(graph: fx.Graph, ranges: Mapping[str, SymbolRange]) -> dict[fx.
             continue
         try:
             mask = reader.causal(node)
-        except z3.Z3Exception:  # a term z3 cannot take: proven nothing
+        except _FAILURES:  # a term not modelled, or one z3 cannot take: proven nothing
             continue
         if mask is not None:
             found[node] = mask

@@ -444,7 +444,10 @@ def exported_html(data: Mapping[str, Any]) -> str:
                     ("seconds", f"{data['seconds']:.1f}"),
                     ("buffers written", esc(", ".join(data["writes"])) or "none"),
                     ("sizes", esc(data["sizes"].get("symbols", "static")) if data["sizes"]
-                     else "static")]
+                     else "static"),
+                    # (a report written before masks were proven has none)
+                    ("masks proven causal",
+                     esc(", ".join(data.get("causal_masks", []))) or "none")]
                    + [("command", f"<code>{esc(' '.join(data['command']))}</code>")]),
             "<h2>Race under AOTInductor</h2>",
             _table(["contender", "speedup over the original"],
