@@ -84,13 +84,14 @@ def main() -> None:
     from graphsub.targets import get_target
     from graphsub.cost import make_cost_model
     from graphsub.pipeline import load_rule_files
-    from graphsub.search.normal_form import normal_form, normal_form_rules
+    from graphsub.rules.roles import Role, with_role
+from graphsub.search.normal_form import normal_form
 
     target = get_target("torch-cpu")
     rows = []
     for kind in args.models.split(","):
         graph = captured_graph(kind, args.hidden, args.layers, args.seq)
-        normal, _ = normal_form(graph, normal_form_rules(load_rule_files([]).rules),
+        normal, _ = normal_form(graph, with_role(load_rule_files([]).rules, Role.NORMAL_FORM),
                                 make_cost_model("analytic", target))
         for name, g in (("original", graph), ("normal form", normal)):
             row: dict[str, Any] = {"model": kind, "graph": name,

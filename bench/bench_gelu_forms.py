@@ -21,7 +21,8 @@ from onnx import TensorProto
 import graphsub
 from graphsub.cost import AnalyticCostModel
 from graphsub.rules import builtin_rules
-from graphsub.search.normal_form import normal_form, normal_form_rules
+from graphsub.rules.roles import Role, with_role
+from graphsub.search.normal_form import normal_form
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.rules.test_forms import FORMS, gelu_model  # noqa: E402
@@ -40,7 +41,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=200)
     args = p.parse_args()
     shape = tuple(int(d) for d in args.shape.split("x"))
-    rules = normal_form_rules(builtin_rules())
+    rules = with_role(builtin_rules(), Role.NORMAL_FORM)
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     print("| form | nodes written | after | rewritten by | as written (ms) | one Gelu (ms) | ratio |")
     print("|---|---|---|---|---|---|---|")

@@ -41,7 +41,7 @@ from tables import cpu_meta, markdown, save_rows  # noqa: E402
 
 import graphsub  # noqa: E402
 from graphsub.targets.peers import PEERS  # noqa: E402
-from graphsub.pipeline.measure_stages import model_tolerance  # noqa: E402
+from graphsub.pipeline.verify_stage import model_tolerance  # noqa: E402
 from graphsub.runtime.check_sizes import default_profile  # noqa: E402
 from graphsub.runtime import graph_input_specs, random_feeds, time_models  # noqa: E402
 from graphsub.verdicts import compare_models
@@ -419,7 +419,7 @@ def warm_up_rule_checks() -> None:
     from graphsub.rules import builtin_rules
 
     builtin_rules()
-    stage.load_rules()
+    stage.preload_rules()
 
 
 def main() -> None:

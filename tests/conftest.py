@@ -25,7 +25,7 @@ def rules_checked_once(tmp_path_factory):
     os.environ["GRAPHSUB_CACHE_DIR"] = str(tmp_path_factory.mktemp("rules-cache"))
     try:
         builtin_rules()
-        fission_stage.load_rules()
+        fission_stage.preload_rules()
     finally:
         if previous is None:
             del os.environ["GRAPHSUB_CACHE_DIR"]

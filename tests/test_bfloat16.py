@@ -79,7 +79,7 @@ def test_ort_cpu_refuses_bfloat16_with_the_targets_that_run_it(tmp_path):
 def test_bfloat16_models_are_optimized_for_torch_and_verified_by_the_reference(tmp_path):
     pytest.importorskip("torch")
     from graphsub.targets import get_target
-    from graphsub.pipeline.measure_stages import check_equivalence_by_reference
+    from graphsub.pipeline.verify_stage import check_equivalence_by_reference
 
     graph = load(bf16_model().SerializeToString())
     result = graphsub.optimize(graph, time_limit=5, target="torch-cpu")

@@ -19,7 +19,7 @@ from graphsub.ir import GraphBuilder
 from graphsub.tensors.symbolic import SymbolRange, size_symbol
 from graphsub.tensors.types import Attrs, TensorType
 from graphsub.pipeline import Settings, start_run
-from graphsub.pipeline.measure_stages import verify
+from graphsub.pipeline.verify_stage import verify
 from graphsub.pipeline.values import Exported
 from graphsub.rules.expr import undecided_conditions
 from graphsub.rules.matcher import find_matches

@@ -9,7 +9,7 @@ import pytest
 
 import graphsub
 from graphsub import zoo
-from graphsub.pipeline.measure_stages import model_tolerance
+from graphsub.pipeline.verify_stage import model_tolerance
 from graphsub.runtime import graph_input_specs
 from graphsub.verdicts import compare_models
 from graphsub.verdicts.equivalence import value_dtypes

@@ -106,14 +106,14 @@ def test_the_run_closes_the_chosen_candidate_however_it_ends(monkeypatch, ends):
     """The chosen candidate's runnable goes from the measuring to the verification through
     the run's sessions (pipeline.sessions.RunSessions), not through the Selection: it is
     closed whether the verification ran or an error ended the run between the two."""
-    from graphsub.pipeline import measure_stages
+    from graphsub.pipeline import verify_stage
 
     original = _transposes_with_an_open_batch()
     closed = _tracked_candidates(monkeypatch)
     if ends != "verified":
         def fails(*args, **kwargs):
             raise RuntimeError("the export broke")
-        monkeypatch.setattr(measure_stages, "written", fails)
+        monkeypatch.setattr(verify_stage, "written", fails)
     run = lambda: optimize_model(  # noqa: E731
         load(original), original, "transposes", time_limit=20, measure_limit=6,
         cost="analytic", fission=False, peers=False,

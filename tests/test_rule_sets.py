@@ -15,7 +15,7 @@ from graphsub.ir import GraphBuilder
 from graphsub.pipeline import RuleSet, load_rule_files, rule_set
 from graphsub.rules import builtin_rules, parse_rules
 from graphsub.rules.roles import Role
-from graphsub.search.normal_form import normal_form_rules
+from graphsub.rules.roles import Role, with_role
 
 MINE = "rule my-relu-relu: (relu (relu ?x)) => (relu ?x)\n"
 
@@ -38,7 +38,7 @@ def test_rules_given_are_added_to_the_library():
     (mine,) = parse_rules(MINE, origin="my.rules")
     chosen = rule_set([mine])
     assert chosen.rules == (*library, mine) and chosen.notes == ()
-    assert normal_form_rules(chosen.rules) == normal_form_rules(library)
+    assert with_role(chosen.rules, Role.NORMAL_FORM) == with_role(library, Role.NORMAL_FORM)
 
 
 def test_the_library_given_again_is_the_library_once():
@@ -56,7 +56,7 @@ def test_a_rule_named_as_a_library_rule_is_used_in_its_place_with_a_note():
     assert chosen.notes == ("rule remove-identity of my.rules is used in place of the "
                             "library's (cleanup.rules, roles normal-form, search, cleanup)",)
     # declaring no role, the user's rule is a search rule: the normal form loses the library's
-    assert "remove-identity" not in [r.name for r in normal_form_rules(chosen.rules)]
+    assert "remove-identity" not in [r.name for r in with_role(chosen.rules, Role.NORMAL_FORM)]
 
 
 def test_rules_only_drops_the_library_and_says_what_that_leaves_out():

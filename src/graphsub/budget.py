@@ -39,7 +39,7 @@ MIN_SEARCH_SECONDS, MIN_FISSION_SECONDS = 0.05, 0.5
 #: 575 MB took 7.8 s on a 2-core VM), and the weights below which writing always fits.
 WRITE_BYTES_PER_SECOND, WRITE_ALWAYS_BYTES = 70e6, 64 << 20
 #: The weights below which the original is run once on the target even after the time limit
-#: is spent (pipeline.measure_stages): such a run takes well under a second.
+#: is spent (pipeline.measure_stage): such a run takes well under a second.
 RUN_ALWAYS_BYTES = 64 << 20
 
 

@@ -109,7 +109,7 @@ def run_original(device: Target, graph: Graph, original: ModelData,
     """The original prepared on the target (on `session`, the run's session of it, where
     given: Target.prepare) and run once: the runnable, its outputs and the run's seconds. A
     model the target cannot run is refused here, in one line saying why and what to do
-    (graphsub.pipeline.measure_stages runs this whether or not there is a candidate: one
+    (graphsub.pipeline.measure_stage runs this whether or not there is a candidate: one
     policy for every model the target cannot run)."""
     try:
         runnable = device.prepare(graph, original, "original", session=session)

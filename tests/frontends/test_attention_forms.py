@@ -23,10 +23,11 @@ from graphsub.frontends.fx_partition import partition  # noqa: E402
 from graphsub.rules import builtin_rules  # noqa: E402
 from graphsub.runtime import evaluate, graph_input_specs, random_feeds  # noqa: E402
 from graphsub.verdicts.equivalence import SAME_FUNCTION, compare_outputs  # noqa: E402
-from graphsub.search.normal_form import normal_form, normal_form_rules  # noqa: E402
+from graphsub.rules.roles import Role, with_role
+from graphsub.search.normal_form import normal_form  # noqa: E402
 
 SEQ = 12
-RULES = normal_form_rules(builtin_rules())
+RULES = with_role(builtin_rules(), Role.NORMAL_FORM)
 
 
 def captured(model, *args, **kwargs):

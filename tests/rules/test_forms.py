@@ -18,9 +18,10 @@ from graphsub.rules import builtin_rules, find_matches, parse_rules
 from graphsub.rules.explain import explain
 from graphsub.runtime import evaluate, graph_input_specs, random_feeds
 from graphsub.verdicts.equivalence import SAME_FUNCTION, compare_outputs
-from graphsub.search.normal_form import normal_form, normal_form_rules
+from graphsub.rules.roles import Role, with_role
+from graphsub.search.normal_form import normal_form
 
-RULES = normal_form_rules(builtin_rules())
+RULES = with_role(builtin_rules(), Role.NORMAL_FORM)
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 N = helper.make_node
 

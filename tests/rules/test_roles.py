@@ -13,7 +13,7 @@ from graphsub.rules import (RuleSyntaxError, builtin_rules, library_files, load_
                             parse_rules, print_rule, print_rules)
 from graphsub.rules.roles import DEFAULT_ROLES, Role, with_role
 from graphsub.rules.taso import TasoOp, TasoRule, convert_rule
-from graphsub.search.normal_form import normal_form_rules
+from graphsub.rules.roles import Role, with_role
 
 FISSION_FOLDER = Path(own_rules()[0].origin).parent
 
@@ -55,7 +55,7 @@ PRIMITIVE = ["reduce-sum-as-matmul", "matmul-ones-as-reduce-sum", "matmul-delay-
 
 
 def test_each_part_reads_the_same_built_in_rules_as_when_file_names_chose_them():
-    assert [r.name for r in normal_form_rules(builtin_rules(check=False))] == NORMAL_FORM
+    assert [r.name for r in with_role(builtin_rules(check=False), Role.NORMAL_FORM)] == NORMAL_FORM
     assert [r.name for r in fission_rules()] == FISSION
     assert [r.name for r in kernel_rules()] == KERNEL
     assert [r.name for r in primitive_rules()] == PRIMITIVE

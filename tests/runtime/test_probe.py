@@ -163,7 +163,7 @@ def bias_model(height: int, bias: np.ndarray) -> onnx.ModelProto:
 
 
 def test_verification_passes_over_sizes_the_original_does_not_run_at():
-    from graphsub.pipeline.measure_stages import check_equivalence
+    from graphsub.pipeline.verify_stage import check_equivalence
     from graphsub.runtime.inputs import graph_input_specs
 
     bias = np.random.default_rng(0).standard_normal((1, 3, 1, 1)).astype(np.float32)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from graphsub.targets import capabilities, get_target, target_statuses
 from graphsub.cli import app
 from graphsub.errors import GraphsubError
-from graphsub.pipeline import Settings, measure_stages
+from graphsub.pipeline import Settings, verify_stage
 from graphsub.pipeline.settings import parse_target_option
 from graphsub.optimizer import optimize_model
 from tests.targets import stand_in_target
@@ -99,13 +99,13 @@ def slowed(target):
 def test_a_kept_model_is_verified_on_a_target_that_is_not_the_reference(monkeypatch, name,
                                                                         on_target):
     calls = []
-    check = measure_stages.check_equivalence_on_target
+    check = verify_stage.check_equivalence_on_target
 
     def recorded(*args, **kwargs):
         calls.append(args)
         return check(*args, **kwargs)
 
-    monkeypatch.setattr(measure_stages, "check_equivalence_on_target", recorded)
+    monkeypatch.setattr(verify_stage, "check_equivalence_on_target", recorded)
     target = slowed(get_target(name, threads=1))
     _, report = optimize_model(transposes_model(), None, "transposes", time_limit=8,
                                measure_limit=5, cost="analytic", target=target, threads=1,

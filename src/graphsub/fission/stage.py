@@ -116,7 +116,7 @@ def generated_kernels(primitive: Graph, cost_model: CostModel, deadline: float,
     return priced
 
 
-def load_rules() -> None:
+def preload_rules() -> None:
     """Read every rule fission uses: a run reads them while loading, not inside the fission
     stage's share of the time limit."""
     fission_rules()

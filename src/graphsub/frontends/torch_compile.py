@@ -527,7 +527,7 @@ def optimize_traced(aten_gm: fx.GraphModule, inputs: list[Any], constants: Seque
         # Read here, not out of the first part's time limit (checked numerically on a fresh
         # install once, they used it up: a float16 decoder's first compilation on an H200
         # found nothing to rewrite).
-        fission_stage.load_rules()
+        fission_stage.preload_rules()
     sizes = {p.target: sum(1 for n in getattr(parent, p.target).graph.nodes
                            if n.op == "call_function") for p in parts}
     total = max(sum(sizes.values()), 1)

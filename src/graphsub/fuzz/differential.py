@@ -54,6 +54,7 @@ from graphsub.ir.graph import Graph
 from graphsub.onnx_io import load, to_onnx_bytes
 from graphsub.optimizer import optimize, optimize_model
 from graphsub.pipeline import FISSION, Found, Settings, run_stage, start_run
+from graphsub.pipeline.rule_sets import RuleSet
 from graphsub.rules import Rule, builtin_rules, load_rules
 from graphsub.runtime.check_sizes import ProfileShape
 from graphsub.verdicts.equivalence import SAME_FUNCTION, ModelFn, Tolerance, compare_outputs
@@ -119,12 +120,6 @@ class ModelReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"outcomes": [asdict(o) for o in self.outcomes], "notes": list(self.notes)}
-
-
-@dataclass(frozen=True)
-class RuleSet:
-    rules: tuple[Rule, ...]
-    notes: tuple[str, ...] = ()
 
 
 @lru_cache(maxsize=4)

@@ -125,7 +125,8 @@ class Category(StrEnum):
     GENERATED = "generated"   #: a generated kernel (`fused`): fission puts its body back
 
 
-#: The shapes the numerical rule check draws an operand from where its operator's `Role` names
+#: The shapes the numerical rule check draws an operand from where its operator's
+#: `OperandRole` names
 #: none: every rank from scalars to 4-D images, sizes that broadcast against each other, and
 #: shapes that tell a rule right only for some: batches of more than one (a transpose of the
 #: two leading axes is a reshape only where one is 1), odd sizes (a slice off by one agrees
@@ -137,7 +138,7 @@ ANY_SHAPES: tuple[Shape, ...] = ((4, 4), (1, 4, 6, 6), (4,), (1, 8, 6, 6), (4, 6
 
 
 @dataclass(frozen=True)
-class Role:
+class OperandRole:
     """What the numerical rule check draws for one input of the operator where a rule has a
     variable: the shapes it may take (a convolution's weights are 4-D, a norm's scale is a
     vector), whether its values must be positive for the operator to be defined (a
@@ -210,9 +211,9 @@ class OpDef:
     view: str = ""
     #: The operator in torch (see `TorchLowering`); None: the torch targets cannot run it.
     torch: LowerFn | None = None
-    #: What the numerical rule check draws for each input (`Role`), by position; inputs past
-    #: the end take `Role()`.
-    roles: tuple[Role, ...] = ()
+    #: What the numerical rule check draws for each input (`OperandRole`), by position; inputs past
+    #: the end take `OperandRole()`.
+    roles: tuple[OperandRole, ...] = ()
     #: Set for an activation a library's matrix product applies in the same call.
     post_op: PostOp | None = None
     doc: str = ""
@@ -224,9 +225,9 @@ class OpDef:
                              f"{', '.join(VIEW_KINDS)} or empty")
         object.__setattr__(self, "_spec_by_name", {a.name: a for a in self.attrs})
 
-    def role(self, position: int) -> Role:
+    def role(self, position: int) -> OperandRole:
         """What the rule check draws for the input at `position`."""
-        return self.roles[position] if position < len(self.roles) else Role()
+        return self.roles[position] if position < len(self.roles) else OperandRole()
 
     def attr_spec(self, name: str) -> AttrSpec | None:
         return self._spec_by_name.get(name)

@@ -12,7 +12,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from graphsub.errors import ConversionError, ShapeError
 from graphsub.tensors.symbolic import Dim, ceildiv, floordiv, is_negative, is_symbolic
 from graphsub.tensors.types import Attrs, TensorType
-from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, Role, Shape,
+from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, OperandRole, Shape,
                                TorchFn, TorchLowering, Types, aten_importer, choice, ints,
                                onnx_importer, pair, register, same_dtype)
 from graphsub.ops.elementwise import (ACTIVATION_TRIES, ACTIVATIONS, apply_activation,
@@ -34,8 +34,8 @@ PADDING_TRIES = ("same", "valid", (0, 0, 1, 2))
 DILATION_TRIES = ((1, 1), (2, 2))
 #: Images the rule check draws for a convolution's input (4 or 8 channels), and kernels for
 #: them: square and not, 1x1, grouped (4 input channels of 2 or 1), widening and narrowing.
-_IMAGES = Role(shapes=((1, 4, 6, 6), (1, 8, 6, 6), (2, 4, 7, 5), (1, 4, 4, 4)))
-_KERNELS = Role(shapes=((4, 4, 3, 3), (4, 4, 1, 1), (8, 4, 3, 3), (4, 4, 1, 3), (4, 4, 3, 1),
+_IMAGES = OperandRole(shapes=((1, 4, 6, 6), (1, 8, 6, 6), (2, 4, 7, 5), (1, 4, 4, 4)))
+_KERNELS = OperandRole(shapes=((4, 4, 3, 3), (4, 4, 1, 1), (8, 4, 3, 3), (4, 4, 1, 3), (4, 4, 3, 1),
                         (4, 2, 3, 3), (4, 1, 3, 3), (8, 8, 3, 3), (4, 8, 1, 1), (8, 4, 1, 1)))
 
 
@@ -263,7 +263,7 @@ def _conv_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torc
 
 register(OpDef(
     name="conv2d", inputs=(2, 3), torch=_conv_torch, category=Category.LINEAR,
-    roles=(_IMAGES, _KERNELS, Role(shapes=((4,), (8,)))),
+    roles=(_IMAGES, _KERNELS, OperandRole(shapes=((4,), (8,)))),
     attrs=(AttrSpec("stride", (1, 1), pair, tries=STRIDE_TRIES),
            AttrSpec("padding", "same", padding_attr, tries=PADDING_TRIES),
            AttrSpec("dilation", (1, 1), pair, tries=DILATION_TRIES),

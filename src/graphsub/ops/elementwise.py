@@ -11,10 +11,10 @@ from scipy import special
 
 from graphsub.errors import ConversionError, ShapeError
 from graphsub.tensors.types import SUPPORTED_DTYPES, Attrs, TensorType
-from graphsub.ops.base import (ANY_SHAPES, AtenBuilder, AtenCall, AtenImportFn, AttrSpec,
-                               Category, LowerFn, OpDef, PostOp, Role, TorchFn, TorchLowering,
-                               Types, aten_importer, broadcast, choice, f32, is_float,
-                               onnx_importer, register, same_dtype)
+from graphsub.ops.base import (ANY_SHAPES, AtenBuilder, AtenCall, AtenImportFn, AttrSpec, Category,
+                               LowerFn, OpDef, PostOp, OperandRole, TorchFn, TorchLowering, Types,
+                               aten_importer, broadcast, choice, f32, is_float, onnx_importer,
+                               register, same_dtype)
 
 from graphsub.ops.contexts import OpExportContext, OpImportContext
 from graphsub.tensors.values import Value
@@ -142,12 +142,12 @@ def _float_only(name: str) -> Callable[[Attrs, Types], Types]:
 
 
 #: The input of an operator defined for positive values only, as the rule check draws it.
-_POSITIVE = Role(positive=True)
+_POSITIVE = OperandRole(positive=True)
 
 
 def _unary(name: str, onnx_type: str, fn: Callable[[np.ndarray], np.ndarray], flops: int,
            float_only: bool = True, view: str = "", torch: LowerFn | None = None,
-           roles: tuple[Role, ...] = (), post_op: PostOp | None = None) -> OpDef:
+           roles: tuple[OperandRole, ...] = (), post_op: PostOp | None = None) -> OpDef:
     return register(OpDef(
         name=name, inputs=(1, 1), view=view, torch=torch or torch_function(name),
         category=Category.ELEMENTWISE, roles=roles, post_op=post_op,
@@ -318,7 +318,7 @@ def _torch_div(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torch
 
 def _binary(name: str, onnx_type: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
             doc: str, commutative: bool = False, torch: LowerFn | None = None,
-            roles: tuple[Role, ...] = (), associative: bool = False) -> OpDef:
+            roles: tuple[OperandRole, ...] = (), associative: bool = False) -> OpDef:
     return register(OpDef(
         name=name, inputs=(2, 2), infer=_binary_infer(name), torch=torch or torch_function(name),
         category=Category.ELEMENTWISE, roles=roles,
@@ -338,7 +338,8 @@ DIV = _binary("div", "Div", _int_safe_div, "Element-wise quotient with broadcast
               torch=_torch_div,
               # A divisor is positive, and may be a row scaling (one value per row) or the
               # reduction of a row (a column of ones).
-              roles=(Role(), Role(shapes=ANY_SHAPES + ((4, 1), (2, 4, 1)), positive=True)))
+              roles=(OperandRole(), OperandRole(shapes=ANY_SHAPES + ((4, 1), (2, 4, 1)),
+                                                positive=True)))
 POW = _binary("pow", "Pow", np.power, "Element-wise power with broadcasting.")
 
 
@@ -351,7 +352,7 @@ def _smul_infer(attrs: Attrs, ins: Types) -> Types:
 
 register(OpDef(
     name="smul", inputs=(2, 2), infer=_smul_infer, category=Category.ELEMENTWISE,
-    roles=(Role(), Role(shapes=((),))),
+    roles=(OperandRole(), OperandRole(shapes=((),))),
     evaluate=lambda attrs, xs: ((xs[0] * xs[1]).astype(xs[0].dtype),),
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("Mul", ins, outs),
     flops=_per_element(1), torch=torch_function("mul"),

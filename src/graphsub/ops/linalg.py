@@ -9,8 +9,8 @@ import numpy as np
 
 from graphsub.errors import ShapeError
 from graphsub.tensors.types import Attrs, TensorType
-from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, Role, TorchFn,
-                               TorchLowering, Types, aten_importer, choice, onnx_importer,
+from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, OpDef, OperandRole,
+                               TorchFn, TorchLowering, Types, aten_importer, choice, onnx_importer,
                                Shape, broadcast_shapes, register, same_dim, same_dtype)
 from graphsub.ops.elementwise import (ACTIVATION_TRIES, ACTIVATIONS, apply_activation,
                                       emit_with_activation, torch_activation)
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 #: are the reductions of rows.
 _OPERANDS = ((4,), (6,), (4, 4), (4, 6), (6, 4), (2, 4, 4), (1, 4, 6), (2, 6, 4), (3, 4, 5), (5, 3),
              (4, 4, 4))
-_ROLES = (Role(shapes=_OPERANDS), Role(shapes=_OPERANDS + ((4, 1), (2, 4, 1))))
+_ROLES = (OperandRole(shapes=_OPERANDS), OperandRole(shapes=_OPERANDS + ((4, 1), (2, 4, 1))))
 
 
 def matmul_shape(a: Shape, b: Shape) -> Shape:

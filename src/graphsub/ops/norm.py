@@ -14,8 +14,8 @@ import numpy as np
 
 from graphsub.errors import ConversionError, ShapeError
 from graphsub.tensors.types import Attrs, TensorType
-from graphsub.ops.base import (AXIS_TRIES, AtenBuilder, AtenCall, AtenImportFn, AttrSpec,
-                               CanonFn, Category, ExportFn, InferFn, LowerFn, OpDef, Role, TorchFn,
+from graphsub.ops.base import (AXIS_TRIES, AtenBuilder, AtenCall, AtenImportFn, AttrSpec, CanonFn,
+                               Category, ExportFn, InferFn, LowerFn, OpDef, OperandRole, TorchFn,
                                TorchLowering, Types, aten_importer, broadcasts_to, f32, norm_axis,
                                onnx_importer, is_float, register)
 
@@ -31,7 +31,7 @@ _AXIS = AttrSpec("axis", -1, int, tries=AXIS_TRIES)
 #: A model's epsilon and one large enough to change every output: a rule that drops or
 #: moves an epsilon differs there.
 EPSILON_TRIES = (1e-5, 0.5)
-_VECTOR = Role(shapes=((4,), (6,)))
+_VECTOR = OperandRole(shapes=((4,), (6,)))
 
 
 def _axis_canon(op: str) -> CanonFn:
@@ -235,7 +235,8 @@ def _ln_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> TorchF
 
 
 register(OpDef(
-    name="layer_norm", inputs=(2, 3), category=Category.COARSE, roles=(Role(), _VECTOR, _VECTOR),
+    name="layer_norm", inputs=(2, 3), category=Category.COARSE,
+    roles=(OperandRole(), _VECTOR, _VECTOR),
     attrs=(_AXIS, AttrSpec("epsilon", 1e-5, f32, tries=EPSILON_TRIES)),
     infer=_normalized_infer("layer_norm"), evaluate=_ln_eval, export=_ln_export, torch=_ln_torch,
     canonicalize=_axis_canon("layer_norm"),
@@ -278,7 +279,7 @@ def _rms_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Torch
 
 
 register(OpDef(
-    name="rms_norm", inputs=(2, 2), category=Category.COARSE, roles=(Role(), _VECTOR),
+    name="rms_norm", inputs=(2, 2), category=Category.COARSE, roles=(OperandRole(), _VECTOR),
     attrs=(_AXIS, AttrSpec("epsilon", 1e-5, f32, tries=EPSILON_TRIES)),
     infer=_normalized_infer("rms_norm"), evaluate=_rms_eval, export=_rms_export, torch=_rms_torch,
     canonicalize=_axis_canon("rms_norm"),
@@ -326,8 +327,9 @@ register(OpDef(
     name="batch_norm", inputs=(5, 5), attrs=(AttrSpec("epsilon", 1e-5, f32, tries=EPSILON_TRIES),),
     category=Category.COARSE,
     # Per-channel vectors, positive variances.
-    roles=(Role(shapes=((1, 4, 6, 6), (1, 8, 6, 6))), *[Role(shapes=((4,), (8,)))] * 3,
-           Role(shapes=((4,), (8,)), positive=True)),
+    roles=(OperandRole(shapes=((1, 4, 6, 6), (1, 8, 6, 6))),
+           *[OperandRole(shapes=((4,), (8,)))] * 3,
+           OperandRole(shapes=((4,), (8,)), positive=True)),
     infer=_bn_infer, evaluate=_bn_eval, torch=_bn_torch,
     export=lambda ctx, attrs, ins, outs, types: ctx.emit("BatchNormalization", ins, outs,
                                                          epsilon=attrs["epsilon"]),

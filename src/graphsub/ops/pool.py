@@ -11,8 +11,8 @@ import numpy as np
 from graphsub.errors import ShapeError
 from graphsub.tensors.symbolic import Dim, ceildiv
 from graphsub.tensors.types import Attrs, TensorType
-from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, ExportFn, InferFn,
-                               OpDef, Role, TorchFn, TorchLowering, Types, aten_importer, is_float,
+from graphsub.ops.base import (AtenBuilder, AtenCall, AttrSpec, Category, ExportFn, InferFn, OpDef,
+                               OperandRole, TorchFn, TorchLowering, Types, aten_importer, is_float,
                                onnx_importer, pair, register)
 from graphsub.ops.conv import (AUTO_PAD, PADDING_TRIES, STRIDE_TRIES, Pads, canonical_padding,
                                onnx_pads, pad_nchw, padding_attr, resolve_pads,
@@ -156,7 +156,7 @@ _POOL_ATTRS = (AttrSpec("kernel", convert=pair, tries=((3, 3), (2, 2))),
                AttrSpec("stride", None, pair, tries=STRIDE_TRIES),
                AttrSpec("padding", "valid", padding_attr, tries=PADDING_TRIES))
 #: What the rule check pools: an image.
-_IMAGE = (Role(shapes=((1, 4, 6, 6), (2, 4, 7, 5))),)
+_IMAGE = (OperandRole(shapes=((1, 4, 6, 6), (2, 4, 7, 5))),)
 
 register(OpDef(
     name="max_pool2d", inputs=(1, 1), attrs=_POOL_ATTRS, category=Category.REDUCE, roles=_IMAGE,

@@ -33,9 +33,9 @@ from onnx import TensorProto, helper
 from graphsub.errors import ShapeError
 from graphsub.tensors.symbolic import Dim, ceildiv
 from graphsub.tensors.types import Attrs, TensorType
-from graphsub.ops.base import (AttrSpec, CanonFn, Category, ExportFn, OpDef, Role, Shape, TorchFn,
-                               TorchLowering, Types, ints, is_float, norm_axis, onnx_importer, pair,
-                               register, same_dim)
+from graphsub.ops.base import (AttrSpec, CanonFn, Category, ExportFn, OpDef, OperandRole, Shape,
+                               TorchFn, TorchLowering, Types, ints, is_float, norm_axis,
+                               onnx_importer, pair, register, same_dim)
 from graphsub.ops.conv import (conv2d_reference, onnx_conv_attrs, padding_attr, resolve_pads,
                                same_over_sizes, window_out)
 from graphsub.ops.linalg import matmul_shape
@@ -56,7 +56,7 @@ _EIGHT_BIT = ("uint8", "int8")
 _SCALE_TYPES = ("float32", "float16")
 
 #: What the rule check draws: a positive scalar scale, and 8-bit values and zero points.
-_SCALE = Role(shapes=((), (4,)), positive=True)  # per tensor, and per channel of 4
+_SCALE = OperandRole(shapes=((), (4,)), positive=True)  # per tensor, and per channel of 4
 
 
 def _quant_axis_tries(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> tuple[int, ...]:
@@ -64,8 +64,8 @@ def _quant_axis_tries(shapes: Sequence[Shape], attrs: Mapping[str, Any]) -> tupl
     scalar scale the axis changes nothing, and a rule that moves it is caught where a
     scale is a vector."""
     return (1, 0) if shapes and len(shapes[0]) >= 2 else (0,)
-_ZERO_POINT = Role(shapes=((), (4,)), dtype="uint8")
-_QUANTIZED = Role(dtype="uint8")
+_ZERO_POINT = OperandRole(shapes=((), (4,)), dtype="uint8")
+_QUANTIZED = OperandRole(dtype="uint8")
 
 
 # ---- shared pieces ----------------------------------------------------------------------------
@@ -222,7 +222,7 @@ register(OpDef(
     name="quantize", inputs=(2, 3), category=Category.OPAQUE,
     attrs=(AttrSpec("axis", 1, int, tries=_quant_axis_tries),
            AttrSpec("dtype", "uint8", str, tries=("uint8", "int8"))),
-    roles=(Role(), _SCALE, _ZERO_POINT),
+    roles=(OperandRole(), _SCALE, _ZERO_POINT),
     infer=_quantize_infer, evaluate=_quantize_eval, export=_quantize_export,
     torch=_quantize_torch, canonicalize=_axis_canon("quantize"),
     flops=lambda attrs, ins, outs: 2 * ins[0].numel,

@@ -23,8 +23,8 @@ import numpy as np
 from graphsub.errors import GraphsubError, ShapeError
 from graphsub.tensors.symbolic import is_symbolic
 from graphsub.tensors.types import Attrs, TensorType
-from graphsub.ops.base import (AttrSpec, Category, OpDef, Role, Shape, TorchFn, TorchLowering,
-                               Types, is_float, onnx_importer, register, same_dtype)
+from graphsub.ops.base import (AttrSpec, Category, OpDef, OperandRole, Shape, TorchFn,
+                               TorchLowering, Types, is_float, onnx_importer, register, same_dtype)
 
 from graphsub.ops.contexts import OpExportContext, OpImportContext
 from graphsub.tensors.values import Value
@@ -236,7 +236,8 @@ register(OpDef(
     flops=_flops, bytes=_bytes, torch=_torch,
     # For the rule check: 4-D heads (batch 1, 2 heads, 3 tokens, 4 wide) and caches of the
     # tokens' angles that fit them; position ids are integers, which the check does not draw.
-    roles=(Role(shapes=((1, 2, 3, 4),)), Role(shapes=((1, 3, 2),)), Role(shapes=((1, 3, 2),))),
+    roles=(OperandRole(shapes=((1, 2, 3, 4),)), OperandRole(shapes=((1, 3, 2),)),
+           OperandRole(shapes=((1, 3, 2),))),
     doc="Rotary positional embedding of a head's pairs by the token's angles (ONNX "
         "RotaryEmbedding, opset 23; primitives before).",
 ))

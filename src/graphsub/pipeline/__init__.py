@@ -10,8 +10,8 @@ budget (graphsub.budget).
 | fission | `fission_stage` | found | found, with fission and Korch's orchestration of its best |
 | export | `export_stages` | found, peers | the candidates written as ONNX |
 | ort-fusions | `export_stages` | found, exported | those and onnxruntime's fused operators |
-| measure | `measure_stages` | exported | the `Selection`: candidates timed on the target |
-| verify | `measure_stages` | exported, selection | `Verified`: the model to write, checked |
+| measure | `measure_stage` | exported | the `Selection`: candidates timed on the target |
+| verify | `verify_stage` | exported, selection | `Verified`: the model to write, checked |
 | report | `report_stage` | found, exported, verified | the OptimizeReport |
 
 What they hand each other (`Exported`, `Found`) is in `values`; the rules a run reads (the
@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from graphsub.pipeline.export_stages import EXPORT, ORT_FUSIONS
 from graphsub.pipeline.fission_stage import FISSION
-from graphsub.pipeline.measure_stages import MEASURE, VERIFY, VerificationError, Verified
+from graphsub.pipeline.measure_stage import MEASURE
+from graphsub.pipeline.verify_stage import VERIFY, VerificationError, Verified
 from graphsub.pipeline.model import ModelOutcome, optimize_stages
 from graphsub.pipeline.objective import Objective
 from graphsub.pipeline.probe_stage import PROBE

@@ -35,7 +35,7 @@ def export(context: RunContext, clock: StageClock, found: Found,
     limit = 1 if context.large else context.settings.candidates
     external_data = context.settings.external_data
     # A target that runs graphsub's graph (a torch program) needs no ONNX to time it: the
-    # chosen candidate alone is written, after the choice (measure_stages.verify), and the
+    # chosen candidate alone is written, after the choice (verify_stage.verify), and the
     # other candidates' export (seconds for a large model's weights) is not paid for
     deferred = context.target.capabilities.runs != "onnx"
     for c in found.result.candidates:

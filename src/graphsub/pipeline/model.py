@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from graphsub.pipeline.export_stages import EXPORT, ORT_FUSIONS
 from graphsub.pipeline.fission_stage import FISSION
-from graphsub.pipeline.measure_stages import MEASURE, VERIFY
+from graphsub.pipeline.measure_stage import MEASURE
+from graphsub.pipeline.verify_stage import VERIFY
 from graphsub.pipeline.probe_stage import PROBE
 from graphsub.pipeline.report_stage import REPORT
 from graphsub.pipeline.run import RunContext, run_stage

@@ -11,7 +11,7 @@ from typing import Any, overload
 
 from graphsub.budget import StageClock
 from graphsub.ir.graph import Graph
-from graphsub.pipeline.measure_stages import Verified
+from graphsub.pipeline.verify_stage import Verified
 from graphsub.pipeline.run import RunContext, Stage
 from graphsub.pipeline.values import Exported, Found
 from graphsub.report.evidence import op_times, rewrite_evidence

@@ -215,7 +215,7 @@ def start_run(graph: Graph, settings: Settings, rules: Sequence[Rule] | RuleSet 
         cost_model = make_cost_model(settings.cost, target=target)
     chosen = rules if isinstance(rules, RuleSet) else rule_set(rules, rules_only)
     if settings.fission:
-        fission_stage.load_rules()
+        fission_stage.preload_rules()
     profile = complete_profile(settings.shape_profile, graph.facts.symbols)
     cost_model = cost_model.at_profile(profile)
     if target.capabilities.runs == "onnx" and budget.measuring:

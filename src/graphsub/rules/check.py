@@ -40,7 +40,7 @@ from graphsub.errors import GraphsubError
 from graphsub.ir.builder import GraphBuilder
 from graphsub.ir.graph import Graph, Value
 from graphsub.ops import get_op
-from graphsub.ops.base import ANY_SHAPES, Role, Shape
+from graphsub.ops.base import ANY_SHAPES, OperandRole, Shape
 from graphsub.rules.applier import TYPES_DIFFER, BuildingHost, Rejection, apply_match
 from graphsub.rules.ast import (AVar, Call, Expr, ListExpr, Lit, OpTerm, Rule, Term, Var,
                                 term_vars)
@@ -231,11 +231,11 @@ def _mask_vars(rule: Rule) -> set[str]:
     return found
 
 
-def _role(role: tuple[str, int]) -> Role:
-    """The operator's role for the input at a position (`Role()` for a variable that is a
+def _role(role: tuple[str, int]) -> OperandRole:
+    """The operator's role for the input at a position (`OperandRole()` for a variable that is a
     whole source, which no operator reads)."""
     op, position = role
-    return get_op(op).role(position) if op else Role()
+    return get_op(op).role(position) if op else OperandRole()
 
 
 def _role_shapes(role: tuple[str, int]) -> tuple[Shape, ...]:

@@ -68,14 +68,14 @@ def role_names(roles: Iterable[Role]) -> str:
     return ", ".join(r.value for r in Role if r in chosen)
 
 
-class Declared(Protocol):
+class HasRoles(Protocol):
     """Anything that declares roles (a rule)."""
 
     @property
     def roles(self) -> frozenset[Role]: ...
 
 
-D = TypeVar("D", bound=Declared)
+D = TypeVar("D", bound=HasRoles)
 
 
 def with_role(rules: Iterable[D], role: Role) -> list[D]:
@@ -83,5 +83,5 @@ def with_role(rules: Iterable[D], role: Role) -> list[D]:
     return [r for r in rules if role in r.roles]
 
 
-__all__ = ["DEFAULT_ROLES", "Declared", "RUN_ROLES", "Role", "role_named", "role_names",
+__all__ = ["DEFAULT_ROLES", "HasRoles", "RUN_ROLES", "Role", "role_named", "role_names",
            "with_role"]

@@ -32,11 +32,6 @@ from graphsub.rules.roles import Role, with_role
 from graphsub.search.pricing import price_rewrite
 from graphsub.search.result import OptimizeResult, Step
 
-def normal_form_rules(rules: Sequence[Rule]) -> list[Rule]:
-    """The rules among `rules` that declare the normal-form role, in their order."""
-    return with_role(rules, Role.NORMAL_FORM)
-
-
 def normal_form(graph: Graph, rules: Sequence[Rule], cost_model: CostModel
                 ) -> tuple[Graph, tuple[Step, ...]]:
     """The graph with `rules` applied wherever they match until none does
@@ -79,4 +74,4 @@ def with_start(result: OptimizeResult, steps: tuple[Step, ...],
                    candidates=candidates)
 
 
-__all__ = ["first_normal_form", "normal_form", "normal_form_rules", "with_start"]
+__all__ = ["first_normal_form", "normal_form", "with_start"]
