@@ -10,6 +10,7 @@ Dask cluster needs the work directory on storage all workers share (a local clus
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -64,42 +65,47 @@ class DaskExecutor:
     127.0.0.1 with `workers` single-threaded worker processes."""
 
     def __init__(self, workers: int | None = None, scheduler: str | None = None) -> None:
-        try:
-            from distributed import Client, LocalCluster
-        except ImportError as exc:
-            raise GraphsubError("the Dask executor needs dask.distributed: "
-                                "pip install 'graphsub[dask]'") from exc
-        # distributed ships type information but leaves Client, LocalCluster and the methods
-        # used here unannotated: hence this class's ignores
-        self._cluster = None
+        self._distributed = _distributed()
+        self._cluster: Any = None
+        self._client: Any
         if scheduler:
             try:
-                self._client = Client(scheduler, timeout="20s")  # type: ignore[no-untyped-call]
+                self._client = self._distributed.Client(scheduler, timeout="20s")
             except OSError as exc:
                 raise GraphsubError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from exc
             self.workers = max(len(self._client.scheduler_info().get("workers", {})), 1)
         else:
             self.workers = workers or os.cpu_count() or 1
-            self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,  # type: ignore[no-untyped-call]
-                                         processes=True, host="127.0.0.1",
-                                         dashboard_address=None)
-            self._client = Client(self._cluster)  # type: ignore[no-untyped-call]
+            self._cluster = self._distributed.LocalCluster(
+                n_workers=self.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                dashboard_address=None)
+            self._client = self._distributed.Client(self._cluster)
 
     def run(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> Iterator[Any]:
-        from distributed import as_completed as dask_completed
-
         futures = [self._client.submit(fn, *a, pure=False) for a in args]
         try:
-            for f in dask_completed(futures):  # type: ignore[no-untyped-call]
+            for f in self._distributed.as_completed(futures):
                 yield f.result()
         finally:
             for f in futures:
-                f.cancel()  # type: ignore[no-untyped-call]
+                f.cancel()
 
     def close(self) -> None:
-        self._client.close()  # type: ignore[no-untyped-call]
+        self._client.close()
         if self._cluster is not None:
             self._cluster.close()
+
+
+def _distributed() -> Any:
+    """dask.distributed, as a module of untyped values: it leaves Client, LocalCluster and
+    the methods used here unannotated where it is installed, and is absent where it is not,
+    so that mypy's verdict on this module would depend on the extras installed (ignores that
+    one install needs are "unused" in the other)."""
+    try:
+        return importlib.import_module("distributed")
+    except ImportError as exc:
+        raise GraphsubError("the Dask executor needs dask.distributed: "
+                            "pip install 'graphsub[dask]'") from exc
 
 
 def make_executor(kind: str = "process", workers: int | None = None,

@@ -224,8 +224,8 @@ def test_fission_rules_are_checked_before_any_part_s_time_limit_starts(monkeypat
     the first part's whole time limit (a float16 decoder's first compilation on an H200
     found nothing), so the backend loads them before any part's budget starts."""
     events = []
-    load = fission_stage.load_rules
-    monkeypatch.setattr(fission_stage, "load_rules", lambda: events.append("rules") or load())
+    load = fission_stage.preload_rules
+    monkeypatch.setattr(fission_stage, "preload_rules", lambda: events.append("rules") or load())
     budget = torch_compile.Budget
 
     def recorded(*args, **kwargs):

@@ -53,6 +53,8 @@ def main() -> None:
     usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
     try:
         code = app(standalone_mode=False)
+    # (a class found as the app runs, typer's vendored click's or click's: mypy takes no
+    # variable for an exception class)
     except usage_error as exc:  # type: ignore[misc]
         where = exc.ctx.command_path if exc.ctx is not None else "graphsub"
         err.print(f"[bold red]error:[/] {escape(exc.format_message())} (see {escape(where)} "

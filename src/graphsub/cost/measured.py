@@ -58,7 +58,8 @@ class CostCache:
                     self.path.unlink(missing_ok=True)
                     self._conn = self._open()
                     break
-        return self._conn  # type: ignore[return-value]
+        assert self._conn is not None  # opened above, or the last attempt raised
+        return self._conn
 
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)

@@ -13,6 +13,8 @@ original program stays extractable.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from graphsub.egraph.egraph import EGraph
 
 
@@ -81,13 +83,14 @@ def find_cycle(eg: EGraph) -> list[int] | None:
         if start in state:
             continue
         # Each frame: (class, the e-node we entered it through, iterator over (e-node, child)).
-        stack: list[tuple[int, int, object]] = [(start, -1, iter(_edges(eg, start)))]
+        stack: list[tuple[int, int, Iterator[tuple[int, int]]]] = [
+            (start, -1, iter(_edges(eg, start)))]
         on_stack = {start: 0}
         state[start] = 1
         while stack:
             cls, via, it = stack[-1]
             advanced = False
-            for n, c in it:  # type: ignore[attr-defined]
+            for n, c in it:
                 if state.get(c) == 1:  # back edge: the path from c to cls, closed by n
                     first = on_stack[c]
                     return [stack[i][1] for i in range(first + 1, len(stack))] + [n]

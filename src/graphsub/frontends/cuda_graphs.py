@@ -80,7 +80,8 @@ class CudaGraphed:
         inputs = [a if not isinstance(a, torch.Tensor) or i in self.static
                   else a.detach().clone(memory_format=torch.preserve_format)
                   for i, a in enumerate(args)]
-        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # unannotated in torch
+        # (unannotated in torch; with torch absent, Any: the ignore is unused there)
+        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call, unused-ignore]
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream), torch.no_grad():
             for _ in range(WARMUP):

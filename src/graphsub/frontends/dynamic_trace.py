@@ -56,7 +56,8 @@ def trace_dynamic(gm: fx.GraphModule, example_inputs: Sequence[Any]
     def fake(x: Any) -> Any:
         if not isinstance(x, torch.Tensor):
             return x
-        sizes = (context.tensor_to_context.get(x)  # type: ignore[no-untyped-call]  # unannotated
+        # (unannotated; with torch absent, Any: the ignore is unused there)
+        sizes = (context.tensor_to_context.get(x)  # type: ignore[no-untyped-call, unused-ignore]
                  if context is not None else None)
         if sizes is None:  # not made dynamic by dynamo: a parameter, a buffer
             return fake_mode.from_tensor(x, static_shapes=True)

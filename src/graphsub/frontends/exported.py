@@ -240,7 +240,8 @@ def _hints(program: fx.GraphModule, flat: Sequence[Any]) -> dict[str, int] | Non
     return hints
 
 
-class _Reexported(torch.nn.Module):
+# (torch absent, its classes are Any: the ignore is for mypy without the extras)
+class _Reexported(torch.nn.Module):  # type: ignore[misc, unused-ignore]
     """The spliced graph as a module torch.export exports again: the program's state under
     its own names (the weights the rewrites no longer read left out), the graph called with
     it and the user's inputs, and the buffers the program writes written back, which export

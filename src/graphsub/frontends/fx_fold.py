@@ -90,5 +90,5 @@ def _foldable(node: fx.Node) -> bool:
         return False
     if torch.Tag.nondeterministic_seeded in target.tags:
         return False
-    name = target.name()  # type: ignore[no-untyped-call]  # unannotated in torch
+    name = target.name()  # type: ignore[no-untyped-call, unused-ignore]  # unannotated in torch
     return not name.split("::")[-1].startswith(("empty", "new_empty"))

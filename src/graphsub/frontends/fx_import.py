@@ -39,7 +39,9 @@ _DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "
 
 def arguments(node: fx.Node) -> dict[str, Any]:
     """The node's arguments by schema name, defaults filled in."""
-    schema = node.target._schema  # type: ignore[union-attr]
+    # (an ATen node's target is an OpOverload, whose schema fx's union of targets does not
+    # know; with torch absent, Any)
+    schema = node.target._schema  # type: ignore[union-attr, unused-ignore]
     out: dict[str, Any] = {}
     for i, arg in enumerate(schema.arguments):
         if i < len(node.args):
@@ -146,7 +148,8 @@ class AtenNode:
         val = arg.meta.get("val")
         if isinstance(val, torch.Tensor):
             return str(val.device)
-        return arg.meta.get("device")
+        device = arg.meta.get("device")
+        return None if device is None else str(device)
 
 
 class Converter:

@@ -29,7 +29,8 @@ ORIGIN = "graphsub_origin"
 WITHIN = "graphsub_within"
 
 
-class _OriginRecorder(fx.Interpreter):
+# (torch absent, its classes are Any: the ignore is for mypy without the extras)
+class _OriginRecorder(fx.Interpreter):  # type: ignore[misc, unused-ignore]
     """Runs dynamo's graph under a tracer and marks each ATen node that is a dynamo node's
     tensor result with that node's name (ORIGIN), and every ATen node with the name of the
     dynamo node whose operation made it (WITHIN)."""
@@ -65,7 +66,7 @@ class _OriginRecorder(fx.Interpreter):
         inner = result
         if torch._is_functional_tensor(result):
             # a view of a written base: its value as of now (torch leaves it unannotated)
-            _functionalize_sync(result)  # type: ignore[no-untyped-call]
+            _functionalize_sync(result)  # type: ignore[no-untyped-call, unused-ignore]
             inner = torch._from_functional_tensor(result)
         traced = get_proxy_slot(inner, mode.tracer, None, lambda p: p.proxy.node)
         if isinstance(traced, fx.Node):

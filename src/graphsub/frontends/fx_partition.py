@@ -38,7 +38,8 @@ def partition(gm: fx.GraphModule, masks: Collection[fx.Node] = ()) -> fx.GraphMo
     from torch.fx.passes.operator_support import OperatorSupportBase
     from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
-    class Modelled(OperatorSupportBase):
+    # (torch absent, its classes are Any: the ignore is for mypy without the extras)
+    class Modelled(OperatorSupportBase):  # type: ignore[misc, unused-ignore]
         def is_node_supported(self, submodules: object, node: fx.Node) -> bool:
             return node in masks or unsupported_reason(node) is None
 

@@ -508,7 +508,8 @@ def _storage_of(value: Any) -> Any:
 
     if not isinstance(value, torch.Tensor):
         return None
-    return StorageWeakRef(value.untyped_storage())  # type: ignore[no-untyped-call]  # unannotated in torch
+    # (unannotated in torch; with torch absent, Any: the ignore is unused there)
+    return StorageWeakRef(value.untyped_storage())  # type: ignore[no-untyped-call, unused-ignore]
 
 
 def _copyable(source: fx.Node, current: Mapping[str, fx.Node]) -> bool:

@@ -119,7 +119,8 @@ def may_write_inputs(gm: fx.GraphModule) -> bool:
 def _storage(t: torch.Tensor) -> Any:
     from torch.multiprocessing.reductions import StorageWeakRef
 
-    return StorageWeakRef(t.untyped_storage())  # type: ignore[no-untyped-call]  # unannotated
+    # (unannotated; with torch absent, Any: the ignore is unused there)
+    return StorageWeakRef(t.untyped_storage())  # type: ignore[no-untyped-call, unused-ignore]
 
 
 def possibly_written(gm: fx.GraphModule, node: fx.Node) -> list[Any]:

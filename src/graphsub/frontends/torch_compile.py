@@ -316,7 +316,7 @@ def _restart_analysis() -> type[BaseException]:
     made a tensor): not a failure, and it must reach dynamo."""
     from torch._dynamo.exc import RestartAnalysis
 
-    return RestartAnalysis
+    return cast(type[BaseException], RestartAnalysis)
 
 
 def _baseline(gm: fx.GraphModule, example_inputs: Sequence[Any], opts: BackendOptions,
@@ -681,7 +681,8 @@ def propagate_shapes(gm: fx.GraphModule, args: Sequence[Any]) -> None:
     from torch.fx.node import map_aggregate
     from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-    class Recorder(fx.Interpreter):
+    # (torch absent, its classes are Any: the ignore is for mypy without the extras)
+    class Recorder(fx.Interpreter):  # type: ignore[misc, unused-ignore]
         def run_node(self, n: fx.Node) -> Any:
             result = super().run_node(n)
             tensors: list[torch.Tensor] = []
@@ -759,7 +760,8 @@ def _capture_part_inputs(parent: fx.GraphModule, example_inputs: Sequence[torch.
     """The real arguments each part receives when the graph runs on the example inputs."""
     captured: dict[str, list[Any]] = {}
 
-    class Recorder(fx.Interpreter):
+    # (torch absent, its classes are Any: the ignore is for mypy without the extras)
+    class Recorder(fx.Interpreter):  # type: ignore[misc, unused-ignore]
         def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
             if target in names:
                 captured[target] = list(args)

@@ -87,10 +87,10 @@ def random_model(seed: int, **options: object) -> onnx.ModelProto:
     return generate(seed, **options)[0]
 
 
-def generate(seed: int, **options: object) -> tuple[onnx.ModelProto, GenStats]:
+def generate(seed: int, **options: Any) -> tuple[onnx.ModelProto, GenStats]:
     """A random valid model and the statistics of its generation. Attempt k draws from the
     seed sequence (seed, k), so a discard never changes what other seeds generate."""
-    opts = replace(GenOptions(), **options)  # type: ignore[arg-type]
+    opts = replace(GenOptions(), **options)
     stats = GenStats()
     for attempt in range(opts.max_attempts):
         stats.attempts += 1

@@ -123,10 +123,10 @@ def _constant_term(g: GenGraph, tensor: int, consumer: GenNode, terms: dict[int,
         shape, value, pattern = list(dims), 1.0, "full"
     if not all(_expressible(d) for d in shape):
         raise _Unrepresentable("a constant whose shape is not expressible")
-    attrs = [("value", Lit(value)), ("shape", ListExpr(tuple(shape)))]
+    attrs: list[tuple[str, Expr]] = [("value", Lit(value)), ("shape", ListExpr(tuple(shape)))]
     if pattern != "full":
         attrs.append(("pattern", Lit(pattern)))
-    return OpTerm("constant", tuple(attrs), (), 0)  # type: ignore[arg-type]
+    return OpTerm("constant", tuple(attrs), (), 0)
 
 
 class _Unrepresentable(Exception):
@@ -161,7 +161,7 @@ def _terms(g: GenGraph) -> dict[int, Term]:
             if i not in terms:
                 terms[i] = _constant_term(g, i, node, terms)
             args.append(terms[i])
-        rule_attrs: list[tuple[str, object]] = [(k, _lit(v)) for k, v in sorted(attrs.items())]
+        rule_attrs: list[tuple[str, Expr]] = [(k, _lit(v)) for k, v in sorted(attrs.items())]
         if node.op == "split":
             sizes = ListExpr(tuple(g.tensors[o].dims[attrs["axis"]] for o in node.outputs))
             if not _expressible(sizes):
@@ -174,7 +174,7 @@ def _terms(g: GenGraph) -> dict[int, Term]:
         if node.op in ("ewadd", "ewmul", "sub", "div"):
             rule_attrs.append(("same-shapes", Lit(True)))  # TASO's ops do not broadcast
         for k, o in enumerate(node.outputs):
-            terms[o] = OpTerm(op.op, tuple(rule_attrs), tuple(args), k)  # type: ignore[arg-type]
+            terms[o] = OpTerm(op.op, tuple(rule_attrs), tuple(args), k)
     return terms
 
 

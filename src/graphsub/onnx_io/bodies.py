@@ -49,23 +49,24 @@ def formal_types(node: onnx.NodeProto, attr: str, in_types: Mapping[str, TensorT
     are not known before it runs (an op graphsub does not know the bodies of)."""
     if node.op_type == "If":
         return []
-    inputs = [in_types.get(n) if n else None for n in node.input]
+    maybe = [in_types.get(n) if n else None for n in node.input]
+    inputs = [t for t in maybe if t is not None]
     if node.op_type == "Loop" and attr == "body":
-        carried = inputs[2:]
-        if any(t is None for t in carried):
+        carried = [t for t in maybe[2:] if t is not None]
+        if len(carried) != len(maybe[2:]):
             return None
-        return [TensorType((), "int64"), TensorType((), "bool"), *carried]  # type: ignore[list-item]
+        return [TensorType((), "int64"), TensorType((), "bool"), *carried]
     if node.op_type == "Scan" and attr == "body":
         scans = attr_int(node, "num_scan_inputs", 0)
-        if any(t is None for t in inputs) or not scans:
+        if len(inputs) != len(maybe) or not scans:
             return None
         states, scanned = inputs[:len(inputs) - scans], inputs[len(inputs) - scans:]
         axes = attr_ints(node, "scan_input_axes") or [0] * scans
         slices = []
         for t, axis in zip(scanned, axes):
-            axis = axis + t.rank if axis < 0 else axis  # type: ignore[union-attr]
-            slices.append(TensorType(t.shape[:axis] + t.shape[axis + 1:], t.dtype))  # type: ignore[union-attr]
-        return [*states, *slices]  # type: ignore[list-item]
+            axis = axis + t.rank if axis < 0 else axis
+            slices.append(TensorType(t.shape[:axis] + t.shape[axis + 1:], t.dtype))
+        return [*states, *slices]
     return None
 
 
@@ -180,25 +181,26 @@ def output_types(node: onnx.NodeProto, in_types: Mapping[str, TensorType],
                     "say); give concrete sizes with --input-shape NAME=1x128 so that the "
                     "condition is known")
         return typed[0]
-    if len(per_body) != 1 or per_body[0] is None:
+    outs = per_body[0] if len(per_body) == 1 else None
+    if outs is None:
         return None
-    (outs,) = per_body
     if node.op_type == "Loop":
         carried = [in_types[n] for n in node.input[2:]]
-        body_carried, scan_outs = outs[1:1 + len(carried)], outs[1 + len(carried):]  # type: ignore[index]
+        body_carried, scan_outs = outs[1:1 + len(carried)], outs[1 + len(carried):]
         trip = constants.get(node.input[0]) if node.input and node.input[0] else None
         if not _same(carried, body_carried) or (scan_outs and trip is None):
             return None
-        return [*carried, *(_stacked(t, 0, int(trip)) for t in scan_outs)]  # type: ignore[arg-type]
+        count = int(trip) if trip is not None else 0  # (no scan outputs where it is None)
+        return [*carried, *(_stacked(t, 0, count) for t in scan_outs)]
     if node.op_type == "Scan":
         scans = attr_int(node, "num_scan_inputs", 0)
         states = [in_types[n] for n in node.input[:len(node.input) - scans]]
         first = in_types[node.input[len(node.input) - scans]]
         in_axis = (attr_ints(node, "scan_input_axes") or [0])[0]
         length = first.shape[in_axis]
-        out_axes = attr_ints(node, "scan_output_axes") or [0] * (len(outs) - len(states))  # type: ignore[arg-type]
-        if not _same(states, outs[:len(states)]):  # type: ignore[index]
+        out_axes = attr_ints(node, "scan_output_axes") or [0] * (len(outs) - len(states))
+        if not _same(states, outs[:len(states)]):
             return None
         return [*states, *(_stacked(t, a, length)
-                           for t, a in zip(outs[len(states):], out_axes))]  # type: ignore[index]
+                           for t, a in zip(outs[len(states):], out_axes))]
     return None

@@ -635,10 +635,12 @@ def _declared_types(node: onnx.NodeProto, ctx: ImportContext) -> list[TensorType
     """The node's output types as the model declares them (value_info, graph outputs): what
     an operator no inference knows and onnxruntime cannot run (a custom domain's) is typed
     by; None unless every output is declared over sizes the model defines."""
-    types = [ctx.declared.get(o) for o in node.output if o]
-    if any(t is None or not symbols_in(t.shape) <= set(ctx.symbol_ranges) for t in types):
+    declared = [ctx.declared.get(o) for o in node.output if o]
+    types = [t for t in declared if t is not None]
+    if len(types) != len(declared) or any(
+            not symbols_in(t.shape) <= set(ctx.symbol_ranges) for t in types):
         return None
-    return types  # type: ignore[return-value]
+    return types
 
 
 def _untyped_message(node: onnx.NodeProto, exc: BaseException) -> str:
@@ -772,11 +774,12 @@ def _symbolic_types(node: onnx.NodeProto, ctx: ImportContext,
         probed = _probed_types(node, ctx, in_types)
         if probed is not None:
             return probed
-    if any(t is None for t in types):
+    known = [t for t in types if t is not None]
+    if len(known) != len(types):
         raise ModelLoadError(f"cannot determine the output shapes of {node.op_type} node "
                              f"{node.name!r} over the model's symbolic sizes; give concrete "
                              "sizes with --input-shape NAME=1x128 (or input_shapes={...})")
-    return types  # type: ignore[return-value]
+    return known
 
 
 #: Sizes an opaque node's symbolic output types are checked at (each symbol at each value,
@@ -958,12 +961,14 @@ def _probed_types(node: onnx.NodeProto, ctx: ImportContext, in_types: dict[str, 
     dtypes = [str(r.dtype) for r in _run_at(node, ctx, in_types, base) or []]
     dims: list[list[Dim]] = [list(shape) for shape in first]
     for name in names:
-        runs = {v: shapes_at({**base, name: v}) for v in (*values, *_PROBE_CONFIRM)}
-        if any(r is None or [len(s) for s in r] != [len(s) for s in first] for r in runs.values()):
+        maybe = {v: shapes_at({**base, name: v}) for v in (*values, *_PROBE_CONFIRM)}
+        runs = {v: r for v, r in maybe.items() if r is not None}
+        if len(runs) != len(maybe) or any(
+                [len(s) for s in r] != [len(s) for s in first] for r in runs.values()):
             return None
         for k, shape in enumerate(first):
             for axis in range(len(shape)):
-                samples = {v: r[k][axis] for v, r in runs.items()}  # type: ignore[index]
+                samples = {v: r[k][axis] for v, r in runs.items()}
                 if len(set(samples.values())) == 1:
                     continue  # does not change with this size
                 if type(dims[k][axis]) is not int or dims[k][axis] != shape[axis]:

@@ -406,7 +406,10 @@ class SizeFolder:
         parts = [None if b is None else [int(v) for v in b.reshape(-1)] for b in bounds]
         if any(p is not None and len(p) != 1 for p in parts):
             return None
-        start, end = parts[0][0], parts[1][0]  # type: ignore[index]
+        first, last = parts[0], parts[1]
+        if first is None or last is None:
+            return None
+        start, end = first[0], last[0]
         step = parts[3][0] if len(parts) > 3 and parts[3] is not None else 1
         if len(parts) > 2 and parts[2] is not None and parts[2][0] not in (0, -1):
             return None

@@ -82,7 +82,9 @@ def resolve_pads(padding: str | Pads, size: Sequence[Dim], kernel: Sequence[int]
         return (b, r, t, left)
     if padding == "valid":
         return (0, 0, 0, 0)
-    return padding  # type: ignore[return-value]
+    if isinstance(padding, str):
+        raise ShapeError(f"unknown padding {padding!r}: same, same_lower, valid or four pads")
+    return padding
 
 
 def canonical_padding(padding: str | Pads, size: Sequence[Dim], kernel: Sequence[int],

@@ -261,6 +261,8 @@ register(OpDef(
 
 
 def _dtype_name(v: object) -> str:
+    # (an attribute's value, whatever a rule or a model gave: numpy says what dtype it names,
+    # and its stubs take no `object`)
     name = str(np.dtype(v))  # type: ignore[call-overload]
     if name not in SUPPORTED_DTYPES:
         raise ValueError(f"unsupported dtype {name}")

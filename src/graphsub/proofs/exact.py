@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -74,7 +75,7 @@ class _NegInf:
         raise NotExact("+inf")
 
     def __mul__(self, other: object) -> _NegInf:
-        if other is self or not other > 0:  # type: ignore[operator]
+        if other is self or not (isinstance(other, numbers.Real) and float(other) > 0):
             raise NotExact("-inf times a number not positive")
         return self
 

@@ -84,6 +84,8 @@ def identity_test(rule: Rule, seed: int = 0) -> IdentityTest:
     some combinations alone give), then random draws up to INSTANCES in all."""
     rng = _Points(seed)
     tested = _Tally()
+    # (_Points is numpy's Generator with its normal draws replaced: the check's draws by
+    # __getattr__, a duck the annotation does not name)
     for plan in _rank_plans(rule, rng):  # type: ignore[arg-type]
         if plan is None:
             continue
@@ -213,6 +215,7 @@ def _instance(rule: Rule, rng: _Points, ranks: dict[str, int] | None = None, kin
     grouped shapes; "" any), its values finite (the exact semantics have no infinity but a mask's);
     a refutation where its target's type is not its source's."""
     try:
+        # (_Points for numpy's Generator, as above)
         drawn = rewritten_example(rule, rng, ranks,  # type: ignore[arg-type]
                                   square=kind == "square", edges=False, odd=kind == "odd",
                                   distinct=kind == "distinct", grouped=kind == "grouped")

@@ -131,8 +131,9 @@ def _int_attr(e: Any, env: dict[str, z3.ArithRef], convert: Callable[[Any], int]
         return env.setdefault(e.name, z3.Int(f"attr_{e.name}"))
     if isinstance(e, Lit):
         return convert(e.value)
-    if isinstance(e, ListExpr) and all(isinstance(i, Lit) for i in e.items):
-        return convert(tuple(i.value for i in e.items))  # type: ignore[union-attr]
+    literals = [i for i in e.items if isinstance(i, Lit)] if isinstance(e, ListExpr) else None
+    if literals is not None and isinstance(e, ListExpr) and len(literals) == len(e.items):
+        return convert(tuple(i.value for i in literals))
     # A value computed from shapes (an enlarged kernel's size, say) is abstracted, as TASO
     # abstracts shapes: an integer about which nothing is known, the same one wherever the
     # same expression occurs. What is proven for every value holds for the computed one.
@@ -168,7 +169,9 @@ class _Translator:
     def __init__(self, rule: Rule) -> None:
         self.sig = signature()
         self.attrs: dict[str, z3.ArithRef] = {}
-        self.lets: dict[str, OpTerm] = dict(rule.lets)  # type: ignore[arg-type]
+        # (a let names an operator's term, whose outputs `Ref`s pick: the parser makes no
+        # other)
+        self.lets = {name: t for name, t in rule.lets if isinstance(t, OpTerm)}
 
     def attr(self, term: OpTerm, key: str, convert: Callable[[Any], int]) -> Any:
         """The attribute as the axioms take it: as written, else the operator's default (what
@@ -254,8 +257,9 @@ class _Translator:
         I_conv (conv-identity), C_pool (depthwise 1/(kh*kw)) and I_ewmul (all ones)."""
         s = self.sig
         a = dict(t.attrs)
-        pattern = a["pattern"].value if isinstance(a.get("pattern"), Lit) else "full"  # type: ignore[union-attr]
-        value = a["value"].value if isinstance(a.get("value"), Lit) else None  # type: ignore[union-attr]
+        pattern_lit, value_lit = a.get("pattern"), a.get("value")
+        pattern = pattern_lit.value if isinstance(pattern_lit, Lit) else "full"
+        value = value_lit.value if isinstance(value_lit, Lit) else None
         shape = a.get("shape")
         dims = list(shape.items) if isinstance(shape, ListExpr) else []
         spatial = [d.value for d in dims[2:] if isinstance(d, Lit)] if len(dims) == 4 and all(

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import wraps
-from typing import Any, TypeVar, final
+from typing import Any, TypeGuard, TypeVar, final
 
 import numpy as np
 
@@ -72,7 +72,7 @@ def by_identity(fn: Callable[[T], R]) -> Callable[[T], R]:
     return cached
 
 
-def _chainable(term: Term, op: str) -> bool:
+def _chainable(term: Term, op: str) -> TypeGuard[OpTerm]:
     return isinstance(term, OpTerm) and term.op == op and not term.attrs and term.index == 0
 
 
@@ -88,7 +88,7 @@ def pattern_chain(term: OpTerm) -> tuple[Term, ...] | None:
 
     def flatten(t: Term) -> None:
         if _chainable(t, term.op):
-            for arg in t.args:  # type: ignore[union-attr]
+            for arg in t.args:
                 flatten(arg)
         else:
             operands.append(t)

@@ -91,16 +91,24 @@ class TasoRule:
     mapping: list[tuple[int, int, int, int]]  # src op, dst op, src output, dst output
 
 
+def _message(value: int | bytes) -> bytes:
+    """A field's embedded message (a length-delimited field); an integer there is a file
+    that is not TASO's."""
+    if not isinstance(value, bytes):
+        raise GraphsubError("a message field holds an integer")
+    return value
+
+
 def _op(buf: bytes) -> TasoOp:
     op = TasoOp(0, [], {})
     for num, val in _fields(buf):
         if num == 1:
             op.type = int(val)
         elif num == 2:
-            t = dict(_fields(val))  # type: ignore[arg-type]
+            t = dict(_fields(_message(val)))
             op.inputs.append((int(t.get(1, 0)), int(t.get(2, 0))))
         elif num == 3:
-            p = dict(_fields(val))  # type: ignore[arg-type]
+            p = dict(_fields(_message(val)))
             op.params[PM.get(int(p.get(1, 0)), str(p.get(1)))] = int(p.get(2, 0))
     return op
 
@@ -120,13 +128,13 @@ def _read_taso_rules(data: bytes) -> list[TasoRule]:
         if num != 1:
             continue
         src, dst, mapping = [], [], []
-        for rn, rv in _fields(rbuf):  # type: ignore[arg-type]
+        for rn, rv in _fields(_message(rbuf)):
             if rn == 1:
-                src.append(_op(rv))  # type: ignore[arg-type]
+                src.append(_op(_message(rv)))
             elif rn == 2:
-                dst.append(_op(rv))  # type: ignore[arg-type]
+                dst.append(_op(_message(rv)))
             elif rn == 3:
-                m = dict(_fields(rv))  # type: ignore[arg-type]
+                m = dict(_fields(_message(rv)))
                 mapping.append((int(m.get(1, 0)), int(m.get(2, 0)), int(m.get(3, 0)),
                                 int(m.get(4, 0))))
         rules.append(TasoRule(len(rules), src, dst, mapping))
@@ -193,10 +201,10 @@ def ungrouped_conditions(terms: tuple[Term, ...]) -> tuple[Expr, ...]:
 
     def walk(t: Term) -> None:
         if isinstance(t, OpTerm):
-            if t.op == "conv2d" and all(isinstance(a, Var) for a in t.args[:2]):
-                x, w = t.args[0], t.args[1]
-                cond = Call("eq", (Call("dim", (AVar(w.name), Lit(1))),  # type: ignore[union-attr]
-                                   Call("dim", (AVar(x.name), Lit(1)))))  # type: ignore[union-attr]
+            x, w = (t.args + (None, None))[:2]
+            if t.op == "conv2d" and isinstance(x, Var) and isinstance(w, Var):
+                cond = Call("eq", (Call("dim", (AVar(w.name), Lit(1))),
+                                   Call("dim", (AVar(x.name), Lit(1)))))
                 if cond not in conds:
                     conds.append(cond)
             for a in t.args:

@@ -271,11 +271,12 @@ class PairedComparison:
 
 def compare_runnables(before: Runnable, after: Runnable, feeds: Mapping[str, np.ndarray],
                       min_seconds: float = 4.0, min_rounds: int = 10,
-                      deadline: float | None = None, **options: float) -> PairedComparison:
+                      deadline: float | None = None, warmup: int = 3, block: int = 5,
+                      pause: float = 0.02) -> PairedComparison:
     """Time two runnables head to head (at least `min_rounds` rounds unless the deadline
-    comes first; `options` go to time_runnables: warmup, block, pause)."""
+    comes first; `warmup`, `block` and `pause` as time_runnables takes them)."""
     t_before, t_after = time_runnables([before, after], feeds, min_seconds=min_seconds,
                                        rounds=None, max_rounds=max(min_rounds, 200),
                                        min_rounds=min_rounds, deadline=deadline,
-                                       **options)  # type: ignore[arg-type]
+                                       warmup=warmup, block=block, pause=pause)
     return PairedComparison(t_before, t_after)

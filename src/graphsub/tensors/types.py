@@ -230,6 +230,7 @@ class ConstantStub(Constant):
 
     def __init__(self, original: Constant) -> None:
         arr = original.array
+        # (a stub holds no data: its `array` raises rather than read this)
         self._array = None  # type: ignore[assignment]
         self._digest = original.digest
         self._type = original.type

@@ -28,5 +28,5 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     """The tensor's values as a numpy array on the host, in its own type."""
     t = t.detach().to("cpu").contiguous()
     if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(_BFLOAT16)
-    return t.numpy()
+        return np.asarray(t.view(torch.int16).numpy()).view(_BFLOAT16)
+    return np.asarray(t.numpy())

@@ -60,7 +60,8 @@ class Fusion:
 
 def linear_available(device: torch.device) -> bool:
     return (device.type == "cpu"
-            and torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]  # unannotated
+            # (unannotated; with torch absent, Any: the ignore is unused there)
+            and torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call, unused-ignore]
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 

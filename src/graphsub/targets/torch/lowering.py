@@ -21,6 +21,9 @@ from typing import Any, cast
 import numpy as np
 import torch
 import torch.nn.functional as F
+# (the class below holds the module as its attribute `torch`, which its annotations would
+# read)
+from torch import device as TorchDevice, dtype as TorchDtype
 
 from graphsub.targets.torch.arrays import to_torch
 from graphsub.errors import NoLoweringError
@@ -73,7 +76,7 @@ class LowerContext:
     torch = torch
     F = F
 
-    def __init__(self, device: torch.device,
+    def __init__(self, device: TorchDevice,
                  const: Callable[[np.ndarray], Any] | None = None,
                  leaf: Callable[..., Any] | None = None,
                  fused_conv_relu: Any = None) -> None:
@@ -90,7 +93,7 @@ class LowerContext:
     def leaf(self, fn: Callable[..., Any], *args: Any) -> Any:
         return self._leaf(fn, *args) if self._leaf is not None else fn(*args)
 
-    def dtype(self, name: str) -> torch.dtype:
+    def dtype(self, name: str) -> TorchDtype:
         return torch_dtype(name)
 
     def generated(self, fn: Callable[..., tuple[Any, ...]], ins: Types, outs: Types) -> TorchFn:

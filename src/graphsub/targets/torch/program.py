@@ -298,7 +298,8 @@ class SizedTorchProgram:
         return self._at_feeds(feeds).run(feeds)
 
 
-class _SizedModule(torch.nn.Module):
+# (torch absent, its classes are Any: the ignore is for mypy without the extras)
+class _SizedModule(torch.nn.Module):  # type: ignore[misc, unused-ignore]
     """A SizedTorchProgram as a module (what a TorchProgram's `module` is for static sizes)."""
 
     def __init__(self, program: SizedTorchProgram) -> None:
@@ -315,7 +316,8 @@ class CudaGraphReplay:
 
     def __init__(self, fn: Any, inputs: Sequence[torch.Tensor], warmup: int = 3) -> None:
         self.inputs = list(inputs)
-        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # unannotated in torch
+        # (unannotated in torch; with torch absent, Any: the ignore is unused there)
+        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call, unused-ignore]
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream), torch.inference_mode():
             for _ in range(warmup):  # cuDNN autotuning and allocations happen here
@@ -332,7 +334,8 @@ class CudaGraphReplay:
 
 def cuda_event() -> torch.cuda.Event:
     """A CUDA event that records its time: what `event_timed_calls` times a GPU with."""
-    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # unannotated
+    # (unannotated; with torch absent, Any: the ignore is unused there)
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call, unused-ignore]
 
 
 class TorchRunnable(Runnable):

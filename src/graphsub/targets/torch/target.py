@@ -261,9 +261,11 @@ class TorchCudaTarget(TorchTarget):
         from graphsub.targets.ort import nvidia_versions
 
         props = torch.cuda.get_device_properties(0)
+        # (cudnn.version is unannotated in torch; with torch absent, Any: the ignore is
+        # unused there)
+        cudnn = torch.backends.cudnn.version()  # type: ignore[no-untyped-call, unused-ignore]
         details = {"torch": torch.__version__, "cuda": str(torch.version.cuda),
-                   # (cudnn.version is unannotated in torch)
-                   "cudnn": str(torch.backends.cudnn.version()),  # type: ignore[no-untyped-call]
+                   "cudnn": str(cudnn),
                    "capability": f"{props.major}.{props.minor}",
                    "cuda_graphs": "on" if self.cuda_graphs else "off",
                    "tf32": "on" if self.allow_tf32 else "off"}
