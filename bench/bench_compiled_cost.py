@@ -85,7 +85,7 @@ def main() -> None:
     from graphsub.cost import make_cost_model
     from graphsub.pipeline import load_rule_files
     from graphsub.rules.roles import Role, with_role
-from graphsub.search.normal_form import normal_form
+    from graphsub.search.normal_form import normal_form
 
     target = get_target("torch-cpu")
     rows = []
