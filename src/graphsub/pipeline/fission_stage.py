@@ -47,7 +47,8 @@ def fission(context: RunContext, clock: StageClock, found: Found) -> Found:
                               base.trace + (Step.of_kind(StepKind.FISSION, outcome.cost),))
         at = 0 if outcome.cost < base.cost else min(1, len(candidates))
         candidates.insert(min(at, max(context.settings.candidates - 1, 0)), candidate)
-    return replace(found, result=replace(found.result, candidates=candidates), fission=outcome)
+    return replace(found, result=replace(found.result, candidates=tuple(candidates)),
+                   fission=outcome)
 
 
 #: After a Ctrl-C, what was found goes on as it is: measured and verified, not split.

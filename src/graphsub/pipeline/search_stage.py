@@ -107,7 +107,7 @@ def search(context: RunContext, clock: StageClock, peers: Sequence[Exported] = (
         if not context.budget.measuring:  # nothing comes after the search: the caller's Ctrl-C
             raise
         stats = SearchStats(stopped_by=StopReason.INTERRUPT, seconds=time.perf_counter() - start)
-        result = OptimizeResult(context.graph, (), stats, math.nan, math.nan, [])
+        result = OptimizeResult(context.graph, (), stats, math.nan, math.nan)
     if result.stats.stopped_by != StopReason.INTERRUPT:
         try:
             with warnings.catch_warnings():
@@ -118,7 +118,8 @@ def search(context: RunContext, clock: StageClock, peers: Sequence[Exported] = (
                 if from_peer is not None:
                     result = search_from_peer(context, clock, cost_model, from_peer, result)
         except KeyboardInterrupt:  # what the search found stands
-            result.stats.stopped_by = StopReason.INTERRUPT
+            result = replace(result, stats=replace(result.stats,
+                                                   stopped_by=StopReason.INTERRUPT))
     found = Found(result, cost_model, tuple(recorder.points(result)), tuple(bodies))
     if found.interrupted:
         context.budget.interrupted()
@@ -154,7 +155,7 @@ def search_from_peer(context: RunContext, clock: StageClock, cost_model: CostMod
         return result
     at = 0 if not candidates or best.cost < candidates[0].cost else 1
     candidates.insert(min(at, max(settings.candidates - 1, 0)), best)
-    return replace(result, candidates=candidates)
+    return replace(result, candidates=tuple(candidates))
 
 
 def search_bodies(context: RunContext, clock: StageClock, cost_model: CostModel

@@ -48,7 +48,7 @@ class Found:
     def unsearched(cls, context: RunContext) -> Found:
         """The input graph as the only candidate: what fission starts from in a run without
         a search (the fuzzer's)."""
-        return cls(OptimizeResult(context.graph, (), SearchStats(), math.nan, math.nan, []),
+        return cls(OptimizeResult(context.graph, (), SearchStats(), math.nan, math.nan),
                    context.time_model)
 
     @property
@@ -58,5 +58,5 @@ class Found:
     def candidates(self) -> list[Candidate]:
         """The search's candidates (the input graph alone where it found none)."""
         if self.result.candidates:
-            return self.result.candidates
+            return list(self.result.candidates)
         return [Candidate(self.result.graph, self.result.initial_cost, ())]

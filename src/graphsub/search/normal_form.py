@@ -69,7 +69,7 @@ def with_start(result: OptimizeResult, steps: tuple[Step, ...],
     input graph: the normal form's steps lead every trace, and costs count from the input."""
     if not steps:
         return result
-    candidates = [replace(c, trace=steps + c.trace) for c in result.candidates]
+    candidates = tuple(replace(c, trace=steps + c.trace) for c in result.candidates)
     return replace(result, trace=steps + result.trace, initial_cost=initial_cost,
                    candidates=candidates)
 

@@ -75,7 +75,7 @@ def propagate(result: OptimizeResult, rules: Sequence[Rule], cost_model: CostMod
     stats = replace(result.stats, propagated=applied)
     best = Candidate(graph, cost, tuple(trace))
     return replace(result, graph=graph, trace=best.trace, final_cost=cost, stats=stats,
-                   candidates=[best, *result.candidates])
+                   candidates=(best, *result.candidates))
 
 
 __all__ = ["propagate"]

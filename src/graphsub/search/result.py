@@ -169,14 +169,18 @@ class SearchProgress:
 ProgressFn = Callable[[SearchProgress], None]
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimizeResult:
+    """What a search returns: frozen, so that a stage that learns more of it (an interrupt
+    after the search, a peer's start) makes a new one (`dataclasses.replace`) rather than
+    change the one others hold."""
+
     graph: Graph
     trace: tuple[Step, ...]
     stats: SearchStats
     initial_cost: float
     final_cost: float
-    candidates: list[Candidate] = field(default_factory=list)  # the best few, best first
+    candidates: tuple[Candidate, ...] = ()  # the best few, best first
 
     def rules_used(self) -> Counter[str]:
         return Counter(s.rule for s in self.trace)

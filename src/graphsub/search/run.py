@@ -135,4 +135,4 @@ class SearchRun:
         self.stats.undecided = undecided_conditions() - self._undecided_before
         top = self.best.top
         return OptimizeResult(top.graph, top.trace, self.stats, initial_cost, top.cost,
-                              list(self.best.candidates))
+                              tuple(self.best.candidates))
