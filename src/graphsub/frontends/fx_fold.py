@@ -43,7 +43,7 @@ def fold_constants(gm: fx.GraphModule,
     from_parameters: set[fx.Node] = set(parameters)
     for node in gm.graph.nodes:
         if node.op == "get_attr":
-            values[node] = _attribute(gm, node.target)
+            values[node] = attribute(gm, node.target)
         elif node in parameters:
             values[node] = parameters[node]
         elif node.op == "call_function" and _foldable(node) and all(
@@ -76,7 +76,7 @@ def fold_constants(gm: fx.GraphModule,
     return len(frontier)
 
 
-def _attribute(gm: fx.GraphModule, target: str) -> Any:
+def attribute(gm: fx.GraphModule, target: str) -> Any:
     value: Any = gm
     for part in target.split("."):
         value = getattr(value, part)

@@ -34,6 +34,7 @@ import torch.fx as fx
 import z3
 
 from graphsub.errors import ConversionError
+from graphsub.frontends.fx_fold import attribute
 from graphsub.frontends.fx_import import CausalMask, node_shape, symbolic_size
 from graphsub.rules.expr import masked_at
 from graphsub.tensors.symbolic import Dim, SymbolRange
@@ -184,7 +185,11 @@ class _Reader:
                 pass
             return
         if node.op == "get_attr":
-            value = _attribute(node)
+            module = node.graph.owning_module
+            try:
+                value = attribute(module, str(node.target)) if module is not None else None
+            except AttributeError:
+                return
             if isinstance(value, torch.Tensor) and value.numel() <= CONSTANT_LIMIT:
                 try:
                     self.forms[node] = _constant(value, self.shape(node))
@@ -279,13 +284,6 @@ class _Reader:
         exact = self.never(form.shape, lambda i: form.at(i) != z3.If(
             i[-1] <= i[-2], z3.RealVal(0), fill))
         return CausalMask(shape, name, value) if exact else None
-
-
-def _attribute(node: fx.Node) -> Any:
-    value: Any = node.graph.owning_module
-    for name in str(node.target).split("."):
-        value = getattr(value, name, None)
-    return value
 
 
 def _constant(value: torch.Tensor, shape: tuple[z3.ArithRef, ...]) -> _Form:

@@ -26,7 +26,7 @@ from graphsub.tensors.types import Attrs, TensorType
 from graphsub.ops.base import (AtenBuilder, AtenCall, AtenImportFn, AttrSpec, Category, OpDef,
                                TorchFn, TorchLowering, Types, aten_importer, broadcasts_to,
                                onnx_importer, register, is_float, size_dims)
-from graphsub.ops.source import size_sources
+from graphsub.ops.source import size_binding, size_sources
 
 from graphsub.ops.contexts import OpExportContext, OpImportContext
 from graphsub.tensors.values import Value
@@ -86,7 +86,7 @@ def causal_mask(queries: int, keys: int) -> np.ndarray:
 def _mask_sizes(attrs: Attrs, xs: Sequence[Any]) -> tuple[int, ...]:
     if is_static(attrs["shape"]):  # (a bound graph's: its sources are read no more)
         return tuple(int(d) for d in attrs["shape"])
-    binding = {name: xs[index].shape[axis] for name, index, axis in attrs["sources"]}
+    binding = size_binding(attrs["sources"], xs)
     return tuple(int(d) for d in bind_all(attrs["shape"], binding))
 
 
@@ -123,7 +123,7 @@ def _causal_mask_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) 
     torch, dtype = t.torch, t.dtype(attrs["dtype"])
 
     def mask(*xs: Any) -> tuple[Any, ...]:
-        binding = {name: xs[index].shape[axis] for name, index, axis in attrs["sources"]}
+        binding = size_binding(attrs["sources"], xs)
         shape = [evaluate_size(d, binding) for d in attrs["shape"]]
         keep = torch.ones(shape[-2:], dtype=torch.bool, device=t.device).tril()
         if attrs["dtype"] != "bool":

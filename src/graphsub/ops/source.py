@@ -62,6 +62,12 @@ def size_sources(value: Any) -> tuple[tuple[str, int, int], ...]:
     return tuple((str(name), int(index), int(axis)) for name, index, axis in value)
 
 
+def size_binding(sources: Any, xs: Any) -> dict[str, Any]:
+    """Each size symbol's value, read from the shapes of the inputs `sources` names (ints,
+    or SymInts while torch traces)."""
+    return {name: xs[index].shape[axis] for name, index, axis in sources}
+
+
 def _sizes_infer(attrs: Attrs, ins: Types) -> Types:
     for name, index, axis in attrs["sources"]:
         if index >= len(ins) or axis >= ins[index].rank:
@@ -70,7 +76,7 @@ def _sizes_infer(attrs: Attrs, ins: Types) -> Types:
 
 
 def _sizes_eval(attrs: Attrs, xs: Any) -> tuple[np.ndarray, ...]:
-    binding = {name: xs[index].shape[axis] for name, index, axis in attrs["sources"]}
+    binding = size_binding(attrs["sources"], xs)
     values = bind_all(attrs["values"], binding)
     return (np.array(values, dtype=attrs["dtype"]).reshape(attrs["shape"]),)
 
@@ -85,7 +91,7 @@ def _sizes_torch(t: TorchLowering, attrs: Attrs, ins: Types, outs: Types) -> Tor
     dtype, tensor = t.dtype(attrs["dtype"]), t.torch.tensor
 
     def sizes(*xs: Any) -> tuple[Any, ...]:
-        binding = {name: xs[index].shape[axis] for name, index, axis in sources}
+        binding = size_binding(sources, xs)
         flat = [evaluate_size(v, binding) for v in values]
         return (tensor(flat, dtype=dtype, device=t.device).reshape(shape),)
 
